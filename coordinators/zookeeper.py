@@ -1,0 +1,438 @@
+"""The ZooKeeper state store: several runners on several machines, one leader.
+
+Layout under ``/transactional/<topology-id>/``: ``identity``, ``leader`` (ephemeral,
+holds the leader's runner id), ``coordinator/currtx``, ``coordinator/meta/<txid>`` and
+``partition/<p>/<txid>``, txids zero-padded so that names sort. Values are JSON.
+
+The fence is the version of ``currtx``: a new leader rewrites ``currtx`` to bump its
+version, and every write of ours is a multi-op that checks the version we last saw.
+So an old leader whose session expired (and that has not noticed yet) cannot write
+anything once a new leader took over, whatever its clock or network says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+
+from transactional.errors import (
+    ConfigurationError,
+    CoordinatorError,
+    FencedError,
+    LostLeadershipError,
+    StoreUnavailableError,
+)
+from transactional.store import JsonValue, StateStore, StoredState, TopologyIdentity
+
+_ROOT = "/transactional"
+# Re-check the leader node this often while waiting, in case a watch is lost with a session.
+_WAIT_SLICE_SECONDS = 1.0
+
+
+def _encode(value: JsonValue, what: str) -> bytes:
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise CoordinatorError(
+            f"{what} is not JSON-serialisable ({exc}); metadata must be plain JSON values"
+        ) from exc
+    return text.encode()
+
+
+def _decode(data: bytes) -> JsonValue:
+    return json.loads(data.decode())
+
+
+def _node(txid: int) -> str:
+    return f"{txid:020d}"
+
+
+def _failure(results: list[Any]) -> tuple[int, Exception] | None:
+    """The operation that made a multi-op fail; the others report only the rollback."""
+    for i, result in enumerate(results):
+        if isinstance(result, Exception) and not isinstance(
+            result, RolledBackError | RuntimeInconsistency
+        ):
+            return i, result
+    return None
+
+
+class ZooKeeperStateStore(StateStore):
+    """State of one topology in ZooKeeper, written only by the elected runner."""
+
+    def __init__(
+        self, hosts: str, session_timeout: float = 10.0, connect_timeout: float = 15.0
+    ) -> None:
+        self.hosts = hosts
+        self.session_timeout = session_timeout
+        self.connect_timeout = connect_timeout
+        #: Stored in the ``leader`` node, so that an operator can tell runners apart.
+        self.runner_id = uuid.uuid4().hex
+        self._client: Any = None
+        self._topology_id: str | None = None
+        # Set by kazoo's connection thread, read by the runner's thread.
+        self._flags = threading.Lock()
+        self._session_lost = False
+        self._fence: int | None = None  # version of currtx after our last write
+        self._session_id: int | None = None  # the session that owns our leader node
+        self._currtx = 1  # the value of currtx at version self._fence
+        # txid nodes that exist, so that advance knows what to delete without listing.
+        self._metas: set[int] | None = None
+        self._partitions: dict[int, set[int]] = {}
+
+    def _path(self, *parts: str) -> str:
+        if self._topology_id is None:
+            raise CoordinatorError("the state store is not open: call open(topology_id) first")
+        return "/".join((_ROOT, self._topology_id, *parts))
+
+    @property
+    def _zk(self) -> Any:
+        if self._client is None:
+            raise CoordinatorError("the state store is not open: call open(topology_id) first")
+        return self._client
+
+    def open(self, topology_id: str) -> None:
+        if not topology_id or "/" in topology_id or topology_id in (".", ".."):
+            raise ConfigurationError(
+                f"topology id {topology_id!r} cannot name a ZooKeeper node: use a non-empty "
+                "name without '/'"
+            )
+        if self._client is not None:
+            raise CoordinatorError("the state store is already open")
+        try:
+            client = KazooClient(hosts=self.hosts, timeout=self.session_timeout)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"bad ZooKeeper connection string {self.hosts!r}: {exc}; "
+                "expected host:port[,host:port...][/chroot]"
+            ) from exc
+        client.add_listener(self._on_state)
+        try:
+            client.start(timeout=self.connect_timeout)
+        except KazooTimeoutError as exc:
+            client.close()
+            raise StoreUnavailableError(
+                f"cannot connect to ZooKeeper at {self.hosts} within {self.connect_timeout}s; "
+                "check that the servers are running and reachable from this machine, and "
+                "the connection string (host:port[,host:port...][/chroot])"
+            ) from exc
+        self._client = client
+        self._topology_id = topology_id
+        try:
+            client.ensure_path(self._path("coordinator", "meta"))
+            client.ensure_path(self._path("partition"))
+        except KazooException as exc:
+            self.close()
+            raise StoreUnavailableError(
+                f"cannot create {_ROOT}/{topology_id} in ZooKeeper at {self.hosts}: {exc!r}; "
+                "check that the chroot exists and that this client may create nodes"
+            ) from exc
+
+    def close(self) -> None:
+        client = self._client
+        if client is None:
+            return
+        if self._fence is not None and self._session_id is not None:
+            self._give_up_leader_node()
+        self._client = None
+        self._fence = None
+        client.remove_listener(self._on_state)
+        client.stop()
+        client.close()
+
+    def _on_state(self, state: str) -> None:
+        """Kazoo's listener; it must not block, so it only records what happened."""
+        with self._flags:
+            if state == KazooState.LOST:
+                self._session_lost = True
+
+    def register(self, identity: TopologyIdentity) -> None:
+        value = _encode({"spout": identity.spout, "kind": identity.kind}, "the identity")
+        try:
+            self._zk.create(self._path("identity"), value)
+            return
+        except NodeExistsError:
+            pass
+        except KazooException as exc:
+            raise CoordinatorError(f"cannot store the topology identity: {exc!r}") from exc
+        try:
+            data, _ = self._zk.get(self._path("identity"))
+        except KazooException as exc:
+            raise CoordinatorError(f"cannot read the topology identity: {exc!r}") from exc
+        stored = TopologyIdentity(**_decode(data))
+        if stored != identity:
+            raise ConfigurationError(
+                f"topology id {self._topology_id!r} is registered for spout {stored.spout!r} "
+                f"({stored.kind}), not {identity.spout!r} ({identity.kind}); use another "
+                f"--topology-id, or delete {self._path()} in ZooKeeper to start over"
+            )
+
+    def acquire_leadership(self, timeout: float | None = None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        leader = self._path("leader")
+        changed = threading.Event()
+
+        def on_change(_event: object) -> None:
+            changed.set()
+
+        try:
+            while True:
+                try:
+                    self._zk.create(leader, self.runner_id.encode(), ephemeral=True)
+                    break
+                except NodeExistsError:
+                    pass
+                changed.clear()
+                try:
+                    holder, stat = self._zk.get(leader, watch=on_change)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self._zk.client_id[0]:
+                    break  # ours already, from an earlier call on this session
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise LostLeadershipError(
+                        f"another runner holds topology {self._topology_id!r} (node {leader} "
+                        f"holds runner {holder.decode(errors='replace')}); stop it or wait for "
+                        "it to finish, or use another --topology-id"
+                    )
+                changed.wait(_WAIT_SLICE_SECONDS if remaining is None else remaining)
+            self._session_id = self._zk.client_id[0]
+            with self._flags:
+                self._session_lost = False
+        except KazooException as exc:
+            raise CoordinatorError(f"cannot acquire leadership of {leader}: {exc!r}") from exc
+        try:
+            self._take_fence()
+        except KazooException as exc:
+            self._give_up_leader_node()
+            raise CoordinatorError(f"cannot take the fence of {leader}: {exc!r}") from exc
+
+    def _give_up_leader_node(self) -> None:
+        """Delete our leader node now rather than when the session ends, so that a
+        standby need not wait for the session timeout."""
+        try:
+            stat = self._zk.exists(self._path("leader"))
+            if stat is not None and stat.ephemeralOwner == self._session_id:
+                self._zk.delete(self._path("leader"), version=stat.version)
+        except KazooException:
+            pass  # the node is ephemeral: it goes with the session anyway
+
+    def _take_fence(self) -> None:
+        """Rewrite currtx to bump its version: any write prepared against the version
+        an earlier leader saw is refused from now on."""
+        currtx = self._path("coordinator", "currtx")
+        while True:
+            try:
+                data, stat = self._zk.get(currtx)
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    self._zk.create(currtx, _encode(1, "currtx"))
+                continue
+            try:
+                stat = self._zk.set(currtx, data, version=stat.version)
+            except BadVersionError:
+                continue
+            self._fence = stat.version
+            self._currtx = int(_decode(data))
+            self._metas = None  # an earlier leader may have written since we last looked
+            return
+
+    def check_leadership(self) -> None:
+        client = self._client
+        if client is None or self._fence is None:
+            raise LostLeadershipError(
+                f"this runner does not lead topology {self._topology_id!r}: it never acquired "
+                "leadership or has closed the store"
+            )
+        with self._flags:
+            lost = self._session_lost
+        if lost or client.state != KazooState.CONNECTED:
+            raise LostLeadershipError(
+                f"the ZooKeeper session of this runner is {'lost' if lost else 'interrupted'}, "
+                f"so another runner may lead topology {self._topology_id!r}; stop this runner"
+            )
+        # Both reads in flight at once: one round trip, not two.
+        leader = client.exists_async(self._path("leader"))
+        currtx = client.exists_async(self._path("coordinator", "currtx"))
+        try:
+            leader_stat, currtx_stat = leader.get(), currtx.get()
+        except KazooException as exc:
+            raise LostLeadershipError(f"cannot verify leadership in ZooKeeper: {exc!r}") from exc
+        if leader_stat is None or leader_stat.ephemeralOwner != self._session_id:
+            raise LostLeadershipError(
+                f"the leader node {self._path('leader')} is no longer this runner's; "
+                "stop this runner"
+            )
+        if currtx_stat is None or currtx_stat.version != self._fence:
+            raise LostLeadershipError(
+                f"another runner took over topology {self._topology_id!r}; stop this runner"
+            )
+
+    def _require_fence(self) -> int:
+        if self._fence is None:
+            raise LostLeadershipError(
+                f"this runner does not lead topology {self._topology_id!r}: call "
+                "acquire_leadership first"
+            )
+        return self._fence
+
+    def read_state(self) -> StoredState:
+        zk = self._zk
+        try:
+            try:
+                data, _ = zk.get(self._path("coordinator", "currtx"))
+                currtx = int(_decode(data))
+            except NoNodeError:
+                currtx = 1
+            meta_ids = sorted(int(n) for n in zk.get_children(self._path("coordinator", "meta")))
+            part_ids = sorted(int(n) for n in zk.get_children(self._path("partition")))
+            listings = {p: zk.get_children_async(self._path("partition", str(p))) for p in part_ids}
+            index = {p: {int(n) for n in listing.get()} for p, listing in listings.items()}
+            # Fetch every value concurrently, then wait: round trips overlap.
+            meta_gets = {
+                t: zk.get_async(self._path("coordinator", "meta", _node(t))) for t in meta_ids
+            }
+            part_gets = {
+                (t, p): zk.get_async(self._path("partition", str(p), _node(t)))
+                for p, txids in index.items()
+                for t in txids
+            }
+            metas = {t: _decode(get.get()[0]) for t, get in meta_gets.items()}
+            partitions: dict[int, dict[int, JsonValue]] = {}
+            for (t, p), get in sorted(part_gets.items()):
+                partitions.setdefault(t, {})[p] = _decode(get.get()[0])
+        except (KazooException, ValueError) as exc:
+            raise CoordinatorError(
+                f"cannot read the state of {self._path()} from ZooKeeper: {exc!r}"
+            ) from exc
+        self._metas = set(metas)
+        self._partitions = index
+        return StoredState(currtx=currtx, metas=metas, partitions=partitions)
+
+    def _index(self) -> tuple[set[int], dict[int, set[int]]]:
+        if self._metas is None:
+            self.read_state()
+        assert self._metas is not None
+        return self._metas, self._partitions
+
+    def _commit(self, tx: Any, what: str) -> list[Any]:
+        try:
+            results: list[Any] = tx.commit()
+        except (ConnectionLoss, SessionExpiredError) as exc:
+            self._metas = None  # the write may or may not have applied
+            raise LostLeadershipError(
+                f"lost the ZooKeeper connection while {what}; the write may or may not have "
+                "applied: restart the runner to resume from the stored state"
+            ) from exc
+        except KazooException as exc:
+            self._metas = None
+            raise CoordinatorError(f"ZooKeeper refused {what}: {exc!r}") from exc
+        return results
+
+    def start_transaction(
+        self, txid: int, meta: JsonValue, partitions: Mapping[int, JsonValue]
+    ) -> None:
+        fence = self._require_fence()
+        if txid < self._currtx:
+            raise CoordinatorError(
+                f"txid {txid} is already committed (currtx is {self._currtx}); "
+                "it cannot start again"
+            )
+        metas, index = self._index()
+        tx = self._zk.transaction()
+        tx.check(self._path("coordinator", "currtx"), fence)
+        tx.create(self._path("coordinator", "meta", _node(txid)), _encode(meta, f"txid {txid}"))
+        for p, value in sorted(partitions.items()):
+            if p not in index:
+                tx.create(self._path("partition", str(p)))
+            tx.create(
+                self._path("partition", str(p), _node(txid)),
+                _encode(value, f"partition {p} of txid {txid}"),
+            )
+        failed = _failure(self._commit(tx, f"starting txid {txid}"))
+        if failed is not None:
+            self._metas = None
+            i, exc = failed
+            if i == 0:
+                raise FencedError(
+                    f"another runner took over topology {self._topology_id!r}; "
+                    "this runner must stop without writing"
+                ) from exc
+            if i == 1 and isinstance(exc, NodeExistsError):
+                raise CoordinatorError(
+                    f"metadata of txid {txid} already stored; it never changes"
+                ) from exc
+            raise CoordinatorError(
+                f"ZooKeeper refused starting txid {txid} (operation {i}: {exc!r}); "
+                "restart the runner to reload the state"
+            ) from exc
+        metas.add(txid)
+        for p in partitions:
+            index.setdefault(p, set()).add(txid)
+
+    def advance(self, txid: int, partitions: Mapping[int, JsonValue] | None = None) -> None:
+        fence = self._require_fence()
+        if txid != self._currtx:
+            raise FencedError(
+                f"cannot advance topology {self._topology_id!r} past txid {txid}: "
+                f"currtx is {self._currtx}"
+            )
+        metas, index = self._index()
+        partitions = partitions or {}
+        tx = self._zk.transaction()
+        # Checks the fence and moves currtx in one operation.
+        tx.set_data(self._path("coordinator", "currtx"), _encode(txid + 1, "currtx"), fence)
+        for p, value in sorted(partitions.items()):
+            node, data = self._path("partition", str(p), _node(txid)), _encode(value, f"p{p}")
+            if p not in index:
+                tx.create(self._path("partition", str(p)))
+            if txid in index.get(p, ()):
+                tx.set_data(node, data)
+            else:
+                tx.create(node, data)
+        for t in sorted(t for t in metas if t < txid):
+            tx.delete(self._path("coordinator", "meta", _node(t)))
+        for p, txids in sorted(index.items()):
+            for t in sorted(t for t in txids if t < txid):
+                tx.delete(self._path("partition", str(p), _node(t)))
+        results = self._commit(tx, f"advancing past txid {txid}")
+        failed = _failure(results)
+        if failed is not None:
+            self._metas = None
+            i, exc = failed
+            if i == 0:
+                raise FencedError(
+                    f"another runner took over topology {self._topology_id!r}; "
+                    "this runner must stop without writing"
+                ) from exc
+            raise CoordinatorError(
+                f"ZooKeeper refused advancing past txid {txid} (operation {i}: {exc!r}); "
+                "restart the runner to reload the state"
+            ) from exc
+        self._fence = results[0].version
+        self._currtx = txid + 1
+        metas.difference_update({t for t in metas if t < txid})
+        for p in partitions:
+            index.setdefault(p, set()).add(txid)
+        for txids in index.values():
+            txids.difference_update({t for t in txids if t < txid})

@@ -1,0 +1,62 @@
+"""Session-scoped real servers and one shared local SparkSession; each test gets its own
+ZooKeeper chroot, Redis database keys prefix and Delta directory."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.servers import RedisServer, ZooKeeperServer
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server() -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def zk_hosts(zookeeper_server: ZooKeeperServer) -> str:
+    """A connection string with a fresh chroot, so tests never see each other's znodes."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/test-{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=zookeeper_server.hosts)
+    client.start(timeout=30)
+    client.ensure_path(chroot)
+    client.stop()
+    client.close()
+    return zookeeper_server.hosts + chroot
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """The server's URL, with its database flushed before the test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    client.close()
+    yield redis_server.url
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    from committers.delta import delta_spark_conf
+    from transactional.session import create_spark_session
+
+    session = create_spark_session("local[2]", "tests", delta_spark_conf())
+    yield session
+    session.stop()

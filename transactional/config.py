@@ -1,0 +1,37 @@
+"""Frozen configuration models. Components never read the environment; the CLI builds
+these from flags and ``TRANSACTIONAL_*`` variables."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RunnerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topology_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    #: Transactions processed at once; commits stay strictly ordered.
+    max_pending: int = Field(default=2, ge=1, le=64)
+    #: Attempts of one txid before the runner stops with ``PoisonBatchError``.
+    max_attempts: int = Field(default=10, ge=1)
+    #: Seconds an attempt may take to process, and again to commit, before its Spark
+    #: jobs are cancelled and it counts as failed. None: no timeout.
+    attempt_timeout_s: float | None = Field(default=300.0, gt=0)
+    backoff_initial_s: float = Field(default=0.1, ge=0)
+    backoff_max_s: float = Field(default=5.0, ge=0)
+    #: How long to wait before asking ``is_ready`` again when it said no.
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    #: How long to wait for leadership of the topology id before giving up.
+    leader_timeout_s: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> RunnerConfig:
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError("backoff_max_s must be >= backoff_initial_s")
+        return self
+
+    def backoff(self, failures: int) -> float:
+        """Seconds to wait before attempt ``failures + 1`` of a txid."""
+        if failures <= 0:
+            return 0.0
+        return float(min(self.backoff_max_s, self.backoff_initial_s * 2 ** (failures - 1)))

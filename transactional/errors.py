@@ -1,0 +1,62 @@
+"""One root, a small tree under it. Messages say what to change."""
+
+from __future__ import annotations
+
+
+class TransactionalError(Exception):
+    """Root of every error this framework raises on purpose."""
+
+
+class ConfigurationError(TransactionalError):
+    """Bad configuration, detected at start before any state is touched."""
+
+
+class TopologyValidationError(ConfigurationError):
+    """The topology's wiring is wrong (unknown stream, cycle, mode mismatch)."""
+
+
+class CoordinatorError(TransactionalError):
+    """The state store or the coordination around it failed."""
+
+
+class LostLeadershipError(CoordinatorError):
+    """This runner is no longer the leader of its topology id and must not commit."""
+
+
+class FencedError(LostLeadershipError):
+    """A write was refused because another runner advanced the state since we read it."""
+
+
+class StoreUnavailableError(CoordinatorError):
+    """The state store cannot be reached."""
+
+
+class EmitError(TransactionalError):
+    """A spout failed to produce a batch."""
+
+
+class CommitError(TransactionalError):
+    """A committer failed to write a batch, or found the sink in a state it cannot accept."""
+
+
+class AttemptTimeoutError(TransactionalError):
+    """An attempt did not finish within its timeout; its Spark jobs were cancelled."""
+
+
+class InjectedFault(TransactionalError):
+    """A failure injected on purpose by a fault plan (tests, ``--fail-rate``)."""
+
+
+class PoisonBatchError(TransactionalError):
+    """A txid failed on every one of its attempts; the runner stopped and kept its state."""
+
+    def __init__(self, txid: int, metadata: object, cause: BaseException, attempts: int) -> None:
+        self.txid = txid
+        self.metadata = metadata
+        self.cause = cause
+        self.attempts = attempts
+        super().__init__(
+            f"txid {txid} failed on all {attempts} attempts; metadata={metadata!r}; "
+            f"last cause: {type(cause).__name__}: {cause}. The stored state is unchanged: "
+            "remove the cause and start the runner again to resume from this txid."
+        )

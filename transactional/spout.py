@@ -1,0 +1,157 @@
+"""The three spout kinds of Storm's transactional topologies, over Spark DataFrames.
+
+Each is one class holding both roles Storm splits in two: the *coordinator* part
+(``is_ready``, ``initialize_transaction`` / ``num_partitions``) runs on the
+driver and decides metadata; the *emitter* part (``emit_*``) turns metadata into
+a lazy DataFrame, whose reading happens in Spark tasks.
+
+Contracts that hold for all kinds:
+
+- the runner calls the coordinator methods from one thread, in txid order;
+- ``emit_*`` may be called from several threads at once (one per in-flight txid);
+- ``ack``/``fail``/``cleanup_before`` are hooks, called from the runner's thread.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Generic
+
+from transactional.types import M, SpoutKind, TransactionAttempt
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class SpoutContext:
+    """What a spout gets at ``open``: the session and the topology's identity."""
+
+    def __init__(self, spark: SparkSession, topology_id: str) -> None:
+        self.spark = spark
+        self.topology_id = topology_id
+
+
+class _SpoutBase(ABC, Generic[M]):
+    kind: ClassVar[SpoutKind]
+    #: The pydantic model of this spout's metadata; used to read it back from the store.
+    metadata_type: type[M]
+
+    def open(self, context: SpoutContext) -> None:  # noqa: B027 - optional hook
+        """Called once before any other method."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Called once when the runner stops."""
+
+    def ack(self, txid: int, meta: Any) -> None:  # noqa: B027 - optional hook
+        """``txid`` committed in every committer and the store advanced past it."""
+
+    def fail(self, txid: int, meta: Any) -> None:  # noqa: B027 - optional hook
+        """An attempt of ``txid`` failed; it will be emitted again with the same metadata
+        (transactional kinds) or from the last committed metadata (opaque)."""
+
+    def cleanup_before(self, txid: int) -> None:  # noqa: B027 - optional hook
+        """Every txid below ``txid`` is committed; state kept for them may be dropped."""
+
+    def identity(self) -> str:
+        """A stable name stored with the topology's state, so that a different spout
+        started on the same topology id is refused instead of misreading the metadata."""
+        return f"{type(self).__module__}.{type(self).__qualname__}"
+
+
+class TransactionalSpout(_SpoutBase[M]):
+    """Storm's ``ITransactionalSpout``: one stream of batches, each fixed by its metadata."""
+
+    kind = SpoutKind.TRANSACTIONAL
+
+    def is_ready(self, txid: int, prev_meta: M | None) -> bool:
+        """May a *new* txid start now? Never asked for replays.
+
+        ``prev_meta`` is the metadata of ``txid - 1`` (None for the first txid), so a
+        stateless spout can tell whether data exists past it. Returning False with
+        nothing in flight means "drained" to a runner asked to stop when drained.
+        """
+        return True
+
+    @abstractmethod
+    def initialize_transaction(self, txid: int, prev_meta: M | None) -> M:
+        """Decide the metadata of a new txid from the previous one.
+
+        Called exactly once per txid, on the driver, before anything is emitted for
+        it; the result is stored before emission and never changes afterwards.
+        """
+
+    @abstractmethod
+    def emit_batch(self, attempt: TransactionAttempt, meta: M) -> DataFrame:
+        """Build the batch that ``meta`` describes.
+
+        Must return the same records for the same metadata every time it is called
+        (first run and every replay): that is what makes a replay exact.
+        """
+
+
+class PartitionedTransactionalSpout(_SpoutBase[M]):
+    """Storm's ``IPartitionedTransactionalSpout``: a fixed set of partitions per txid,
+    each with its own metadata, each replayable exactly."""
+
+    kind = SpoutKind.PARTITIONED
+
+    @abstractmethod
+    def num_partitions(self) -> int:
+        """How many partitions exist now. Recorded per txid: a replay never reads a
+        partition that was added after the txid started."""
+
+    def is_ready(self, txid: int, last_metas: Mapping[int, M]) -> bool:
+        """May a *new* txid start now? Never asked for replays. ``last_metas`` holds each
+        partition's metadata as of ``txid - 1`` (missing for partitions never read)."""
+        return True
+
+    @abstractmethod
+    def emit_partition_batch_new(
+        self, attempt: TransactionAttempt, partition: int, last_meta: M | None
+    ) -> M:
+        """Decide the next range of ``partition`` after ``last_meta`` (None at first).
+
+        Called on the driver once per partition of a new txid; the result is stored
+        before emission. An empty range is fine: empty batches commit too.
+        """
+
+    @abstractmethod
+    def emit_partition_batch(
+        self, attempt: TransactionAttempt, partition: int, meta: M
+    ) -> DataFrame:
+        """Build the records of ``partition`` that ``meta`` describes.
+
+        Must return the same records for the same metadata every time. The frames of
+        all partitions are unioned, so their reads run in parallel Spark tasks.
+        """
+
+
+class OpaquePartitionedTransactionalSpout(_SpoutBase[M]):
+    """Storm's ``IOpaquePartitionedTransactionalSpout``: a replay may produce a different
+    batch (the source lost or reordered data). Only opaque committers accept it."""
+
+    kind = SpoutKind.OPAQUE
+
+    @abstractmethod
+    def num_partitions(self) -> int:
+        """How many partitions exist now."""
+
+    def is_ready(self, txid: int, last_metas: Mapping[int, M]) -> bool:
+        """May a *new* txid start now? ``last_metas`` are the metadata the partitions
+        reached with ``txid - 1`` (emitted, not necessarily committed)."""
+        return True
+
+    @abstractmethod
+    def emit_partition_batch(
+        self, attempt: TransactionAttempt, partition: int, last_meta: M | None
+    ) -> tuple[M, DataFrame]:
+        """Emit the next batch of ``partition`` after ``last_meta`` and say what it was.
+
+        ``last_meta`` is the metadata the previous txid reached on this partition; after
+        a failure it is the last *committed* metadata. The returned metadata is stored
+        only when the txid commits.
+        """
+
+
+AnySpout = TransactionalSpout[Any] | PartitionedTransactionalSpout[Any] | OpaquePartitionedTransactionalSpout[Any]

@@ -1,0 +1,80 @@
+"""The state-store plug-in interface (ZooKeeper, SQLite): where ``currtx`` and the
+metadata of started transactions live."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+JsonValue = Any
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """Everything a runner needs to resume: ``currtx`` is the next txid to commit,
+    ``metas`` maps started-and-not-cleaned txids to their coordinator metadata and
+    ``partitions`` maps txid -> partition -> metadata."""
+
+    currtx: int = 1
+    metas: Mapping[int, JsonValue] = field(default_factory=dict)
+    partitions: Mapping[int, Mapping[int, JsonValue]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopologyIdentity:
+    """Stored with the state on first start; a different spout on the same topology id is
+    refused, since it would misread the stored metadata."""
+
+    spout: str
+    kind: str
+
+
+class StateStore(ABC):
+    """One topology's transaction state. All writes are atomic; ``advance`` is fenced.
+
+    The runner calls every method from one thread.
+    """
+
+    @abstractmethod
+    def open(self, topology_id: str) -> None:
+        """Connect. Raise ``StoreUnavailableError`` (with the address to fix) if the store
+        cannot be reached."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release leadership and connections. Idempotent."""
+
+    @abstractmethod
+    def register(self, identity: TopologyIdentity) -> None:
+        """Store ``identity`` on first use, or raise ``ConfigurationError`` if the topology
+        id already holds a different one. Changes nothing in the latter case."""
+
+    @abstractmethod
+    def acquire_leadership(self, timeout: float | None = None) -> None:
+        """Block until this runner is the only one coordinating the topology id, then
+        take the fence: from here on, writes by any earlier leader are refused.
+        Raise ``LostLeadershipError`` on timeout."""
+
+    @abstractmethod
+    def check_leadership(self) -> None:
+        """Raise ``LostLeadershipError`` unless this runner still provably leads."""
+
+    @abstractmethod
+    def read_state(self) -> StoredState:
+        """Read ``currtx`` and all stored metadata."""
+
+    @abstractmethod
+    def start_transaction(
+        self, txid: int, meta: JsonValue, partitions: Mapping[int, JsonValue]
+    ) -> None:
+        """Store the metadata of a new txid (and its partitions) in one atomic write.
+        Refuse (``CoordinatorError``) if ``txid`` already has metadata: it never changes."""
+
+    @abstractmethod
+    def advance(self, txid: int, partitions: Mapping[int, JsonValue] | None = None) -> None:
+        """``txid`` committed: in one atomic, fenced write, store ``partitions`` (opaque
+        spouts) for it, set ``currtx = txid + 1`` and delete all metadata below ``txid``
+        (its own is kept as the previous metadata of ``txid + 1``). Raise ``FencedError``
+        if ``currtx`` is not ``txid`` or another runner took the fence."""

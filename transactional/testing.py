@@ -1,0 +1,385 @@
+"""In-memory doubles for fast unit tests of the state machine, and a fault schedule.
+
+Frames here are plain Python lists of rows; ``InMemoryEngine`` gives the runner the
+few batch operations it needs over them. Integration tests use Spark, real stores and
+real sinks instead; these doubles exist so the protocol itself can be tested in
+milliseconds, step by step.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from transactional.bolt import Bolt
+from transactional.committer import Committer
+from transactional.errors import CommitError, CoordinatorError, FencedError, InjectedFault
+from transactional.faults import FaultPoint
+from transactional.spout import (
+    OpaquePartitionedTransactionalSpout,
+    PartitionedTransactionalSpout,
+    TransactionalSpout,
+)
+from transactional.store import StateStore, StoredState, TopologyIdentity
+from transactional.types import BatchMetadata, CommitMode, CommitOutcome, TransactionAttempt
+
+__all__ = [
+    "CountingBolt",
+    "FaultRule",
+    "FaultSchedule",
+    "InMemoryEngine",
+    "InMemoryStateStore",
+    "ListOpaqueSpout",
+    "ListPartitionedSpout",
+    "ListTransactionalSpout",
+    "MemoryCommitter",
+    "Range",
+]
+
+
+# ---------------------------------------------------------------------- faults
+
+
+@dataclass(frozen=True)
+class FaultRule:
+    """Fail at ``point`` of ``txid``; ``attempts`` are 1-based attempt numbers, or None
+    for every attempt."""
+
+    point: FaultPoint
+    txid: int
+    attempts: frozenset[int] | None = frozenset({1})
+
+
+@dataclass
+class FaultSchedule:
+    rules: list[FaultRule] = field(default_factory=list)
+    injected: list[tuple[FaultPoint, int, int]] = field(default_factory=list)
+
+    def check(self, point: FaultPoint, attempt: TransactionAttempt, number: int) -> None:
+        for rule in self.rules:
+            if rule.point is point and rule.txid == attempt.txid:
+                if rule.attempts is None or number in rule.attempts:
+                    self.injected.append((point, attempt.txid, number))
+                    raise InjectedFault(f"planned fault at {point.value} of txid {attempt.txid}")
+
+
+# ---------------------------------------------------------------------- engine
+
+
+class InMemoryEngine:
+    spark: Any = None
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self.cancelled: list[str] = []
+        self.groups: list[str] = []
+
+    def union(self, frames: Sequence[list[Any]]) -> list[Any]:
+        return [row for frame in frames for row in frame]
+
+    def materialise(self, frame: list[Any]) -> list[Any]:
+        return list(frame)
+
+    def count(self, frame: list[Any]) -> int:
+        return len(frame)
+
+    @contextmanager
+    def job_group(self, group: str) -> Iterator[None]:
+        self._local.group = group
+        self.groups.append(group)
+        try:
+            yield
+        finally:
+            self._local.group = None
+
+    def cancel(self, group: str) -> None:
+        self.cancelled.append(group)
+
+    def is_frame(self, value: object) -> bool:
+        return isinstance(value, list)
+
+
+# ---------------------------------------------------------------------- store
+
+
+class InMemoryStateStore(StateStore):
+    """A store kept in dicts; survives a runner (pass the same instance to a new one) the
+    way a real store survives a process."""
+
+    def __init__(self) -> None:
+        self.currtx = 1
+        self.metas: dict[int, Any] = {}
+        self.partitions: dict[int, dict[int, Any]] = {}
+        self.identity: TopologyIdentity | None = None
+        self.advances: list[int] = []
+        self.starts: list[int] = []
+        self.fail_advance: Callable[[int], bool] = lambda txid: False
+        self.leader = False
+
+    def open(self, topology_id: str) -> None:
+        self.topology_id = topology_id
+
+    def close(self) -> None:
+        self.leader = False
+
+    def register(self, identity: TopologyIdentity) -> None:
+        if self.identity is None:
+            self.identity = identity
+        elif self.identity != identity:
+            raise CoordinatorError(f"identity {identity} != {self.identity}")
+
+    def acquire_leadership(self, timeout: float | None = None) -> None:
+        self.leader = True
+
+    def check_leadership(self) -> None:
+        if not self.leader:
+            raise FencedError("not the leader")
+
+    def read_state(self) -> StoredState:
+        return StoredState(
+            self.currtx,
+            dict(self.metas),
+            {t: dict(p) for t, p in self.partitions.items()},
+        )
+
+    def start_transaction(self, txid: int, meta: Any, partitions: Mapping[int, Any]) -> None:
+        if txid in self.metas:
+            raise CoordinatorError(f"metadata of txid {txid} already stored")
+        self.metas[txid] = meta
+        if partitions:
+            self.partitions[txid] = dict(partitions)
+        self.starts.append(txid)
+
+    def advance(self, txid: int, partitions: Mapping[int, Any] | None = None) -> None:
+        if self.currtx != txid:
+            raise FencedError(f"currtx is {self.currtx}, not {txid}")
+        if self.fail_advance(txid):
+            raise CoordinatorError(f"advance of txid {txid} failed (injected)")
+        if partitions is not None:
+            self.partitions[txid] = dict(partitions)
+        self.currtx = txid + 1
+        for table in (self.metas, self.partitions):
+            for old in [t for t in table if t < txid]:
+                del table[old]
+        self.advances.append(txid)
+
+
+# ---------------------------------------------------------------------- spouts
+
+
+class Range(BatchMetadata):
+    start: int
+    count: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count
+
+
+class ListTransactionalSpout(TransactionalSpout[Range]):
+    """Batches of ``batch_size`` over a list that may grow while the runner runs."""
+
+    metadata_type = Range
+
+    def __init__(self, records: list[Any], batch_size: int) -> None:
+        self.records = records
+        self.batch_size = batch_size
+        self.ready_calls: list[int] = []
+        self.init_calls: list[tuple[int, Range | None]] = []
+        self.emits: list[tuple[TransactionAttempt, Range]] = []
+        self.acked: list[int] = []
+        self.failed: list[int] = []
+        self.cleanups: list[int] = []
+        self._lock = threading.Lock()
+
+    def is_ready(self, txid: int, prev_meta: Range | None) -> bool:
+        self.ready_calls.append(txid)
+        return (prev_meta.end if prev_meta else 0) < len(self.records)
+
+    def initialize_transaction(self, txid: int, prev_meta: Range | None) -> Range:
+        self.init_calls.append((txid, prev_meta))
+        start = prev_meta.end if prev_meta else 0
+        return Range(start=start, count=min(self.batch_size, len(self.records) - start))
+
+    def emit_batch(self, attempt: TransactionAttempt, meta: Range) -> list[Any]:
+        with self._lock:
+            self.emits.append((attempt, meta))
+        return self.records[meta.start : meta.end]
+
+    def ack(self, txid: int, meta: Any) -> None:
+        self.acked.append(txid)
+
+    def fail(self, txid: int, meta: Any) -> None:
+        self.failed.append(txid)
+
+    def cleanup_before(self, txid: int) -> None:
+        self.cleanups.append(txid)
+
+
+class ListPartitionedSpout(PartitionedTransactionalSpout[Range]):
+    """Each inner list is one partition; a partition appended later is read only by
+    txids started after it appeared."""
+
+    metadata_type = Range
+
+    def __init__(self, partitions: list[list[Any]], batch_size: int) -> None:
+        self.partitions = partitions
+        self.batch_size = batch_size
+        self.emits: list[tuple[TransactionAttempt, int, Range]] = []
+        self._lock = threading.Lock()
+
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+    def is_ready(self, txid: int, last_metas: Mapping[int, Range]) -> bool:
+        return any(
+            (last_metas[p].end if p in last_metas else 0) < len(part)
+            for p, part in enumerate(self.partitions)
+        )
+
+    def emit_partition_batch_new(
+        self, attempt: TransactionAttempt, partition: int, last_meta: Range | None
+    ) -> Range:
+        start = last_meta.end if last_meta else 0
+        available = len(self.partitions[partition]) - start
+        return Range(start=start, count=max(0, min(self.batch_size, available)))
+
+    def emit_partition_batch(
+        self, attempt: TransactionAttempt, partition: int, meta: Range
+    ) -> list[Any]:
+        with self._lock:
+            self.emits.append((attempt, partition, meta))
+        return self.partitions[partition][meta.start : meta.end]
+
+
+class ListOpaqueSpout(OpaquePartitionedTransactionalSpout[Range]):
+    """An opaque source: ``source(attempt, partition, start, n)`` may return different
+    records on a replay, as a source that lost or reordered data would."""
+
+    metadata_type = Range
+
+    def __init__(
+        self,
+        partitions: list[list[Any]],
+        batch_size: int,
+        source: Callable[[TransactionAttempt, int, list[Any]], list[Any]] | None = None,
+    ) -> None:
+        self.partitions = partitions
+        self.batch_size = batch_size
+        self.source = source
+        self.emits: list[tuple[TransactionAttempt, int, Range]] = []
+
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+    def is_ready(self, txid: int, last_metas: Mapping[int, Range]) -> bool:
+        return any(
+            (last_metas[p].end if p in last_metas else 0) < len(part)
+            for p, part in enumerate(self.partitions)
+        )
+
+    def emit_partition_batch(
+        self, attempt: TransactionAttempt, partition: int, last_meta: Range | None
+    ) -> tuple[Range, list[Any]]:
+        start = last_meta.end if last_meta else 0
+        rows = self.partitions[partition][start : start + self.batch_size]
+        meta = Range(start=start, count=len(rows))
+        self.emits.append((attempt, partition, meta))
+        if self.source is not None:
+            rows = self.source(attempt, partition, rows)
+        return meta, list(rows)
+
+
+# ---------------------------------------------------------------------- bolt
+
+
+class CountingBolt(Bolt):
+    """Counts each distinct row value: ``[(value, count), ...]``."""
+
+    def process(self, attempt: TransactionAttempt, batch: list[Any]) -> list[tuple[Any, int]]:
+        return sorted(Counter(batch).items(), key=repr)
+
+
+# ---------------------------------------------------------------------- committer
+
+
+class MemoryCommitter(Committer):
+    """A key -> count sink following DESIGN.md section 6 in both modes.
+
+    Transactional mode keeps the last txid with the counts; opaque mode keeps
+    (curr, prev, txid) per key and undoes every key of a replayed txid.
+    """
+
+    def __init__(
+        self,
+        mode: CommitMode = CommitMode.TRANSACTIONAL,
+        fail: Callable[[TransactionAttempt], bool] | None = None,
+    ) -> None:
+        self.mode = mode  # type: ignore[misc]
+        self.fail = fail
+        self.last_txid = 0
+        self.counts: dict[Any, int] = {}
+        self.opaque: dict[Any, tuple[int, int | None, int]] = {}  # key -> (curr, prev, txid)
+        self.calls: list[tuple[TransactionAttempt, CommitOutcome | None]] = []
+        self.prepared: list[TransactionAttempt] = []
+
+    def prepare(self, attempt: TransactionAttempt, inputs: Mapping[str, Any]) -> Counter[Any]:
+        self.prepared.append(attempt)
+        total: Counter[Any] = Counter()
+        for rows in inputs.values():
+            for key, n in rows:
+                total[key] += n
+        return total
+
+    def commit(self, attempt: TransactionAttempt, prepared: Counter[Any]) -> CommitOutcome:
+        if self.fail is not None and self.fail(attempt):
+            self.calls.append((attempt, None))
+            raise CommitError(f"commit of {attempt} failed (injected)")
+        outcome = (
+            self._commit_opaque(attempt.txid, prepared)
+            if self.mode is CommitMode.OPAQUE
+            else self._commit_transactional(attempt.txid, prepared)
+        )
+        self.calls.append((attempt, outcome))
+        return outcome
+
+    def _commit_transactional(self, txid: int, batch: Counter[Any]) -> CommitOutcome:
+        if txid <= self.last_txid:
+            return CommitOutcome.SKIPPED
+        for key, n in batch.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+        self.last_txid = txid
+        return CommitOutcome.APPLIED
+
+    def _commit_opaque(self, txid: int, batch: Counter[Any]) -> CommitOutcome:
+        if txid < self.last_txid:
+            raise CommitError(f"txid {txid} is older than the sink's {self.last_txid}")
+        outcome = CommitOutcome.APPLIED
+        for key, (_curr, prev, row_txid) in list(self.opaque.items()):
+            if row_txid == txid:
+                outcome = CommitOutcome.REAPPLIED
+                if prev is None:
+                    del self.opaque[key]
+                else:
+                    self.opaque[key] = (prev, None, 0)
+        for key, n in batch.items():
+            curr = self.opaque[key][0] if key in self.opaque else None
+            self.opaque[key] = ((curr or 0) + n, curr, txid)
+        self.last_txid = txid
+        self.counts = {key: curr for key, (curr, _p, _t) in self.opaque.items()}
+        return outcome
+
+    def committed_txid(self) -> int | None:
+        return self.last_txid or None
+
+    def committed_sequence(self) -> list[int]:
+        return [a.txid for a, outcome in self.calls if outcome is not None]
+
+
+def expected_counts(records: Iterable[Any]) -> dict[Any, int]:
+    """The answer a sink must hold: every record counted exactly once."""
+    return dict(Counter(records))

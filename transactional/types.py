@@ -1,0 +1,64 @@
+"""The small value types every other module speaks in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class TransactionAttempt:
+    """One (re)emission of a txid. A new ``attempt_id`` is drawn for every emission,
+    so anything that carries a stale attempt can be recognised and ignored."""
+
+    txid: int
+    attempt_id: int
+
+    def __str__(self) -> str:
+        return f"{self.txid}.{self.attempt_id}"
+
+
+class BatchMetadata(BaseModel):
+    """Base of spout metadata: small, immutable and JSON-serialisable.
+
+    It must say exactly which records form a batch (e.g. an offset and a count),
+    because a replay rebuilds the batch from it alone.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+M = TypeVar("M", bound=BatchMetadata)
+
+
+class SpoutKind(str, Enum):
+    TRANSACTIONAL = "transactional"
+    PARTITIONED = "partitioned"
+    OPAQUE = "opaque"
+
+
+class CommitMode(str, Enum):
+    TRANSACTIONAL = "transactional"
+    OPAQUE = "opaque"
+
+
+class CommitOutcome(str, Enum):
+    """What a committer did with a txid. A duplicate is an outcome, not an error."""
+
+    APPLIED = "applied"
+    SKIPPED = "skipped"  # transactional mode: the sink already holds this txid
+    REAPPLIED = "reapplied"  # opaque mode: the txid's earlier attempt was undone, then applied
+
+
+JsonValue = Any
+
+
+def dump_meta(meta: BatchMetadata) -> dict[str, JsonValue]:
+    return meta.model_dump(mode="json")
+
+
+def load_meta(cls: type[M], value: JsonValue) -> M:
+    return cls.model_validate(value)
