@@ -39,7 +39,9 @@ class ZooKeeperServer:
 
     def __init__(self, tick_ms: int = 500) -> None:
         if not ZOOKEEPER_JAR.exists():
-            raise RuntimeError("ZooKeeper is not installed: run `make deps` (apt-get install zookeeper)")
+            raise RuntimeError(
+                "ZooKeeper is not installed: run `make deps` (apt-get install zookeeper)"
+            )
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="zk-"))
         (self.dir / "data").mkdir()
@@ -59,9 +61,18 @@ class ZooKeeperServer:
         classpath = f"{ZOOKEEPER_CONF}:{ZOOKEEPER_JAR}"
         log = open(self.dir / "zookeeper.log", "ab")  # noqa: SIM115 - kept for the process's life
         self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-Dzookeeper.log.dir=" + str(self.dir), "-cp", classpath,
-             "org.apache.zookeeper.server.ZooKeeperServerMain", str(self.cfg)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                "java",
+                "-Xmx256m",
+                "-Dzookeeper.log.dir=" + str(self.dir),
+                "-cp",
+                classpath,
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(self.cfg),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         _wait_port(self.port, self.proc, 60, "ZooKeeper")
 
@@ -81,7 +92,9 @@ class RedisServer:
 
     def __init__(self, appendonly: bool = False) -> None:
         if shutil.which("redis-server") is None:
-            raise RuntimeError("Redis is not installed: run `make deps` (apt-get install redis-server)")
+            raise RuntimeError(
+                "Redis is not installed: run `make deps` (apt-get install redis-server)"
+            )
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="redis-"))
         self.appendonly = appendonly
@@ -92,14 +105,25 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--dir", str(self.dir)]
+        args = [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            str(self.dir),
+        ]
         if self.appendonly:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
         log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 - kept for the process's life
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         _wait_port(self.port, self.proc, 30, "Redis")
 
     def stop(self) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import random
-from enum import Enum
+from enum import StrEnum
 from typing import Protocol
 
 from transactional.errors import InjectedFault
 from transactional.types import TransactionAttempt
 
 
-class FaultPoint(str, Enum):
+class FaultPoint(StrEnum):
     """The protocol steps where a fault can be injected, in the order an attempt meets them."""
 
     AFTER_STORE_META = "after_store_meta"  # metadata stored, nothing emitted yet
@@ -61,4 +61,6 @@ class RandomFaults:
     def check(self, point: FaultPoint, attempt: TransactionAttempt, number: int) -> None:
         if self.planned(attempt.txid, number) is point:
             self.injected[point] += 1
-            raise InjectedFault(f"injected fault at {point.value} of txid {attempt.txid} attempt {number}")
+            raise InjectedFault(
+                f"injected fault at {point.value} of txid {attempt.txid} attempt {number}"
+            )

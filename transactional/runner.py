@@ -34,6 +34,7 @@ The protocol, as this module runs it (``currtx`` is the next txid to commit):
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import queue
@@ -209,7 +210,10 @@ class TransactionalRunner:
         replays = sorted(t for t in self._metas if t >= self._currtx)
         log.info(
             "runner started topology=%s currtx=%d replays=%s max_pending=%d",
-            cfg.topology_id, self._currtx, replays, cfg.max_pending,
+            cfg.topology_id,
+            self._currtx,
+            replays,
+            cfg.max_pending,
         )
         self._spout.open(SpoutContext(self.engine.spark, cfg.topology_id))
         for node in self.topology.committers:
@@ -409,7 +413,9 @@ class TransactionalRunner:
                 for i, (node, prepared) in enumerate(
                     zip(self.topology.committers, slot.prepared, strict=True)
                 ):
-                    point = FaultPoint.BEFORE_SINK_WRITE if i == 0 else FaultPoint.BETWEEN_COMMITTERS
+                    point = (
+                        FaultPoint.BEFORE_SINK_WRITE if i == 0 else FaultPoint.BETWEEN_COMMITTERS
+                    )
                     self._check_fault(point, attempt, slot.number)
                     outcomes.append(node.committer.commit(attempt, prepared))
                 self._check_fault(FaultPoint.AFTER_SINK_WRITE, attempt, slot.number)
@@ -480,14 +486,19 @@ class TransactionalRunner:
         self.stats.failures += 1
         log.warning(
             "txid failed txid=%d phase=%s failures=%d error=%s: %s",
-            txid, phase, failures, type(exc).__name__, exc,
+            txid,
+            phase,
+            failures,
+            type(exc).__name__,
+            exc,
         )
         for t in sorted(t for t in self._slots if t >= txid):
             slot = self._slots.pop(t)
             self._cancel(slot)
             if self._committing is slot:
                 self._committing = None
-            _quietly(lambda s=slot: self._spout.fail(s.txid, self._public_meta(s)), "spout fail")
+            meta = self._public_meta(slot)
+            _quietly(functools.partial(self._spout.fail, t, meta), "spout fail")
         self._next_txid = min(self._next_txid, txid)
         self._not_ready = False
         if failures >= self.config.max_attempts:

@@ -37,20 +37,20 @@ class _SpoutBase(ABC, Generic[M]):
     #: The pydantic model of this spout's metadata; used to read it back from the store.
     metadata_type: type[M]
 
-    def open(self, context: SpoutContext) -> None:  # noqa: B027 - optional hook
+    def open(self, context: SpoutContext) -> None:
         """Called once before any other method."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Called once when the runner stops."""
 
-    def ack(self, txid: int, meta: Any) -> None:  # noqa: B027 - optional hook
+    def ack(self, txid: int, meta: Any) -> None:
         """``txid`` committed in every committer and the store advanced past it."""
 
-    def fail(self, txid: int, meta: Any) -> None:  # noqa: B027 - optional hook
+    def fail(self, txid: int, meta: Any) -> None:
         """An attempt of ``txid`` failed; it will be emitted again with the same metadata
         (transactional kinds) or from the last committed metadata (opaque)."""
 
-    def cleanup_before(self, txid: int) -> None:  # noqa: B027 - optional hook
+    def cleanup_before(self, txid: int) -> None:
         """Every txid below ``txid`` is committed; state kept for them may be dropped."""
 
     def identity(self) -> str:
@@ -154,4 +154,8 @@ class OpaquePartitionedTransactionalSpout(_SpoutBase[M]):
         """
 
 
-AnySpout = TransactionalSpout[Any] | PartitionedTransactionalSpout[Any] | OpaquePartitionedTransactionalSpout[Any]
+AnySpout = (
+    TransactionalSpout[Any]
+    | PartitionedTransactionalSpout[Any]
+    | OpaquePartitionedTransactionalSpout[Any]
+)

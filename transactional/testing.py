@@ -61,10 +61,13 @@ class FaultSchedule:
 
     def check(self, point: FaultPoint, attempt: TransactionAttempt, number: int) -> None:
         for rule in self.rules:
-            if rule.point is point and rule.txid == attempt.txid:
-                if rule.attempts is None or number in rule.attempts:
-                    self.injected.append((point, attempt.txid, number))
-                    raise InjectedFault(f"planned fault at {point.value} of txid {attempt.txid}")
+            if (
+                rule.point is point
+                and rule.txid == attempt.txid
+                and (rule.attempts is None or number in rule.attempts)
+            ):
+                self.injected.append((point, attempt.txid, number))
+                raise InjectedFault(f"planned fault at {point.value} of txid {attempt.txid}")
 
 
 # ---------------------------------------------------------------------- engine
@@ -205,7 +208,7 @@ class ListTransactionalSpout(TransactionalSpout[Range]):
         start = prev_meta.end if prev_meta else 0
         return Range(start=start, count=min(self.batch_size, len(self.records) - start))
 
-    def emit_batch(self, attempt: TransactionAttempt, meta: Range) -> list[Any]:
+    def emit_batch(self, attempt: TransactionAttempt, meta: Range) -> list[Any]:  # type: ignore[override]
         with self._lock:
             self.emits.append((attempt, meta))
         return self.records[meta.start : meta.end]
@@ -248,7 +251,7 @@ class ListPartitionedSpout(PartitionedTransactionalSpout[Range]):
         available = len(self.partitions[partition]) - start
         return Range(start=start, count=max(0, min(self.batch_size, available)))
 
-    def emit_partition_batch(
+    def emit_partition_batch(  # type: ignore[override]
         self, attempt: TransactionAttempt, partition: int, meta: Range
     ) -> list[Any]:
         with self._lock:
@@ -282,7 +285,7 @@ class ListOpaqueSpout(OpaquePartitionedTransactionalSpout[Range]):
             for p, part in enumerate(self.partitions)
         )
 
-    def emit_partition_batch(
+    def emit_partition_batch(  # type: ignore[override]
         self, attempt: TransactionAttempt, partition: int, last_meta: Range | None
     ) -> tuple[Range, list[Any]]:
         start = last_meta.end if last_meta else 0
@@ -300,7 +303,7 @@ class ListOpaqueSpout(OpaquePartitionedTransactionalSpout[Range]):
 class CountingBolt(Bolt):
     """Counts each distinct row value: ``[(value, count), ...]``."""
 
-    def process(self, attempt: TransactionAttempt, batch: list[Any]) -> list[tuple[Any, int]]:
+    def process(self, attempt: TransactionAttempt, batch: list[Any]) -> list[tuple[Any, int]]:  # type: ignore[override]
         return sorted(Counter(batch).items(), key=repr)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from transactional.bolt import DEFAULT_STREAM, Bolt
 from transactional.committer import Committer
@@ -63,7 +64,11 @@ class TopologyBuilder:
 
     def set_spout(self, spout: object) -> TopologyBuilder:
         """The topology's one source; its output stream is called ``"spout"``."""
-        kinds = (TransactionalSpout, PartitionedTransactionalSpout, OpaquePartitionedTransactionalSpout)
+        kinds = (
+            TransactionalSpout,
+            PartitionedTransactionalSpout,
+            OpaquePartitionedTransactionalSpout,
+        )
         if not isinstance(spout, kinds):
             raise TopologyValidationError(
                 f"{type(spout).__name__} is not a spout: subclass TransactionalSpout, "
@@ -77,7 +82,7 @@ class TopologyBuilder:
         self._spout = spout
         return self
 
-    def set_bolt(self, name: str, bolt: Bolt, input: str = SPOUT) -> TopologyBuilder:  # noqa: A002
+    def set_bolt(self, name: str, bolt: Bolt, input: str = SPOUT) -> TopologyBuilder:
         """Add ``bolt`` reading the stream ``input`` (``"spout"``, ``"bolt"`` or ``"bolt:stream"``)."""
         self._check_name(name)
         if not isinstance(bolt, Bolt):
@@ -112,7 +117,7 @@ class TopologyBuilder:
             raise TopologyValidationError(f"component name {name!r} is used twice")
 
     def build(self) -> Topology:
-        spout = self._spout
+        spout: Any = self._spout
         if spout is None:
             raise TopologyValidationError("no spout: call set_spout() before build()")
         if not self._committers:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -34,18 +34,18 @@ class BatchMetadata(BaseModel):
 M = TypeVar("M", bound=BatchMetadata)
 
 
-class SpoutKind(str, Enum):
+class SpoutKind(StrEnum):
     TRANSACTIONAL = "transactional"
     PARTITIONED = "partitioned"
     OPAQUE = "opaque"
 
 
-class CommitMode(str, Enum):
+class CommitMode(StrEnum):
     TRANSACTIONAL = "transactional"
     OPAQUE = "opaque"
 
 
-class CommitOutcome(str, Enum):
+class CommitOutcome(StrEnum):
     """What a committer did with a txid. A duplicate is an outcome, not an error."""
 
     APPLIED = "applied"

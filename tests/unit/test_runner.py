@@ -139,8 +139,9 @@ def test_commit_advances_currtx_and_keeps_only_the_committed_txids_metadata() ->
             seen.append((txid, store.currtx, sorted(store.metas)))
 
     committer = MemoryCommitter()
-    make_runner(ListTransactionalSpout(data, 10), committer, store, listener=Listener(),
-                max_pending=1).run(until_drained=True)
+    make_runner(
+        ListTransactionalSpout(data, 10), committer, store, listener=Listener(), max_pending=1
+    ).run(until_drained=True)
 
     assert [(t, c) for t, c, _ in seen] == [(1, 2), (2, 3), (3, 4), (4, 5)]
     assert [metas for _, _, metas in seen] == [[1], [2], [3], [4]]
@@ -281,8 +282,9 @@ def test_restart_replays_stored_txids_with_stored_metadata_before_new_ones() -> 
     committer = MemoryCommitter()
     poison = FaultSchedule([FaultRule(FaultPoint.AFTER_SINK_WRITE, 2, attempts=None)])
     with pytest.raises(PoisonBatchError):
-        make_runner(first, committer, store, faults=poison, max_pending=2,
-                    max_attempts=1).run(until_drained=True)
+        make_runner(first, committer, store, faults=poison, max_pending=2, max_attempts=1).run(
+            until_drained=True
+        )
     assert store.currtx == 2 and sorted(store.metas) == [1, 2, 3]
     stored = {t: Range.model_validate(store.metas[t]) for t in (2, 3)}
 
@@ -293,7 +295,7 @@ def test_restart_replays_stored_txids_with_stored_metadata_before_new_ones() -> 
     order = [a.txid for a, _ in second.emits]
     assert order[:2] == [2, 3] and min(order[2:]) == 4
     assert {a.txid: m for a, m in second.emits if a.txid in (2, 3)} == stored
-    assert [t for t, _ in second.init_calls][0] == 4
+    assert next(t for t, _ in second.init_calls) == 4
     assert 2 not in second.ready_calls and 3 not in second.ready_calls
     assert committer.counts == Counter(data)
 
@@ -305,8 +307,9 @@ def test_partitioned_replay_reads_the_stored_ranges_and_new_partitions_only_late
     poison = FaultSchedule([FaultRule(FaultPoint.PROCESS, 2, attempts=None)])
     first = ListPartitionedSpout(parts, 2)
     with pytest.raises(PoisonBatchError):
-        make_runner(first, committer, store, faults=poison, max_pending=1,
-                    max_attempts=1).run(until_drained=True)
+        make_runner(first, committer, store, faults=poison, max_pending=1, max_attempts=1).run(
+            until_drained=True
+        )
     ranges_2 = {p: m for a, p, m in first.emits if a.txid == 2}
     assert ranges_2 == {0: Range(start=2, count=2), 1: Range(start=1, count=0)}
 
@@ -355,8 +358,9 @@ def test_poison_batch_stops_with_txid_meta_and_cause_and_resumes_after_the_fix()
     committer = MemoryCommitter()
     poison = FaultSchedule([FaultRule(FaultPoint.EMIT, 2, attempts=None)])
     with pytest.raises(PoisonBatchError) as info:
-        make_runner(ListTransactionalSpout(data, 10), committer, store, faults=poison,
-                    max_attempts=3).run(until_drained=True)
+        make_runner(
+            ListTransactionalSpout(data, 10), committer, store, faults=poison, max_attempts=3
+        ).run(until_drained=True)
     assert info.value.txid == 2 and info.value.attempts == 3
     assert info.value.metadata == Range(start=10, count=10)
     assert isinstance(info.value.cause, InjectedFault) and "txid 2" in str(info.value)
@@ -380,8 +384,9 @@ def test_retries_back_off() -> None:
     spout.emit_batch = stamped  # type: ignore[method-assign]
     faults = FaultSchedule([FaultRule(FaultPoint.PROCESS, 1, attempts=frozenset({1, 2}))])
     committer = MemoryCommitter()
-    make_runner(spout, committer, faults=faults, backoff_initial_s=0.1,
-                backoff_max_s=1.0).run(until_drained=True)
+    make_runner(spout, committer, faults=faults, backoff_initial_s=0.1, backoff_max_s=1.0).run(
+        until_drained=True
+    )
     assert len(stamps) == 3
     assert stamps[1] - stamps[0] >= 0.1 and stamps[2] - stamps[1] >= 0.2
     assert committer.counts == Counter(data)
