@@ -252,19 +252,24 @@ class SQLiteStateStore(StateStore):
                 f"another runner took over topology {self._tid!r}; stop this runner"
             )
 
-    def _check_fence(self, conn: sqlite3.Connection) -> int:
-        """Inside a write transaction: refuse unless we still hold the fence; return currtx."""
+    def _require_fence(self) -> int:
         if self._fence is None:
             raise LostLeadershipError(
-                f"this runner does not lead topology {self._tid!r}: call acquire_leadership first"
+                f"this runner does not lead topology {self._topology_id!r}: call "
+                "acquire_leadership first"
             )
+        return self._fence
+
+    def _check_fence(self, conn: sqlite3.Connection) -> int:
+        """Inside a write transaction: refuse unless we still hold the fence; return currtx."""
+        ours = self._require_fence()
         txid, fence = conn.execute(
             "SELECT txid, fence FROM currtx WHERE topology_id = ?", (self._tid,)
         ).fetchone()
-        if fence != self._fence:
+        if fence != ours:
             raise FencedError(
                 f"another runner took over topology {self._tid!r} (fence {fence}, ours "
-                f"{self._fence}); this runner must stop without writing"
+                f"{ours}); this runner must stop without writing"
             )
         return int(txid)
 
@@ -305,6 +310,7 @@ class SQLiteStateStore(StateStore):
             (self._tid, txid, p, _encode(m, f"the metadata of partition {p} of txid {txid}"))
             for p, m in partitions.items()
         ]
+        self._require_fence()
         with self._write() as conn:
             currtx = self._check_fence(conn)
             if txid < currtx:
@@ -337,6 +343,7 @@ class SQLiteStateStore(StateStore):
             (self._tid, txid, p, _encode(m, f"the metadata of partition {p} of txid {txid}"))
             for p, m in (partitions or {}).items()
         ]
+        self._require_fence()
         with self._write() as conn:
             currtx = self._check_fence(conn)
             if currtx != txid:

@@ -66,16 +66,6 @@ def _node(txid: int) -> str:
     return f"{txid:020d}"
 
 
-def _failure(results: list[Any]) -> tuple[int, Exception] | None:
-    """The operation that made a multi-op fail; the others report only the rollback."""
-    for i, result in enumerate(results):
-        if isinstance(result, Exception) and not isinstance(
-            result, RolledBackError | RuntimeInconsistency
-        ):
-            return i, result
-    return None
-
-
 class ZooKeeperStateStore(StateStore):
     """State of one topology in ZooKeeper, written only by the elected runner."""
 
@@ -206,7 +196,7 @@ class ZooKeeperStateStore(StateStore):
                     holder, stat = self._zk.get(leader, watch=on_change)
                 except NoNodeError:
                     continue
-                if stat.ephemeralOwner == self._zk.client_id[0]:
+                if stat.ephemeralOwner == self._current_session():
                     break  # ours already, from an earlier call on this session
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -215,8 +205,8 @@ class ZooKeeperStateStore(StateStore):
                         f"holds runner {holder.decode(errors='replace')}); stop it or wait for "
                         "it to finish, or use another --topology-id"
                     )
-                changed.wait(_WAIT_SLICE_SECONDS if remaining is None else remaining)
-            self._session_id = self._zk.client_id[0]
+                changed.wait(min(_WAIT_SLICE_SECONDS, remaining or _WAIT_SLICE_SECONDS))
+            self._session_id = self._current_session()
             with self._flags:
                 self._session_lost = False
         except KazooException as exc:
@@ -226,6 +216,10 @@ class ZooKeeperStateStore(StateStore):
         except KazooException as exc:
             self._give_up_leader_node()
             raise CoordinatorError(f"cannot take the fence of {leader}: {exc!r}") from exc
+
+    def _current_session(self) -> int | None:
+        client_id = self._zk.client_id
+        return None if client_id is None else int(client_id[0])
 
     def _give_up_leader_node(self) -> None:
         """Delete our leader node now rather than when the session ends, so that a
@@ -258,6 +252,9 @@ class ZooKeeperStateStore(StateStore):
             return
 
     def check_leadership(self) -> None:
+        """Kazoo's listener records a lost session; a suspended connection shows in the
+        client's state; after a reconnection the leader node and the fence are read back,
+        so a session that ended, or a runner that took over, is seen on the next call."""
         client = self._client
         if client is None or self._fence is None:
             raise LostLeadershipError(
@@ -335,7 +332,9 @@ class ZooKeeperStateStore(StateStore):
         assert self._metas is not None
         return self._metas, self._partitions
 
-    def _commit(self, tx: Any, what: str) -> list[Any]:
+    def _commit(self, tx: Any, what: str, on_exists: str = "") -> list[Any]:
+        """Commit a multi-op whose first operation checks the fence. Kazoo reports a
+        failed multi-op as results: the failing operation's error, rollbacks elsewhere."""
         try:
             results: list[Any] = tx.commit()
         except (ConnectionLoss, SessionExpiredError) as exc:
@@ -347,6 +346,23 @@ class ZooKeeperStateStore(StateStore):
         except KazooException as exc:
             self._metas = None
             raise CoordinatorError(f"ZooKeeper refused {what}: {exc!r}") from exc
+        for i, error in enumerate(results):
+            if not isinstance(error, Exception) or isinstance(
+                error, RolledBackError | RuntimeInconsistency
+            ):
+                continue
+            self._metas = None  # our index disagrees with ZooKeeper: reload it
+            if i == 0:
+                raise FencedError(
+                    f"another runner took over topology {self._topology_id!r}; "
+                    "this runner must stop without writing"
+                ) from error
+            if on_exists and isinstance(error, NodeExistsError):
+                raise CoordinatorError(on_exists) from error
+            raise CoordinatorError(
+                f"ZooKeeper refused {what} (operation {i}: {error!r}); "
+                "restart the runner to reload the state"
+            ) from error
         return results
 
     def start_transaction(
@@ -369,23 +385,8 @@ class ZooKeeperStateStore(StateStore):
                 self._path("partition", str(p), _node(txid)),
                 _encode(value, f"partition {p} of txid {txid}"),
             )
-        failed = _failure(self._commit(tx, f"starting txid {txid}"))
-        if failed is not None:
-            self._metas = None
-            i, exc = failed
-            if i == 0:
-                raise FencedError(
-                    f"another runner took over topology {self._topology_id!r}; "
-                    "this runner must stop without writing"
-                ) from exc
-            if i == 1 and isinstance(exc, NodeExistsError):
-                raise CoordinatorError(
-                    f"metadata of txid {txid} already stored; it never changes"
-                ) from exc
-            raise CoordinatorError(
-                f"ZooKeeper refused starting txid {txid} (operation {i}: {exc!r}); "
-                "restart the runner to reload the state"
-            ) from exc
+        exists = f"metadata of txid {txid} already stored; it never changes"
+        self._commit(tx, f"starting txid {txid}", on_exists=exists)
         metas.add(txid)
         for p in partitions:
             index.setdefault(p, set()).add(txid)
@@ -403,7 +404,8 @@ class ZooKeeperStateStore(StateStore):
         # Checks the fence and moves currtx in one operation.
         tx.set_data(self._path("coordinator", "currtx"), _encode(txid + 1, "currtx"), fence)
         for p, value in sorted(partitions.items()):
-            node, data = self._path("partition", str(p), _node(txid)), _encode(value, f"p{p}")
+            data = _encode(value, f"partition {p} of txid {txid}")
+            node = self._path("partition", str(p), _node(txid))
             if p not in index:
                 tx.create(self._path("partition", str(p)))
             if txid in index.get(p, ()):
@@ -416,19 +418,6 @@ class ZooKeeperStateStore(StateStore):
             for t in sorted(t for t in txids if t < txid):
                 tx.delete(self._path("partition", str(p), _node(t)))
         results = self._commit(tx, f"advancing past txid {txid}")
-        failed = _failure(results)
-        if failed is not None:
-            self._metas = None
-            i, exc = failed
-            if i == 0:
-                raise FencedError(
-                    f"another runner took over topology {self._topology_id!r}; "
-                    "this runner must stop without writing"
-                ) from exc
-            raise CoordinatorError(
-                f"ZooKeeper refused advancing past txid {txid} (operation {i}: {exc!r}); "
-                "restart the runner to reload the state"
-            ) from exc
         self._fence = results[0].version
         self._currtx = txid + 1
         metas.difference_update({t for t in metas if t < txid})
