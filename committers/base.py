@@ -37,6 +37,8 @@ class CounterTable:
     value: str = "count"
 
     def __post_init__(self) -> None:
+        if isinstance(self.keys, list):
+            object.__setattr__(self, "keys", tuple(self.keys))
         if not _NAME.match(self.name):
             raise ConfigurationError(
                 f"counter table name {self.name!r} is not usable as a Redis key and a "
@@ -93,7 +95,9 @@ class CounterCommitter(Committer):
                 f"input {dead_letters!r} is configured both as counters and as dead letters"
             )
         if not self.counters and dead_letters is None:
-            raise ConfigurationError("a committer with no counters and no dead letters writes nothing")
+            raise ConfigurationError(
+                "a committer with no counters and no dead letters writes nothing"
+            )
         self.context: CommitterContext | None = None
 
     def _context(self) -> CommitterContext:

@@ -1,0 +1,155 @@
+"""DeltaCommitter against real Delta tables on local disk: Delta's own txn markers skip
+transactional replays, opaque replays undo and redo, and the session-wide txn confs never
+outlive a commit. Kept to few MERGEs: each costs seconds here."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from committers import CounterTable, DeltaCommitter
+from committers.delta import TXN_APP_ID_CONF, TXN_VERSION_CONF, DeltaBatch
+from transactional.committer import CommitterContext
+from transactional.errors import CommitError, ConfigurationError
+from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
+
+pytestmark = pytest.mark.integration
+
+TAGS = CounterTable("hashtags", ("tag",))
+USER_TAGS = CounterTable("users_hashtags", ("user", "tag"))
+
+Pairs = list[tuple[str | None, str]]
+
+
+def frames(spark: Any, user_tags: Pairs, dead: list[tuple[str, str]]) -> dict[str, Any]:
+    """One row per occurrence with count 1, so the committer must sum duplicates."""
+    return {
+        "tags": spark.createDataFrame([(t, 1) for _, t in user_tags], "tag string, count long"),
+        "user_tags": spark.createDataFrame(
+            [(u, t, 1) for u, t in user_tags], "user string, tag string, count long"
+        ),
+        "bad": spark.createDataFrame(dead, "raw string, reason string"),
+    }
+
+
+def commit(
+    committer: DeltaCommitter,
+    spark: Any,
+    txid: int,
+    attempt: int,
+    user_tags: Pairs,
+    dead: Sequence[tuple[str, str]] = (),
+) -> CommitOutcome:
+    at = TransactionAttempt(txid, attempt)
+    given = frames(spark, user_tags, list(dead))
+    given = {k: v for k, v in given.items() if k in committer.counters or k == "bad"}
+    return committer.commit(at, committer.prepare(at, given))
+
+
+def read(spark: Any, committer: DeltaCommitter, table: CounterTable) -> dict[tuple[Any, ...], int]:
+    rows = spark.read.format("delta").load(committer.location(table.name)).collect()
+    return {tuple(r[k] for k in table.keys): r["count"] for r in rows}
+
+
+def read_dead(spark: Any, committer: DeltaCommitter) -> Counter[tuple[str, str, int]]:
+    rows = spark.read.format("delta").load(committer.location("dead_letters")).collect()
+    return Counter((r.raw, r.reason, r.txid) for r in rows)
+
+
+def confs_unset(spark: Any) -> bool:
+    return spark.conf.get(TXN_APP_ID_CONF, None) is None and (
+        spark.conf.get(TXN_VERSION_CONF, None) is None
+    )
+
+
+B1: Pairs = [("@x", "#a"), ("@x", "#a"), ("@y", "#b"), (None, "#a")]
+B2: Pairs = [("@y", "#b"), ("@z", "#c")]
+B3: Pairs = [("@x", "#a"), (None, "#a")]
+
+
+def test_transactional_skips_replays_and_resumes_after_a_partial_commit(
+    spark: Any, tmp_path: Path
+) -> None:
+    committer = DeltaCommitter(
+        str(tmp_path), {"tags": TAGS, "user_tags": USER_TAGS}, dead_letters="bad"
+    )
+    committer.open(CommitterContext(spark, "topo", "counts"))
+    assert committer.committed_txid() is None
+
+    # Txid 1 fails in the second table's MERGE: the first table and nothing else holds it,
+    # and the txn confs are gone although the MERGE raised.
+    at = TransactionAttempt(1, 1)
+    good = committer.prepare(at, frames(spark, B1, [("{x", "json")]))
+    from pyspark.sql import functions as F
+
+    broken_source = good.counters["users_hashtags"].withColumn(
+        "inc", F.raise_error(F.lit("injected")).cast("long")
+    )
+    broken = DeltaBatch(1, {**good.counters, "users_hashtags": broken_source}, good.dead_letters)
+    with pytest.raises(CommitError, match="txid 1"):
+        committer.commit(at, broken)
+    assert confs_unset(spark)
+    assert committer.recorded_version("hashtags") == 1
+    assert committer.committed_txid() is None
+
+    # The replay skips the table already done and applies the rest.
+    assert committer.commit(TransactionAttempt(1, 2), good) is CommitOutcome.APPLIED
+    assert committer.committed_txid() == 1
+    assert commit(committer, spark, 2, 1, B2) is CommitOutcome.APPLIED
+    assert commit(committer, spark, 3, 1, B3, [("", "empty")]) is CommitOutcome.APPLIED
+    assert confs_unset(spark)
+
+    # Replays of 2 and of 3 (new attempt, other contents) change nothing.
+    assert commit(committer, spark, 2, 2, B2) is CommitOutcome.SKIPPED
+    assert commit(committer, spark, 3, 2, B1, [("zz", "zz")]) is CommitOutcome.SKIPPED
+    all_pairs = B1 + B2 + B3
+    assert read(spark, committer, TAGS) == {
+        (t,): n for t, n in Counter(t for _, t in all_pairs).items()
+    }
+    assert read(spark, committer, USER_TAGS) == dict(Counter(all_pairs))
+    assert read_dead(spark, committer) == Counter([("{x", "json", 1), ("", "empty", 3)])
+    assert committer.committed_txid() == 3
+    assert confs_unset(spark)
+
+
+def test_opaque_replay_undoes_the_earlier_attempt(spark: Any, tmp_path: Path) -> None:
+    committer = DeltaCommitter(
+        str(tmp_path), {"user_tags": USER_TAGS}, dead_letters="bad", mode=CommitMode.OPAQUE
+    )
+    committer.open(CommitterContext(spark, "topo", "counts"))
+    assert commit(committer, spark, 1, 1, B1, [("r0", "bad")]) is CommitOutcome.APPLIED
+    first: Pairs = [("@x", "#a"), ("@y", "#b"), ("@n", "#new")]
+    assert commit(committer, spark, 2, 1, first, [("r1", "bad"), ("r2", "bad")]) is (
+        CommitOutcome.APPLIED
+    )
+    assert read(spark, committer, USER_TAGS) == dict(Counter(B1 + first))
+
+    # The replay drops ("@n", "#new"), created by the first attempt (must vanish), and
+    # ("@y", "#b"), which existed before txid 2 (back to its txid-1 value).
+    second: Pairs = [("@x", "#a"), ("@x", "#a"), ("@z", "#c")]
+    assert commit(committer, spark, 2, 2, second, [("r3", "worse")]) is CommitOutcome.REAPPLIED
+    counts = read(spark, committer, USER_TAGS)
+    assert counts == dict(Counter(B1 + second))
+    assert ("@n", "#new") not in counts and counts[("@y", "#b")] == 1
+    assert read_dead(spark, committer) == Counter([("r0", "bad", 1), ("r3", "worse", 2)])
+    assert confs_unset(spark)
+
+    with pytest.raises(CommitError, match=r"txid 1 .*holds txid 2"):
+        commit(committer, spark, 1, 2, B1)
+    assert commit(committer, spark, 3, 1, B3) is CommitOutcome.APPLIED
+    assert read(spark, committer, USER_TAGS) == dict(Counter(B1 + second + B3))
+    assert committer.committed_txid() == 3
+    assert read_dead(spark, committer) == Counter([("r0", "bad", 1), ("r3", "worse", 2)])
+
+    # A transactional committer must not take over tables written in opaque mode, and an
+    # unusable path fails at open, naming it.
+    other = DeltaCommitter(str(tmp_path), {"user_tags": USER_TAGS})
+    with pytest.raises(ConfigurationError, match="opaque-mode columns"):
+        other.open(CommitterContext(spark, "topo", "counts"))
+    unusable = DeltaCommitter("/proc/no-such-dir", {"user_tags": USER_TAGS})
+    with pytest.raises(ConfigurationError, match="/proc/no-such-dir/users_hashtags"):
+        unusable.open(CommitterContext(spark, "topo", "counts"))
