@@ -11,10 +11,12 @@ grows strictly, and ``version // ATTEMPT_SLOTS`` is the txid the table holds.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from committers.base import CounterCommitter, CounterTable
@@ -39,7 +41,11 @@ DEAD_LETTERS_TABLE = "dead_letters"
 _TXN_CONF_LOCK = threading.Lock()
 
 
-def delta_spark_conf() -> dict[str, str]:
+#: Where Delta's jars are resolved (by Spark, from Maven Central) and then loaded from.
+DEFAULT_IVY_DIR = Path.home() / ".cache" / "transactional" / "ivy"
+
+
+def delta_spark_conf(ivy_dir: str | Path | None = None) -> dict[str, str]:
     """Spark settings that load Delta; pass them to ``create_spark_session``.
 
     The Maven coordinate follows ``delta.pip_utils.configure_spark_with_delta_pip``
@@ -50,8 +56,18 @@ def delta_spark_conf() -> dict[str, str]:
 
     delta_version = importlib.metadata.version("delta-spark")
     spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    package = f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
+    # Resolve into a cache of our own: once Delta's jars are there, load them directly
+    # instead of asking Ivy again (which prints a resolution report on every start).
+    ivy = Path(ivy_dir) if ivy_dir else DEFAULT_IVY_DIR
+    jars = sorted((ivy / "jars").glob("*.jar"))
+    marker = f"io.delta_delta-spark_{spark_minor}_2.13-{delta_version}.jar"
+    if any(jar.name == marker for jar in jars):
+        location = {"spark.jars": ",".join(str(jar) for jar in jars)}
+    else:
+        location = {"spark.jars.packages": package, "spark.jars.ivy": str(ivy)}
     return {
-        "spark.jars.packages": f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}",
+        **location,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # The default (50) makes every snapshot of a tiny table cost 50 tasks.
@@ -129,7 +145,8 @@ class DeltaCommitter(CounterCommitter):
             raise ConfigurationError(
                 f"counter table name {DEAD_LETTERS_TABLE!r} is taken by the dead-letter table"
             )
-        self.path = path.rstrip("/")
+        # A relative path is not a valid Delta table name: anchor it here.
+        self.path = path.rstrip("/") if "://" in path else os.path.abspath(path)
         self._key_types: dict[str, dict[str, str]] = {}
 
     # -- set-up ---------------------------------------------------------------------

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -21,6 +24,9 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
 }
 
 
+LOG4J2 = Path(__file__).with_name("log4j2.properties")
+
+
 def create_spark_session(
     master: str = "local[*]",
     app_name: str = "transactional",
@@ -30,8 +36,13 @@ def create_spark_session(
     needs Spark extensions (Delta) supplies them through it."""
     from pyspark.sql import SparkSession
 
+    # Python workers must run this interpreter: it is the one with pyarrow and the
+    # project installed (a bare ``python3`` on PATH may have neither).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     merged = dict(LOCAL_DEFAULTS)
+    # Spark's logs at WARN from the JVM's first line, not only after setLogLevel.
+    merged["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"
     merged.update(conf or {})
     for key, value in merged.items():
         builder = builder.config(key, value)

@@ -1,0 +1,1 @@
+"""Runnable demos of the framework; ``examples.tweets`` is the flagship."""

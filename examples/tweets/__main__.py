@@ -1,0 +1,7 @@
+"""``python -m examples.tweets``."""
+
+import sys
+
+from examples.tweets.cli import main
+
+sys.exit(main())

@@ -1,0 +1,299 @@
+"""The ``run`` and ``show`` commands: from checked options to a running topology, and
+back from the sink to a table of top counts.
+
+Everything that can be checked without starting Spark is checked first (flags, paths,
+Redis reachability, the runner's config), so a bad configuration fails within a
+second with a message naming the flag to change, not after a JVM start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from examples.tweets import sources
+from examples.tweets.generate import generate
+from examples.tweets.inputs import redact
+from examples.tweets.progress import ProgressListener, kv
+from examples.tweets.sinks import TABLE_KEYS, Summary, make_committer, read_summary, spark_conf
+from examples.tweets.topology import build_topology
+from transactional.errors import ConfigurationError
+from transactional.types import CommitMode
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from transactional.spout import AnySpout
+
+log = logging.getLogger("examples.tweets")
+
+#: The sample used when ``run`` gets no ``--input``: big enough to take a few dozen
+#: txids at the default batch size, with a few bad lines for the dead letters.
+SAMPLE = {"count": 20_000, "seed": 42, "partitions": 4, "bad_rate": 0.002}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    source: str = "file"
+    input: str | None = None
+    spout: str = "partitioned"
+    zookeeper: str | None = None
+    state_dir: str = ".transactional"
+    sink: str = "delta"
+    delta_path: str | None = None
+    redis_url: str | None = None
+    prefix: str = "tweets"
+    batch_size: int = 1000
+    max_pending: int = 2
+    topology_id: str = "tweets"
+    until_drained: bool = False
+    fail_rate: float = 0.0
+    fail_seed: int | None = None
+    master: str = "local[*]"
+    top: int = 10
+
+    @property
+    def mode(self) -> CommitMode:
+        """Only an opaque committer can undo a batch that a replay may change."""
+        return CommitMode.OPAQUE if self.spout == "opaque" else CommitMode.TRANSACTIONAL
+
+    @property
+    def delta_dir(self) -> str:
+        # Absolute: Delta reads a relative location as a table name.
+        return str(Path(self.delta_path or Path(self.state_dir) / "delta").resolve())
+
+
+def check_options(opts: RunOptions) -> None:
+    """Refuse flag combinations that cannot work, saying which flag to change."""
+    if opts.source == "redis" and not opts.redis_url:
+        raise ConfigurationError("--source redis reads queues from Redis: add --redis-url URL")
+    if opts.source == "redis" and opts.input:
+        raise ConfigurationError(
+            "--input is for --source file; to read a file through Redis, first run "
+            "`python -m examples.tweets load --input PATH --redis-url URL`"
+        )
+    if opts.sink == "redis" and not opts.redis_url:
+        raise ConfigurationError("--sink redis writes counts to Redis: add --redis-url URL")
+    if opts.sink == "redis" and opts.delta_path:
+        raise ConfigurationError("--delta-path is for --sink delta; drop it or use --sink delta")
+    if opts.batch_size < 1:
+        raise ConfigurationError(f"--batch-size must be at least 1, not {opts.batch_size}")
+    if not 0.0 <= opts.fail_rate < 1.0:
+        raise ConfigurationError(f"--fail-rate must be in [0, 1), not {opts.fail_rate}")
+    if opts.fail_seed is not None and not opts.fail_rate:
+        raise ConfigurationError("--fail-seed only applies with --fail-rate P (P > 0)")
+    if opts.top < 0:
+        raise ConfigurationError(f"--top must be 0 or more, not {opts.top}")
+
+
+def runner_config(opts: RunOptions) -> Any:
+    from pydantic import ValidationError
+
+    from transactional.config import RunnerConfig
+
+    try:
+        return RunnerConfig(topology_id=opts.topology_id, max_pending=opts.max_pending)
+    except ValidationError as e:
+        flags = {"topology_id": "--topology-id", "max_pending": "--max-pending"}
+        problems = "; ".join(
+            f"{flags.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigurationError(f"bad runner configuration: {problems}") from None
+
+
+def check_redis(url: str, flag: str = "--redis-url") -> None:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+    try:
+        client.ping()
+    except (redis.RedisError, ValueError) as e:
+        raise ConfigurationError(
+            f"cannot reach Redis at {redact(url)} ({e}): start redis-server there or fix {flag}"
+        ) from None
+    finally:
+        client.close()
+
+
+def sample_input(state_dir: Path) -> Path:
+    """The default input, generated once into the state directory (atomically, so an
+    interrupted first run never leaves a half-written sample to be read later)."""
+    target = state_dir / "sample"
+    if not target.is_dir():
+        staging = state_dir / f".sample-{os.getpid()}"
+        generate(staging, **SAMPLE)  # type: ignore[arg-type]
+        staging.rename(target)
+        log.info(kv("sample_generated", path=target, **SAMPLE))
+    return target
+
+
+def make_spout(opts: RunOptions, input_path: Path | None) -> AnySpout:
+    if opts.source == "redis":
+        assert opts.redis_url is not None
+        redis_kinds: dict[str, Callable[..., AnySpout]] = {
+            "transactional": sources.RedisTransactionalSpout,
+            "partitioned": sources.RedisPartitionedSpout,
+            "opaque": sources.RedisOpaqueSpout,
+        }
+        return redis_kinds[opts.spout](opts.redis_url, opts.prefix, opts.batch_size)
+    assert input_path is not None
+    file_kinds: dict[str, Callable[..., AnySpout]] = {
+        "transactional": sources.FileTransactionalSpout,
+        "partitioned": sources.FilePartitionedSpout,
+        "opaque": sources.FileOpaqueSpout,
+    }
+    return file_kinds[opts.spout](input_path, opts.batch_size)
+
+
+def make_store(opts: RunOptions) -> Any:
+    if opts.zookeeper:
+        from coordinators import ZooKeeperStateStore
+
+        return ZooKeeperStateStore(opts.zookeeper)
+    from coordinators import SQLiteStateStore
+
+    return SQLiteStateStore(Path(opts.state_dir) / "state.db")
+
+
+def start_spark(master: str, sink: str, state_dir: Path) -> SparkSession:
+    """One session for the run. Executors must run this interpreter (it has pyarrow and
+    this project), and Spark's own logging is cut to warnings from the JVM's start."""
+    from transactional.session import create_spark_session
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    conf = spark_conf(sink)
+    return create_spark_session(master, "tweets", conf)
+
+
+@contextlib.contextmanager
+def _stop_on_interrupt(runner: Any) -> Iterator[None]:
+    """First Ctrl-C: let the runner finish its step and stop cleanly (nothing is lost
+    either way, but a clean stop releases leadership at once). Second: abort."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        print("stopping after the current step; Ctrl-C again to abort", file=sys.stderr)
+        runner.stop()
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run(opts: RunOptions, out: TextIO) -> None:
+    """Run the topology; raises ``ConfigurationError`` for anything the user must fix."""
+    check_options(opts)
+    config = runner_config(opts)
+    state_dir = Path(opts.state_dir)
+    input_path: Path | None = None
+    if opts.source == "file":
+        input_path = Path(opts.input) if opts.input else sample_input(state_dir)
+        if not input_path.exists():
+            raise ConfigurationError(
+                f"--input {input_path} does not exist: pass a JSON Lines file or directory, "
+                "e.g. one made by `python -m examples.tweets generate --count N --out PATH`"
+            )
+    for url in {opts.redis_url} if "redis" in (opts.source, opts.sink) else set():
+        check_redis(url)  # type: ignore[arg-type]
+
+    from transactional.faults import RandomFaults
+    from transactional.runner import TransactionalRunner
+
+    spout = make_spout(opts, input_path)
+    committer = make_committer(
+        opts.sink, opts.mode, delta_path=opts.delta_dir, redis_url=opts.redis_url
+    )
+    topology = build_topology(spout, committer)
+    store = make_store(opts)
+    faults = RandomFaults(opts.fail_rate, opts.fail_seed or 0) if opts.fail_rate else None
+    log.info(
+        kv("run_start", source=opts.source, spout=opts.spout, sink=opts.sink, input=input_path)
+    )
+    from pyspark.sql import SparkSession
+
+    owns_session = SparkSession.getActiveSession() is None  # embedded callers keep theirs
+    spark = start_spark(opts.master, opts.sink, state_dir)
+    try:
+        with ProgressListener(out) as listener:
+            runner = TransactionalRunner(
+                topology, store, spark, config, faults=faults, listener=listener
+            )
+            with _stop_on_interrupt(runner):
+                stats = runner.run(until_drained=opts.until_drained)
+        print(
+            kv(
+                "run_done",
+                committed_txids=stats.committed_txids,
+                records=stats.records,
+                failures=stats.failures,
+            ),
+            file=out,
+        )
+        if opts.top:
+            summary = read_summary(
+                opts.sink, opts.top, delta_path=opts.delta_dir, redis_url=opts.redis_url,
+                spark=spark, tables=("hashtags",),
+            )  # fmt: skip
+            print_summary(summary, out, dead_letters=False)
+    finally:
+        if owns_session:
+            spark.stop()
+
+
+def show(sink: str, top: int, state_dir: str, delta_path: str | None, redis_url: str | None,
+         master: str, out: TextIO) -> None:  # fmt: skip
+    if sink == "redis":
+        if not redis_url:
+            raise ConfigurationError("--sink redis reads counts from Redis: add --redis-url URL")
+        check_redis(redis_url)
+        summary = read_summary("redis", top, redis_url=redis_url)
+    else:
+        path = str(Path(delta_path or Path(state_dir) / "delta").resolve())
+        if not Path(path).is_dir():
+            raise ConfigurationError(
+                f"--delta-path {path} does not exist: nothing was committed there; run "
+                "`python -m examples.tweets run` first, or pass the path it used"
+            )
+        spark = start_spark(master, "delta", Path(state_dir))
+        try:
+            summary = read_summary("delta", top, delta_path=path, spark=spark)
+        finally:
+            spark.stop()
+    print_summary(summary, out)
+
+
+def print_summary(summary: Summary, out: TextIO, dead_letters: bool = True) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(file=out)
+    titles = {"hashtags": "top hashtags", "users": "top users", "users_hashtags": "top pairs"}
+    for name, rows in summary.tops.items():
+        table = Table(title=titles.get(name, name), title_justify="left")
+        table.add_column(" / ".join(TABLE_KEYS.get(name, ("key",))))
+        table.add_column("count", justify="right")
+        for key, count in rows:
+            # Text, not markup: a tag like "#[b]" must print as itself. Escapes make
+            # invisible characters (a no-break space) visible.
+            shown = key if key.isprintable() else repr(key)[1:-1]
+            table.add_row(Text(shown), f"{count:,}")
+        console.print(table)
+    if dead_letters:
+        console.print(f"dead letters: {summary.dead_letters:,}")

@@ -1,0 +1,244 @@
+"""Where the records are, seen from the driver: the file layout and the Redis queue
+layout, the cheap questions the coordinators ask of them (what exists, how far does
+it reach), and the lazy frames whose reading runs in Spark tasks.
+
+The spouts in ``sources`` add the metadata and the Storm contracts on top.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from examples.tweets import lines
+from transactional.errors import ConfigurationError, EmitError
+from transactional.spout import SpoutContext
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import redis
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Bytes of a file range per Spark task.
+DEFAULT_SPLIT_BYTES = 32 << 20
+#: Messages of a Redis range per Spark task.
+DEFAULT_SPLIT_KEYS = 50_000
+
+_FILE_SPLIT_SCHEMA = "path STRING, start LONG, end LONG, lo LONG, hi LONG"
+_REDIS_SPLIT_SCHEMA = (
+    "url STRING, prefix STRING, partition INT, start LONG, count LONG, missing_ok BOOLEAN"
+)
+
+
+def frame(
+    spark: SparkSession,
+    rows: Sequence[tuple[Any, ...]],
+    schema: str,
+    reader: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+) -> DataFrame:
+    """A lazy frame that runs ``reader`` once per row, one Spark task per row."""
+    if not rows:
+        return spark.createDataFrame([], lines.RECORD_SCHEMA)
+    splits = spark.sparkContext.parallelize(list(rows), len(rows))
+    return spark.createDataFrame(splits, schema).mapInArrow(reader, lines.RECORD_SCHEMA)
+
+
+class SparkHolder:
+    """The session arrives at ``open``, not at construction, so that a spout can be
+    built and its topology validated before Spark is started."""
+
+    _context: SpoutContext | None = None
+
+    def open(self, context: SpoutContext) -> None:
+        self._context = context
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._context is None:
+            raise EmitError(
+                f"{type(self).__name__} was not opened: call open(SpoutContext(...)) first"
+            )
+        return self._context.spark
+
+
+class FileInput(SparkHolder):
+    """A file or a directory of partition files, seen from the driver."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        batch_size: int = 1000,
+        split_bytes: int = DEFAULT_SPLIT_BYTES,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigurationError(f"batch_size must be at least 1, not {batch_size}")
+        self.path = Path(path).resolve()
+        self.batch_size = batch_size
+        self.split_bytes = split_bytes
+
+    def identity(self) -> str:
+        # The input is part of the identity: offsets stored for one input mean nothing
+        # for another, so reusing a topology id with a different --input is refused.
+        return f"{type(self).__module__}.{type(self).__qualname__}:{self.path}"
+
+    def names(self) -> list[str]:
+        if self.path.is_dir():
+            return sorted(
+                e.name
+                for e in os.scandir(self.path)
+                if e.is_file() and not e.name.startswith((".", "_"))
+            )
+        if self.path.is_file():
+            return [self.path.name]
+        raise ConfigurationError(
+            f"input {self.path} does not exist: pass --input a JSON Lines file or a "
+            "directory of them (create one with `python -m examples.tweets generate`)"
+        )
+
+    def resolve(self, name: str) -> str:
+        return str(self.path / name) if self.path.is_dir() else str(self.path)
+
+    def size(self, name: str) -> int:
+        return os.path.getsize(self.resolve(name))
+
+    def scan(self, name: str, offset: int, max_lines: int) -> tuple[int, int]:
+        """``(length, count)`` of the next up to ``max_lines`` lines of ``name``."""
+        size = self.size(name)
+        if size < offset:
+            raise EmitError(
+                f"{self.resolve(name)} has {size} bytes but {offset} were already read: "
+                "it was truncated or replaced; files may only grow by appending lines"
+            )
+        return lines.scan_lines(self.resolve(name), offset, max_lines)
+
+    def read_ranges(self, ranges: Iterable[tuple[str, int, int]]) -> DataFrame:
+        """A lazy frame of the ``(file, offset, length)`` ranges, in order."""
+        rows = [
+            row
+            for name, offset, length in ranges
+            if length
+            for row in lines.file_splits(self.resolve(name), offset, length, self.split_bytes)
+        ]
+        return frame(self.spark, rows, _FILE_SPLIT_SCHEMA, lines.read_file_splits)
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class RedisQueues(SparkHolder):
+    """The queues ``load`` writes, seen from the driver."""
+
+    #: Transactional kinds must replay exactly, so a lost message is an error for them.
+    missing_ok = False
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "tweets",
+        batch_size: int = 1000,
+        split_keys: int = DEFAULT_SPLIT_KEYS,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigurationError(f"batch_size must be at least 1, not {batch_size}")
+        self.url = url
+        self.prefix = prefix
+        self.batch_size = batch_size
+        self.split_keys = split_keys
+        self._client: redis.Redis | None = None
+
+    def identity(self) -> str:
+        return f"{type(self).__module__}.{type(self).__qualname__}:{self.prefix}"
+
+    def open(self, context: SpoutContext) -> None:
+        super().open(context)
+        import redis
+
+        try:
+            self.client.ping()
+        except redis.RedisError as e:
+            raise ConfigurationError(
+                f"cannot reach Redis at {redact(self.url)} ({e}): start redis-server or fix the URL"
+            ) from e
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @property
+    def client(self) -> redis.Redis:
+        if self._client is None:
+            import redis
+
+            self._client = redis.Redis.from_url(
+                self.url, socket_connect_timeout=5, socket_timeout=30
+            )
+        return self._client
+
+    def num_partitions(self) -> int:
+        """Probe counters 0, 1, ... in pipelined blocks: O(partitions), never a SCAN of the
+        whole key space, which holds every message."""
+        n = 0
+        while True:
+            pipe = self.client.pipeline(transaction=False)
+            for p in range(n, n + 32):
+                pipe.exists(lines.counter_key(self.prefix, p))
+            for found in pipe.execute():
+                if not found:
+                    return n
+                n += 1
+
+    def next_writes(self, partitions: int) -> list[int]:
+        pipe = self.client.pipeline(transaction=False)
+        for p in range(partitions):
+            pipe.get(lines.counter_key(self.prefix, p))
+        return [int(v or 0) for v in pipe.execute()]
+
+    def available(self, partition: int, start: int, next_write: int) -> int:
+        if next_write < start:
+            raise EmitError(
+                f"{lines.counter_key(self.prefix, partition)} is {next_write} but {start} messages "
+                "were already read: the queue was reset; start a new --topology-id"
+            )
+        return next_write - start
+
+    def next_write(self, partition: int) -> int:
+        return int(self.client.get(lines.counter_key(self.prefix, partition)) or 0)  # type: ignore[arg-type]
+
+    def read_ranges(self, ranges: Iterable[tuple[int, int, int]]) -> DataFrame:
+        """A lazy frame of the ``(partition, start, count)`` ranges, in order."""
+        rows = [
+            row
+            for partition, start, count in ranges
+            if count
+            for row in lines.redis_splits(
+                self.url, self.prefix, partition, start, count, self.missing_ok, self.split_keys
+            )
+        ]
+        return frame(self.spark, rows, _REDIS_SPLIT_SCHEMA, lines.read_redis_splits)
+
+
+def fair_share(budget: int, available: Sequence[int]) -> list[int]:
+    """Split ``budget`` across queues as evenly as their ``available`` counts allow."""
+    alloc = [0] * len(available)
+    active = [i for i, a in enumerate(available) if a > 0]
+    while budget > 0 and active:
+        each = max(1, budget // len(active))
+        still = []
+        for i in active:
+            take = min(each, available[i] - alloc[i], budget)
+            alloc[i] += take
+            budget -= take
+            if alloc[i] < available[i]:
+                still.append(i)
+        active = still
+    return alloc

@@ -1,0 +1,232 @@
+"""How bytes become records, for both sources: line framing, decoding, and the readers
+that run inside Spark tasks.
+
+The framing rule, shared by the file spouts, ``load`` and the Redis spouts:
+
+- a line is the bytes up to a ``\\n``; one trailing ``\\r`` is stripped, so CRLF files
+  read the same as LF files;
+- a final line without ``\\n`` at end of file counts as a line too. A batch may
+  therefore take a line that a writer is still in the middle of writing, so writers
+  must append whole lines (one ``write`` of ``line + "\\n"``);
+- bytes that are not valid UTF-8 do not stop anything: the record carries
+  ``error = "invalid UTF-8"`` and a backslash-escaped decoding in ``raw``, so the
+  parse bolt can send it to the dead letters with what was actually there.
+
+The reader functions are module-level and take only plain values, because Spark
+pickles them by reference and runs them in executor processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import pyarrow as pa
+
+#: The schema of every spout's output.
+RECORD_SCHEMA = "raw STRING, error STRING"
+INVALID_UTF8 = "invalid UTF-8"
+
+_ARROW_SCHEMA = pa.schema([("raw", pa.string()), ("error", pa.string())])
+#: Driver-side scans read this much per ``read``: counting b"\n" in big chunks is
+#: what makes deciding a range cheap next to reading it.
+_CHUNK = 1 << 20
+#: Keys per MGET: big enough to amortise round trips, small enough not to stall Redis.
+_MGET = 1000
+
+
+def decode_line(data: bytes) -> tuple[str, str | None]:
+    """One line's bytes (without its ``\\n``) -> ``(raw, error)``."""
+    if data.endswith(b"\r"):
+        data = data[:-1]
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "backslashreplace"), INVALID_UTF8
+
+
+def records_batch(lines: list[bytes]) -> pa.RecordBatch:
+    """Decode lines into one Arrow batch."""
+    if not lines:
+        return pa.RecordBatch.from_pylist([], schema=_ARROW_SCHEMA)
+    return _batch_from(b"\n".join(lines), lines)
+
+
+def records_from_bytes(data: bytes) -> pa.RecordBatch:
+    """Bytes holding whole lines (the last may lack its ``\\n``: EOF) -> one Arrow batch."""
+    if not data:
+        return pa.RecordBatch.from_pylist([], schema=_ARROW_SCHEMA)
+    return _batch_from(data[:-1] if data.endswith(b"\n") else data, None)
+
+
+def _batch_from(joined: bytes, lines: list[bytes] | None) -> pa.RecordBatch:
+    try:
+        # One decode call for the whole batch: a newline never occurs inside a multi-byte
+        # UTF-8 sequence, so this equals decoding line by line when everything is valid.
+        raws = joined.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        pairs = [decode_line(b) for b in (lines if lines is not None else joined.split(b"\n"))]
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array([p[0] for p in pairs], pa.string()),
+                pa.array([p[1] for p in pairs], pa.string()),
+            ],
+            schema=_ARROW_SCHEMA,
+        )
+    raws = [r[:-1] if r.endswith("\r") else r for r in raws]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(raws, pa.string()), pa.nulls(len(raws), pa.string())], schema=_ARROW_SCHEMA
+    )
+
+
+def scan_lines(path: str, offset: int, max_lines: int) -> tuple[int, int]:
+    """Find up to ``max_lines`` lines from byte ``offset``: returns ``(length, count)``.
+
+    Runs on the driver for every new range, so it only counts newlines; it never
+    decodes. Stops early at end of file, where a last line without ``\\n`` counts.
+    """
+    if max_lines <= 0:
+        return 0, 0
+    count = 0
+    read = 0  # bytes read so far, relative to offset
+    end = 0  # relative position just after the last line taken
+    with open(path, "rb") as f:
+        f.seek(offset)
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                if read > end:  # a final line without newline
+                    count += 1
+                    end = read
+                return end, count
+            need = max_lines - count
+            found = chunk.count(b"\n")
+            if found < need:
+                if found:
+                    end = read + chunk.rindex(b"\n") + 1
+                count += found
+                read += len(chunk)
+                continue
+            i = -1
+            for _ in range(need):
+                i = chunk.index(b"\n", i + 1)
+            return read + i + 1, max_lines
+
+
+def _line_start(f: BinaryIO, pos: int, start: int, end: int) -> int:
+    """The first line start at or after ``pos`` within the range ``[start, end)``.
+
+    Splitting a range at arbitrary byte positions and giving each line to the split
+    where it starts (Hadoop's rule) lets one range be read by several tasks without
+    the driver knowing where lines end.
+    """
+    if pos <= start:
+        return start
+    if pos >= end:
+        return end
+    at = pos - 1
+    f.seek(at)
+    while at < end:
+        chunk = f.read(min(_CHUNK, end - at))
+        if not chunk:
+            raise OSError(f"{f.name}: ends at byte {at}, before {end}: was it truncated?")
+        i = chunk.find(b"\n")
+        if i >= 0:
+            return at + i + 1
+        at += len(chunk)
+    return end
+
+
+def read_file_split(path: str, start: int, end: int, lo: int, hi: int) -> pa.RecordBatch:
+    """The records of the lines of range ``[start, end)`` of ``path`` that start in
+    ``[lo, hi)``."""
+    with open(path, "rb") as f:
+        first = _line_start(f, lo, start, end)
+        last = _line_start(f, hi, start, end)
+        f.seek(first)
+        data = f.read(last - first)
+    if len(data) != last - first:
+        raise OSError(f"{path}: ends before byte {last}: was it truncated or replaced?")
+    return records_from_bytes(data)
+
+
+def read_file_splits(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body over rows ``(path, start, end, lo, hi)``."""
+    for batch in batches:
+        for row in batch.to_pylist():
+            yield read_file_split(row["path"], row["start"], row["end"], row["lo"], row["hi"])
+
+
+def file_splits(
+    path: str, start: int, length: int, split_bytes: int
+) -> list[tuple[str, int, int, int, int]]:
+    """Rows for ``read_file_splits``: one task per ``split_bytes`` of the range."""
+    end = start + length
+    return [
+        (path, start, end, lo, min(lo + split_bytes, end))
+        for lo in range(start, end, max(1, split_bytes))
+    ]
+
+
+def message_key(prefix: str, partition: int, index: int) -> str:
+    return f"{prefix}:{partition}:{index}"
+
+
+def counter_key(prefix: str, partition: int) -> str:
+    return f"{prefix}:{partition}:next_write"
+
+
+def read_redis_split(
+    url: str, prefix: str, partition: int, start: int, count: int, missing_ok: bool
+) -> pa.RecordBatch:
+    """The records of messages ``start .. start+count-1`` of one queue.
+
+    A missing message means the source lost data: fatal for a replayable (transactional)
+    batch, whose records must not change; skipped for an opaque one, which may differ.
+    """
+    import redis
+
+    lines: list[bytes] = []
+    client = redis.Redis.from_url(url)
+    try:
+        for lo in range(start, start + count, _MGET):
+            keys = [
+                message_key(prefix, partition, i) for i in range(lo, min(lo + _MGET, start + count))
+            ]
+            for key, value in zip(keys, client.mget(keys), strict=True):
+                if value is None:
+                    if missing_ok:
+                        continue
+                    raise LookupError(
+                        f"Redis message {key} is missing: the queue lost data that a stored "
+                        "batch refers to, so the batch cannot be replayed exactly"
+                    )
+                lines.append(value if isinstance(value, bytes) else value.encode())
+    finally:
+        client.close()
+    return records_batch(lines)
+
+
+def read_redis_splits(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body over rows ``(url, prefix, partition, start, count, missing_ok)``."""
+    for batch in batches:
+        for row in batch.to_pylist():
+            yield read_redis_split(
+                row["url"],
+                row["prefix"],
+                row["partition"],
+                row["start"],
+                row["count"],
+                row["missing_ok"],
+            )
+
+
+def redis_splits(
+    url: str, prefix: str, partition: int, start: int, count: int, missing_ok: bool, split_keys: int
+) -> list[tuple[str, str, int, int, int, bool]]:
+    """Rows for ``read_redis_splits``: one task per ``split_keys`` messages."""
+    step = max(1, split_keys)
+    return [
+        (url, prefix, partition, lo, min(step, start + count - lo), missing_ok)
+        for lo in range(start, start + count, step)
+    ]

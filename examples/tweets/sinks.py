@@ -1,0 +1,145 @@
+"""The demo's two sinks: building their committers, and reading the counts back.
+
+The committers live in ``committers`` and are imported inside the functions, so that
+generating or loading data never needs them (nor Delta's jars). Layouts read here are
+the committers' documented ones: Redis hashes named after the tables (field = key
+values joined by ``:``) and a ``dead_letters`` list; Delta tables at
+``<path>/<table>`` with a ``count`` column (the current value in both modes) and
+``<path>/dead_letters``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from examples.tweets.bolts import DEAD_LETTERS, HASHTAGS, USERS, USERS_HASHTAGS
+from transactional.errors import ConfigurationError
+from transactional.types import CommitMode
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from transactional.committer import Committer
+
+__all__ = [
+    "TABLE_KEYS",
+    "Summary",
+    "counter_tables",
+    "make_committer",
+    "read_summary",
+    "spark_conf",
+]
+
+#: Counter table -> its key columns, as the count bolt emits them.
+TABLE_KEYS: dict[str, tuple[str, ...]] = {
+    HASHTAGS: ("hashtag",),
+    USERS: ("user",),
+    USERS_HASHTAGS: ("user", "hashtag"),
+}
+DEAD_LETTERS_KEY = "dead_letters"
+
+
+def counter_tables() -> dict[str, Any]:
+    """The ``counters=`` argument of both committers."""
+    from committers import CounterTable
+
+    return {name: CounterTable(name, keys) for name, keys in TABLE_KEYS.items()}
+
+
+def make_committer(
+    sink: str, mode: CommitMode, *, delta_path: str | None = None, redis_url: str | None = None
+) -> Committer:
+    if sink == "delta":
+        from committers import DeltaCommitter
+
+        assert delta_path is not None
+        return DeltaCommitter(delta_path, counter_tables(), dead_letters=DEAD_LETTERS, mode=mode)
+    if sink == "redis":
+        from committers import RedisCommitter
+
+        assert redis_url is not None
+        return RedisCommitter(redis_url, counter_tables(), dead_letters=DEAD_LETTERS, mode=mode)
+    raise ConfigurationError(f"unknown sink {sink!r}: use delta or redis")
+
+
+def spark_conf(sink: str) -> dict[str, str]:
+    """What the sink needs from the SparkSession (Delta's jars and extensions)."""
+    if sink != "delta":
+        return {}
+    from committers import delta_spark_conf
+
+    return dict(delta_spark_conf())
+
+
+@dataclass
+class Summary:
+    """The top rows of each counter table (key, count), and the dead-letter total."""
+
+    tops: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    dead_letters: int = 0
+
+
+def _top(pairs: list[tuple[str, int]], n: int) -> list[tuple[str, int]]:
+    # Ties by key, so the same data always prints the same list.
+    return sorted(pairs, key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
+def read_summary(
+    sink: str,
+    n: int,
+    *,
+    delta_path: str | None = None,
+    redis_url: str | None = None,
+    spark: SparkSession | None = None,
+    tables: tuple[str, ...] = tuple(TABLE_KEYS),
+) -> Summary:
+    if sink == "redis":
+        assert redis_url is not None
+        return _read_redis(redis_url, n, tables)
+    assert delta_path is not None and spark is not None
+    return _read_delta(spark, delta_path, n, tables)
+
+
+def _read_redis(url: str, n: int, tables: tuple[str, ...]) -> Summary:
+    import redis
+
+    client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5)
+    try:
+        summary = Summary()
+        for table in tables:
+            fields = client.hgetall(table)
+            counts = [(str(k), int(v)) for k, v in fields.items()]  # type: ignore[union-attr]
+            summary.tops[table] = _top([kv for kv in counts if kv[1]], n)
+        summary.dead_letters = int(client.llen(DEAD_LETTERS_KEY))  # type: ignore[arg-type]
+        return summary
+    finally:
+        client.close()
+
+
+def _read_delta(spark: SparkSession, path: str, n: int, tables: tuple[str, ...]) -> Summary:
+    from pyspark.sql import functions as F
+
+    root = Path(path)
+    missing = [t for t in (*tables, DEAD_LETTERS) if not (root / t / "_delta_log").is_dir()]
+    if missing:
+        raise ConfigurationError(
+            f"no Delta table at {root / missing[0]}: nothing was committed to --delta-path "
+            f"{root} yet; run `python -m examples.tweets run` first, or pass the path it used"
+        )
+    summary = Summary()
+    for table in tables:
+        keys = TABLE_KEYS[table]
+        frame = spark.read.format("delta").load(str(root / table))
+        label = F.concat_ws(":", *keys) if len(keys) > 1 else F.col(keys[0])  # as Redis does
+        rows = (
+            frame.where(F.col("count") != 0)
+            .select(label.alias("key"), F.col("count"))
+            .orderBy(F.col("count").desc(), F.col("key"))
+            .limit(n)
+            .collect()
+        )
+        summary.tops[table] = [(r["key"], int(r["count"])) for r in rows]
+    summary.dead_letters = spark.read.format("delta").load(str(root / DEAD_LETTERS)).count()
+    return summary

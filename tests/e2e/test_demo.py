@@ -1,0 +1,169 @@
+"""The tweet demo end to end, as a user runs it, with failures injected and processes
+killed; every count is checked against an answer computed here from the input files."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from examples.tweets.cli import main as demo
+from tests.reference import Expected, expected_counts
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Records per txid: the transactional spout's batch is a total, the partitioned kinds'
+#: is per partition (3 partitions), so each kind takes a few txids over the input.
+BATCH = {"transactional": "120", "partitioned": "40", "opaque": "40"}
+
+
+@pytest.fixture(scope="module")
+def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
+    out = tmp_path_factory.mktemp("input") / "tweets"
+    code = demo(
+        ["generate", "--count", "300", "--seed", "11", "--partitions", "3",
+         "--bad-rate", "0.05", "--out", str(out)],
+        out=io.StringIO(),
+    )  # fmt: skip
+    assert code == 0
+    expected = expected_counts(out)
+    assert expected.dead_letters and expected.hashtags and expected.pairs
+    return out, expected
+
+
+def faulty_seed(txids: int, faults: int = 2) -> int:
+    """A seed under which ``--fail-rate 0.2`` injects at least ``faults`` failures in the
+    first attempts of the first ``txids`` txids, so every run below meets some."""
+    from transactional.faults import RandomFaults
+
+    return next(
+        seed
+        for seed in range(1000)
+        if sum(RandomFaults(0.2, seed).planned(t, 1) is not None for t in range(1, txids + 1))
+        >= faults
+    )
+
+
+def redis_contents(url: str) -> Expected:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    got = Expected()
+    got.hashtags = Counter({k: int(v) for k, v in client.hgetall("hashtags").items()})
+    got.users = Counter({k: int(v) for k, v in client.hgetall("users").items()})
+    # Fields are `user:hashtag`; kept as one string, compared with the expected pairs
+    # joined the same way (a user may itself contain ':').
+    got.pairs = Counter({k: int(v) for k, v in client.hgetall("users_hashtags").items()})
+    got.dead_letters = [json.loads(v)["raw"] for v in client.lrange("dead_letters", 0, -1)]
+    return got
+
+
+def delta_contents(spark: Any, path: Path) -> Expected:
+    def table(name: str) -> list[Any]:
+        return spark.read.format("delta").load(str(path / name)).collect()
+
+    got = Expected()
+    got.hashtags = Counter({r["hashtag"]: r["count"] for r in table("hashtags") if r["count"]})
+    got.users = Counter({r["user"]: r["count"] for r in table("users") if r["count"]})
+    got.pairs = Counter(
+        {(r["user"], r["hashtag"]): r["count"] for r in table("users_hashtags") if r["count"]}
+    )
+    got.dead_letters = [r["raw"] for r in table("dead_letters")]
+    return got
+
+
+def assert_exact(got: Expected, expected: Expected) -> None:
+    assert got.hashtags == expected.hashtags
+    assert got.users == expected.users
+    if any(isinstance(k, str) for k in got.pairs):
+        assert got.pairs == Counter({f"{u}:{t}": n for (u, t), n in expected.pairs.items()})
+    else:
+        assert got.pairs == expected.pairs
+    assert sorted(got.dead_letters) == sorted(expected.dead_letters)
+
+
+@pytest.mark.parametrize("spout", ["transactional", "partitioned", "opaque"])
+@pytest.mark.parametrize("sink", ["redis", "delta"])
+def test_demo_with_injected_failures_counts_exactly(
+    spark: Any, redis_url: str, tweets: tuple[Path, Expected], tmp_path: Path,
+    sink: str, spout: str,
+) -> None:  # fmt: skip
+    path, expected = tweets
+    seed = faulty_seed(txids=3)
+    out = io.StringIO()
+    target = (
+        ["--redis-url", redis_url] if sink == "redis" else ["--delta-path", str(tmp_path / "delta")]
+    )
+    code = demo(
+        ["run", "--input", str(path), "--spout", spout, "--sink", sink, *target,
+         "--state-dir", str(tmp_path / "state"), "--batch-size", BATCH[spout],
+         "--max-pending", "3", "--fail-rate", "0.2", "--fail-seed", str(seed), "--until-drained",
+         "--master", "local[2]"],
+        out=out,
+    )  # fmt: skip
+    assert code == 0, out.getvalue()
+    assert "failures=0" not in out.getvalue()  # faults were injected and survived
+    got = (
+        redis_contents(redis_url) if sink == "redis" else delta_contents(spark, tmp_path / "delta")
+    )
+    assert_exact(got, expected)
+
+
+def test_demo_on_zookeeper_with_a_redis_source_and_sink(
+    spark: Any, redis_url: str, zk_hosts: str, tweets: tuple[Path, Expected], tmp_path: Path
+) -> None:
+    path, expected = tweets
+    assert demo(["load", "--input", str(path), "--redis-url", redis_url], out=io.StringIO()) == 0
+    out = io.StringIO()
+    code = demo(
+        ["run", "--source", "redis", "--redis-url", redis_url, "--spout", "partitioned",
+         "--zookeeper", zk_hosts, "--sink", "redis", "--batch-size", "50",
+         "--state-dir", str(tmp_path / "state"), "--fail-rate", "0.2", "--fail-seed", "3",
+         "--until-drained", "--master", "local[2]"],
+        out=out,
+    )  # fmt: skip
+    assert code == 0, out.getvalue()
+    assert_exact(redis_contents(redis_url), expected)
+
+
+def test_a_killed_run_resumes_with_the_same_arguments_and_counts_exactly(
+    redis_url: str, tweets: tuple[Path, Expected], tmp_path: Path
+) -> None:
+    path, expected = tweets
+    args = [sys.executable, "-m", "examples.tweets", "run", "--input", str(path),
+            "--spout", "transactional", "--sink", "redis", "--redis-url", redis_url,
+            "--state-dir", str(tmp_path / "state"), "--batch-size", "30",
+            "--max-pending", "2", "--until-drained", "--master", "local[2]", "--top", "0"]  # fmt: skip
+    client = redis.Redis.from_url(redis_url)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = (tmp_path / "first.log").open("wb")
+    first = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 240
+    while int(client.get("transactional:tweets:sink:txid") or 0) < 2:
+        assert first.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.monotonic() < deadline, "the first run committed nothing in time"
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    killed_at = int(client.get("transactional:tweets:sink:txid") or 0)
+    assert killed_at < -(-len(list_lines(path)) // 30)  # killed before the end
+
+    second = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    assert second.returncode == 0, second.stderr.decode()[-3000:]
+    assert_exact(redis_contents(redis_url), expected)
+
+
+def list_lines(path: Path) -> list[bytes]:
+    from tests.reference import input_files, lines_of
+
+    return [line for file in input_files(path) for line in lines_of(file)]

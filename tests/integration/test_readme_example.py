@@ -1,0 +1,29 @@
+"""The README's user-defined topology runs as printed and counts exactly."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_example() -> str:
+    section = README.read_text().split("## Define your own topology", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "the README lost its example"
+    return match.group(1)
+
+
+@pytest.mark.integration
+def test_readme_example_counts_every_word_once(spark: object) -> None:
+    namespace: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(readme_example(), str(README), "exec"), namespace)
+    words = namespace["WORDS"]
+    assert isinstance(words, list)
+    sink = namespace["sink"]
+    assert sink.counts == Counter(words)  # type: ignore[attr-defined]
+    assert sink.last_txid == -(-len(words) // 100)  # type: ignore[attr-defined]

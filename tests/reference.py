@@ -1,0 +1,80 @@
+"""An answer computed independently of the code under test: the demo's counting rule
+written again in plain Python, over the raw bytes of the input files."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+
+ASCII_WHITESPACE = re.compile(r"[ \t\n\r\x0b\x0c]+")
+
+
+@dataclass
+class Expected:
+    hashtags: Counter[str] = field(default_factory=Counter)
+    users: Counter[str] = field(default_factory=Counter)
+    pairs: Counter[tuple[str, str]] = field(default_factory=Counter)
+    dead_letters: list[str] = field(default_factory=list)
+    tweets: int = 0
+
+
+def input_files(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+
+
+def lines_of(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def expected_counts(path: Path) -> Expected:
+    out = Expected()
+    for file in input_files(path):
+        for raw in lines_of(file):
+            tweet = _parse(raw)
+            if tweet is None:
+                out.dead_letters.append(raw.decode("utf-8", "backslashreplace"))
+                continue
+            out.tweets += 1
+            tokens = [t for t in ASCII_WHITESPACE.split(tweet) if t]
+            tags = {t for t in tokens if t.startswith("#") and len(t) >= 2}
+            users = {t for t in tokens if t.startswith("@") and len(t) >= 2}
+            out.hashtags.update(tags)
+            out.users.update(users)
+            out.pairs.update(product(users, tags))
+    return out
+
+
+def _reject(value: object) -> object:
+    raise ValueError(f"not JSON: {value}")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    if len({k for k, _ in pairs}) != len(pairs):
+        raise ValueError("duplicate key")
+    return dict(pairs)
+
+
+def _parse(raw: bytes) -> str | None:
+    """Strict RFC 8259 JSON: no NaN/Infinity, no duplicate keys, no lone surrogates;
+    ``id`` an integer (not a boolean) that fits in 64 bits, ``text`` a string."""
+    try:
+        obj = json.loads(
+            raw.decode("utf-8"), parse_constant=_reject, object_pairs_hook=_unique_keys
+        )
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")  # lone surrogates fail here
+    except (UnicodeDecodeError, UnicodeEncodeError, ValueError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    tweet_id, text = obj.get("id"), obj.get("text")
+    if type(tweet_id) is not int or not -(2**63) <= tweet_id < 2**63:
+        return None
+    return text if isinstance(text, str) else None
