@@ -1,0 +1,80 @@
+"""Small topologies on real Spark for the runner's integration tests and the CLI test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from committers import CounterTable, RedisCommitter
+from transactional import Bolt, TopologyBuilder, TransactionalSpout
+from transactional.testing import Range
+from transactional.topology import Topology
+from transactional.types import TransactionAttempt
+
+TOTAL = 500
+BATCH = 100
+
+
+def expected_counts() -> dict[str, int]:
+    """Numbers 0..TOTAL-1 bucketed by ``n % 7``: computed without Spark."""
+    counts: dict[str, int] = {}
+    for n in range(TOTAL):
+        counts[f"k{n % 7}"] = counts.get(f"k{n % 7}", 0) + 1
+    return counts
+
+
+class RangeSpout(TransactionalSpout[Range]):
+    """``spark.range`` slices: the same metadata always gives the same rows."""
+
+    metadata_type = Range
+
+    def __init__(self, total: int = TOTAL, batch: int = BATCH, slow_txid: int | None = None):
+        self.total, self.batch, self.slow_txid = total, batch, slow_txid
+        self.slowed = 0
+
+    def open(self, context: Any) -> None:
+        self.spark: SparkSession = context.spark
+
+    def is_ready(self, txid: int, prev_meta: Range | None) -> bool:
+        return (prev_meta.end if prev_meta else 0) < self.total
+
+    def initialize_transaction(self, txid: int, prev_meta: Range | None) -> Range:
+        start = prev_meta.end if prev_meta else 0
+        return Range(start=start, count=min(self.batch, self.total - start))
+
+    def emit_batch(self, attempt: TransactionAttempt, meta: Range) -> DataFrame:
+        df = self.spark.range(meta.start, meta.end, numPartitions=2)
+        if attempt.txid == self.slow_txid and self.slowed == 0:
+            self.slowed += 1
+            # The first attempt of this txid runs far past its timeout.
+            df = df.where(F.udf(lambda n: __import__("time").sleep(600) is None, "boolean")("id"))
+        return df
+
+
+class BucketBolt(Bolt):
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        return (
+            batch.select(F.concat(F.lit("k"), (F.col("id") % 7).cast("string")).alias("key"))
+            .groupBy("key")
+            .agg(F.count("*").alias("count"))
+        )
+
+
+def build(spark: SparkSession, redis_url: str, spout: RangeSpout | None = None) -> Topology:
+    committer = RedisCommitter(redis_url, {"default": CounterTable("buckets", ("key",))})
+    return (
+        TopologyBuilder()
+        .set_spout(spout or RangeSpout())
+        .set_bolt("bucket", BucketBolt())
+        .set_committer("sink", committer, "bucket")
+        .build()
+    )
+
+
+def build_from_env(spark: SparkSession) -> Topology:
+    """The factory form ``transactional run`` takes (``module:function(spark)``)."""
+    import os
+
+    return build(spark, os.environ["BUCKETS_REDIS_URL"])
