@@ -23,13 +23,24 @@ from transactional.types import M, SpoutKind, TransactionAttempt
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from transactional.flow import AdaptiveBatchSize
+
 
 class SpoutContext:
-    """What a spout gets at ``open``: the session and the topology's identity."""
+    """What a spout gets at ``open``: the session, the topology's identity, and, when the
+    runner manages batch sizes (``--batch-size auto``), the size to give a new txid."""
 
-    def __init__(self, spark: SparkSession, topology_id: str) -> None:
+    def __init__(
+        self, spark: SparkSession, topology_id: str, batch_size: AdaptiveBatchSize | None = None
+    ) -> None:
         self.spark = spark
         self.topology_id = topology_id
+        self.adaptive_batch_size = batch_size
+
+    def batch_size(self, default: int) -> int:
+        """Records for the next new txid: the adaptive size if the runner has one, else
+        ``default`` (the spout's own fixed size). Replays never ask: their metadata is fixed."""
+        return self.adaptive_batch_size.current if self.adaptive_batch_size else default
 
 
 class _SpoutBase(ABC, Generic[M]):

@@ -1,0 +1,76 @@
+"""Adaptive batch size: flow control after TCP's congestion window.
+
+Each committed txid reports its end-to-end latency (metadata stored -> committed). While
+latencies stay under the target the batch grows by a fixed step (additive increase);
+a latency over the target shrinks it by a step (the "slow" state); a failure or a
+timeout halves it (multiplicative decrease). It never leaves ``[minimum, maximum]``.
+The runner feeds it; spouts that opt in read ``current`` when they size a new txid.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class BatchSizeConfig(BaseModel):
+    """``--batch-size auto``: where to start, how far to go, and the latency to keep."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    initial: int = Field(default=1_000, ge=1)
+    minimum: int = Field(default=100, ge=1)
+    maximum: int = Field(default=200_000, ge=1)
+    #: Records added per txid that met the target; default: ``initial``.
+    step: int | None = Field(default=None, ge=1)
+    #: End-to-end latency of one txid to stay under, in seconds.
+    target_latency_s: float = Field(default=10.0, gt=0)
+    #: Factor applied on a failure or a timeout.
+    decrease: float = Field(default=0.5, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BatchSizeConfig:
+        if not self.minimum <= self.initial <= self.maximum:
+            raise ValueError(
+                f"batch size bounds must satisfy minimum <= initial <= maximum, got "
+                f"{self.minimum} <= {self.initial} <= {self.maximum}"
+            )
+        return self
+
+
+class AdaptiveBatchSize:
+    """The controller; thread-safe, since spouts may read it while the runner updates it."""
+
+    def __init__(self, config: BatchSizeConfig | None = None) -> None:
+        self.config = config or BatchSizeConfig()
+        self._current = self.config.initial
+        self._lock = threading.Lock()
+        self.history: list[tuple[str, int]] = []
+
+    @property
+    def current(self) -> int:
+        with self._lock:
+            return self._current
+
+    @property
+    def step(self) -> int:
+        return self.config.step or self.config.initial
+
+    def on_commit(self, latency_s: float) -> int:
+        cfg = self.config
+        with self._lock:
+            if latency_s <= cfg.target_latency_s:
+                self._current = min(cfg.maximum, self._current + self.step)
+                self.history.append(("grow", self._current))
+            else:
+                self._current = max(cfg.minimum, self._current - self.step)
+                self.history.append(("slow", self._current))
+            return self._current
+
+    def on_failure(self) -> int:
+        cfg = self.config
+        with self._lock:
+            self._current = max(cfg.minimum, int(self._current * cfg.decrease))
+            self.history.append(("fail", self._current))
+            return self._current
