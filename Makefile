@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PACKAGES := zookeeper redis-server default-jre-headless
 
-.PHONY: demo test deps venv lint typecheck unit clean
+.PHONY: demo test deps venv lint typecheck unit chaos clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,6 +40,12 @@ unit: venv
 
 test: deps venv lint typecheck
 	$(BIN)/pytest -q -ra
+
+# A longer randomized fault campaign (SIGKILLs, Redis restarts, injected exceptions,
+# bad records) on both sinks; not part of `make test`. CHAOS="--quick" for a short one,
+# CHAOS="--zookeeper" to keep the state in ZooKeeper and restart it too.
+chaos: deps venv
+	$(BIN)/python -m tests.chaos $(CHAOS)
 
 clean:
 	rm -rf .transactional .pytest_cache .mypy_cache .ruff_cache

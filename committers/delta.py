@@ -6,6 +6,18 @@ read back from the table's snapshot. Transactional mode uses the txid as the ver
 Delta itself skips a replay. Opaque mode must be able to write the same txid again, so
 its version is ``txid * ATTEMPT_SLOTS + n`` (n counts rewrites of that txid): it still
 grows strictly, and ``version // ATTEMPT_SLOTS`` is the txid the table holds.
+
+Fencing a deposed leader: Delta's commits are atomic and its conflict detection refuses
+a write that raced another on the same table, but a table cannot compare a fence token
+inside a MERGE the way the Redis script does. So the committer checks the runner still
+leads right before each table's write (``CommitterContext.check_leadership``), and what
+Delta guarantees against a leader that is paused *between* that check and the write is:
+in transactional mode, nothing can go wrong (a txid's rows follow from its stored
+metadata, and the txn marker makes a second write of a txid a no-op); in opaque mode,
+a leader paused in exactly that window may, when it resumes, rewrite the txid it was
+committing over its successor's rewrite of it, in that one table. Where leaders can be
+paused for longer than their store session, prefer the Redis committer (fenced inside
+its script) for opaque spouts.
 """
 
 from __future__ import annotations
@@ -255,12 +267,15 @@ class DeltaCommitter(CounterCommitter):
                 f"{attempt.txid}: a stale prepare result reached commit"
             )
         spark = self._spark()
+        leads = self._context().check_leadership
         outcomes: list[CommitOutcome] = []
         try:
             for table in self.counters.values():
                 source = prepared.counters[table.name]
+                leads()
                 outcomes.append(self._commit_table(spark, attempt.txid, table, source))
             if self.dead_letters is not None and prepared.dead_letters is not None:
+                leads()
                 outcomes.append(self._commit_dead_letters(attempt.txid, prepared.dead_letters))
         except TransactionalError:
             raise

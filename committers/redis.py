@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from committers.base import CounterCommitter, CounterTable
 from transactional.committer import CommitterContext
-from transactional.errors import CommitError, ConfigurationError
+from transactional.errors import CommitError, ConfigurationError, FencedError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 if TYPE_CHECKING:
@@ -23,12 +23,21 @@ if TYPE_CHECKING:
 ABSENT = ""
 
 #: Keys: 1 txid, 2 undo log, 3 undo dead-letter count, 4 mode, 5 dead-letter list,
-#: 6.. the counter hashes. Every check comes before the first write, because Redis does
-#: not roll a script back when a command fails half-way.
+#: 6 fence, 7.. the counter hashes. Every check comes before the first write, because
+#: Redis does not roll a script back when a command fails half-way. The fence is checked
+#: first and raised by every commit that passes, a skipped one included: once a new
+#: leader has committed anything here, no commit of an earlier leader gets through.
 _COMMIT_SCRIPT = """
 local batch = cjson.decode(ARGV[1])
 local txid = tonumber(batch.txid)
 local opaque = batch.mode == 'opaque'
+local fence = tonumber(batch.fence)
+if fence then
+  local held = tonumber(redis.call('GET', KEYS[6]) or '0')
+  if fence < held then
+    return {'fenced', tostring(held)}
+  end
+end
 local stored_mode = redis.call('GET', KEYS[4])
 if stored_mode and stored_mode ~= batch.mode then
   return {'mode', stored_mode}
@@ -36,13 +45,14 @@ end
 local last = redis.call('GET', KEYS[1])
 local last_n = last and tonumber(last)
 if last_n and txid <= last_n and not opaque then
+  if fence then redis.call('SET', KEYS[6], batch.fence) end
   return {'skipped', last}
 end
 if last_n and txid < last_n then
   return {'behind', last}
 end
 for i = 5, #KEYS do
-  if i > 5 or batch.dl then
+  if i > 6 or (i == 5 and batch.dl) then
     local want = 'hash'
     if i == 5 then want = 'list' end
     local kind = redis.call('TYPE', KEYS[i])['ok']
@@ -96,6 +106,7 @@ end
 if opaque then redis.call('SET', KEYS[3], pushed) end
 redis.call('SET', KEYS[1], batch.txid)
 redis.call('SET', KEYS[4], batch.mode)
+if fence then redis.call('SET', KEYS[6], batch.fence) end
 return {status, last or ''}
 """
 
@@ -139,7 +150,8 @@ class RedisCommitter(CounterCommitter):
     so readers need not know the mode. Dead letters are JSON strings
     ``{"raw", "reason", "txid"}`` in the list ``dead_letters_key``. Bookkeeping lives
     under ``namespace`` (default ``transactional:<topology id>:<committer name>``):
-    ``:txid`` (last committed txid), ``:mode``, and in opaque mode ``:undo`` and
+    ``:txid`` (last committed txid), ``:mode``, ``:fence`` (the highest fence token
+    that committed, see ``CommitterContext``), and in opaque mode ``:undo`` and
     ``:undo_dl``.
 
     Opaque mode keeps one undo log instead of ``(curr, prev, txid)`` per field. The two
@@ -262,12 +274,14 @@ class RedisCommitter(CounterCommitter):
             )
         hashes = list(prepared.counters)
         keys = [self._key(s) for s in ("txid", "undo", "undo_dl", "mode")]
-        keys += [self.dead_letters_key, *hashes]
+        keys += [self.dead_letters_key, self._key("fence"), *hashes]
         counters = [
-            [6 + i, [x for f, inc in prepared.counters[h].items() for x in (f, str(inc))]]
+            [7 + i, [x for f, inc in prepared.counters[h].items() for x in (f, str(inc))]]
             for i, h in enumerate(hashes)
         ]
-        payload = {
+        # Read at each commit: the runner raises it when it takes leadership back.
+        token = None if self.context is None else self.context.fence_token
+        payload: dict[str, Any] = {
             "txid": str(attempt.txid),
             "mode": self.mode.value,
             "absent": ABSENT,
@@ -275,6 +289,8 @@ class RedisCommitter(CounterCommitter):
             "counters": counters,
             "dead": prepared.dead_letters,
         }
+        if token is not None:
+            payload["fence"] = str(token)
         try:
             status, detail = self._script(keys=keys, args=[json.dumps(payload)])
         except redis.RedisError as exc:
@@ -288,6 +304,14 @@ class RedisCommitter(CounterCommitter):
             return CommitOutcome.REAPPLIED
         if status == "skipped":
             return CommitOutcome.SKIPPED
+        if status == "fenced":
+            raise FencedError(
+                f"Redis namespace {self.namespace!r} refused txid {attempt.txid}: it holds "
+                f"fence token {detail}, this runner's is {token}. Another runner has led "
+                "the topology since this one lost its leadership; nothing was written, "
+                "and this runner must stop. (If the state store was reset, reset this "
+                "namespace too: tokens start again with the store.)"
+            )
         raise CommitError(self._refusal(attempt.txid, status, detail))
 
     def _refusal(self, txid: int, status: str, detail: str) -> str:

@@ -18,7 +18,7 @@ import socket
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -173,6 +173,8 @@ class SQLiteStateStore(StateStore):
 
     def acquire_leadership(self, timeout: float | None = None) -> None:
         self._connection()
+        if self._lock_fd is not None and not self._is_current(self._lock_fd, self.lock_path):
+            self._release_lock()  # a lock on a deleted lock file excludes nobody
         if self._lock_fd is None:
             self._lock_fd = self._lock(timeout)
         try:
@@ -242,15 +244,26 @@ class SQLiteStateStore(StateStore):
                 f"the lock file {self.lock_path} of topology {self._tid!r} was deleted or "
                 "replaced, so another runner may lead it; stop this runner"
             )
-        row = (
-            self._connection()
-            .execute("SELECT fence FROM currtx WHERE topology_id = ?", (self._tid,))
-            .fetchone()
-        )
+        self._connection()
+        try:
+            # A connection of its own: a committer may call this from the commit thread
+            # while the runner's thread is inside a write on the shared one.
+            with closing(sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000)) as conn:
+                row = conn.execute(
+                    "SELECT fence FROM currtx WHERE topology_id = ?", (self._tid,)
+                ).fetchone()
+        except sqlite3.Error as exc:
+            raise LostLeadershipError(
+                f"cannot verify leadership in the state store {self.path}: {exc}"
+            ) from exc
         if row is None or row[0] != self._fence:
             raise LostLeadershipError(
                 f"another runner took over topology {self._tid!r}; stop this runner"
             )
+
+    def fence_token(self) -> int | None:
+        """The ``fence`` counter this runner set: one more for every leadership."""
+        return self._fence
 
     def _require_fence(self) -> int:
         if self._fence is None:

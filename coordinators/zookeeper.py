@@ -7,7 +7,16 @@ holds the leader's runner id), ``coordinator/currtx``, ``coordinator/meta/<txid>
 The fence is the version of ``currtx``: a new leader rewrites ``currtx`` to bump its
 version, and every write of ours is a multi-op that checks the version we last saw.
 So an old leader whose session expired (and that has not noticed yet) cannot write
-anything once a new leader took over, whatever its clock or network says.
+anything once a new leader took over, whatever its clock or network says. The version
+a leader took is also its fence token for the sinks (``fence_token``): versions only
+grow, so every new leader's token is above all earlier ones.
+
+After a lost session (kazoo opens a new one by itself) or a server restart, the same
+store can lead again: ``acquire_leadership`` waits for the connection, finds the leader
+node gone (it went with the session) or still its own (the session survived), and takes
+the fence anew. No call blocks on a lost connection for longer than the session timeout:
+a write whose reply does not come is reported as ``LostLeadershipError``, its outcome
+unknown, and the caller re-reads the state once it leads again.
 """
 
 from __future__ import annotations
@@ -83,6 +92,7 @@ class ZooKeeperStateStore(StateStore):
         self._flags = threading.Lock()
         self._session_lost = False
         self._fence: int | None = None  # version of currtx after our last write
+        self._token: int | None = None  # version of currtx when we took the fence
         self._session_id: int | None = None  # the session that owns our leader node
         self._currtx = 1  # the value of currtx at version self._fence
         # txid nodes that exist, so that advance knows what to delete without listing.
@@ -179,6 +189,7 @@ class ZooKeeperStateStore(StateStore):
     def acquire_leadership(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         leader = self._path("leader")
+        self._wait_connected(deadline)
         changed = threading.Event()
 
         def on_change(_event: object) -> None:
@@ -191,10 +202,16 @@ class ZooKeeperStateStore(StateStore):
                     break
                 except NodeExistsError:
                     pass
+                except (ConnectionLoss, SessionExpiredError):
+                    self._ride_out(deadline)  # a create that did apply is found below
+                    continue
                 changed.clear()
                 try:
                     holder, stat = self._zk.get(leader, watch=on_change)
                 except NoNodeError:
+                    continue
+                except (ConnectionLoss, SessionExpiredError):
+                    self._ride_out(deadline)
                     continue
                 if stat.ephemeralOwner == self._current_session():
                     break  # ours already, from an earlier call on this session
@@ -217,6 +234,25 @@ class ZooKeeperStateStore(StateStore):
             self._give_up_leader_node()
             raise CoordinatorError(f"cannot take the fence of {leader}: {exc!r}") from exc
 
+    def _ride_out(self, deadline: float | None) -> None:
+        """A standby waits through a connection blip (or a new session) rather than
+        fail: leadership may come up meanwhile."""
+        time.sleep(0.05)
+        self._wait_connected(deadline)
+
+    def _wait_connected(self, deadline: float | None) -> None:
+        """Requests made while disconnected wait in kazoo's queue with no time limit."""
+        while self._zk.state != KazooState.CONNECTED:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise StoreUnavailableError(
+                    f"not connected to ZooKeeper at {self.hosts} (state {self._zk.state}); "
+                    "check that the servers are running and reachable"
+                )
+            time.sleep(0.05)
+
+    def fence_token(self) -> int | None:
+        return self._token if self._fence is not None else None
+
     def _current_session(self) -> int | None:
         client_id = self._zk.client_id
         return None if client_id is None else int(client_id[0])
@@ -224,11 +260,16 @@ class ZooKeeperStateStore(StateStore):
     def _give_up_leader_node(self) -> None:
         """Delete our leader node now rather than when the session ends, so that a
         standby need not wait for the session timeout."""
+        leader = self._path("leader")
         try:
-            stat = self._zk.exists(self._path("leader"))
+            if self._zk.state != KazooState.CONNECTED:
+                return  # closing must not wait for a server that is gone
+            stat = self._zk.exists_async(leader).get(timeout=self.session_timeout)
             if stat is not None and stat.ephemeralOwner == self._session_id:
-                self._zk.delete(self._path("leader"), version=stat.version)
-        except KazooException:
+                self._zk.delete_async(leader, version=stat.version).get(
+                    timeout=self.session_timeout
+                )
+        except (KazooException, KazooTimeoutError):
             pass  # the node is ephemeral: it goes with the session anyway
 
     def _take_fence(self) -> None:
@@ -246,7 +287,7 @@ class ZooKeeperStateStore(StateStore):
                 stat = self._zk.set(currtx, data, version=stat.version)
             except BadVersionError:
                 continue
-            self._fence = stat.version
+            self._fence = self._token = stat.version
             self._currtx = int(_decode(data))
             self._metas = None  # an earlier leader may have written since we last looked
             return
@@ -272,8 +313,9 @@ class ZooKeeperStateStore(StateStore):
         leader = client.exists_async(self._path("leader"))
         currtx = client.exists_async(self._path("coordinator", "currtx"))
         try:
-            leader_stat, currtx_stat = leader.get(), currtx.get()
-        except KazooException as exc:
+            leader_stat = leader.get(timeout=self.session_timeout)
+            currtx_stat = currtx.get(timeout=self.session_timeout)
+        except (KazooException, KazooTimeoutError) as exc:
             raise LostLeadershipError(f"cannot verify leadership in ZooKeeper: {exc!r}") from exc
         if leader_stat is None or leader_stat.ephemeralOwner != self._session_id:
             raise LostLeadershipError(
@@ -335,13 +377,18 @@ class ZooKeeperStateStore(StateStore):
     def _commit(self, tx: Any, what: str, on_exists: str = "") -> list[Any]:
         """Commit a multi-op whose first operation checks the fence. Kazoo reports a
         failed multi-op as results: the failing operation's error, rollbacks elsewhere."""
+        if self._zk.state != KazooState.CONNECTED:  # else kazoo would queue it, unbounded
+            raise LostLeadershipError(
+                f"the ZooKeeper connection is {self._zk.state} while {what}; nothing was "
+                "written: take leadership again once it is back"
+            )
         try:
-            results: list[Any] = tx.commit()
-        except (ConnectionLoss, SessionExpiredError) as exc:
+            results: list[Any] = tx.commit_async().get(timeout=self.session_timeout)
+        except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
             self._metas = None  # the write may or may not have applied
             raise LostLeadershipError(
                 f"lost the ZooKeeper connection while {what}; the write may or may not have "
-                "applied: restart the runner to resume from the stored state"
+                "applied: the state is read again once this runner leads again"
             ) from exc
         except KazooException as exc:
             self._metas = None

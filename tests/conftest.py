@@ -60,3 +60,10 @@ def spark():  # type: ignore[no-untyped-def]
     session = create_spark_session("local[2]", "tests", delta_spark_conf())
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def transactional_spark(spark):  # type: ignore[no-untyped-def]
+    """The plugin's session is this suite's one session (with Delta): Spark keeps one
+    session configuration per process, so a second one would lose Delta's."""
+    return spark

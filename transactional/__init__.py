@@ -5,8 +5,10 @@ from transactional.bolt import Bolt
 from transactional.committer import Committer, CommitterContext
 from transactional.config import RunnerConfig
 from transactional.errors import (
+    BatchConfigurationError,
     CommitError,
     ConfigurationError,
+    ContractError,
     CoordinatorError,
     EmitError,
     LostLeadershipError,
@@ -30,6 +32,7 @@ from transactional.types import (
 )
 
 __all__ = [
+    "BatchConfigurationError",
     "BatchMetadata",
     "Bolt",
     "CommitError",
@@ -38,6 +41,7 @@ __all__ = [
     "Committer",
     "CommitterContext",
     "ConfigurationError",
+    "ContractError",
     "CoordinatorError",
     "EmitError",
     "LostLeadershipError",

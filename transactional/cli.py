@@ -2,7 +2,7 @@
 
 Settings come from flags, or from ``TRANSACTIONAL_*`` environment variables for the
 same names (``TRANSACTIONAL_ZOOKEEPER``, ``TRANSACTIONAL_STATE_DIR``,
-``TRANSACTIONAL_MASTER``); only this edge reads the environment.
+``TRANSACTIONAL_MASTER``, ``TRANSACTIONAL_CRASH_AT``); only this edge reads the environment.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from transactional.config import RunnerConfig
 from transactional.errors import ConfigurationError, TransactionalError
+from transactional.faults import FaultPoint, KillAt
 from transactional.store import StateStore
 
 
@@ -83,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--max-pending", type=int, default=2)
     run.add_argument("--max-attempts", type=int, default=10)
     run.add_argument("--until-drained", action="store_true")
+    run.add_argument(
+        "--crash-at",
+        default=_env("CRASH_AT"),
+        metavar="POINT:TXID[,...]",
+        help="SIGKILL the process (and its Spark JVM) when txid TXID reaches step POINT "
+        f"({', '.join(p.value for p in FaultPoint)}); for crash tests",
+    )
 
     status = commands.add_parser("status", help="print currtx and the stored transactions")
     _add_store_flags(status)
@@ -119,13 +127,14 @@ def _run(args: argparse.Namespace) -> int:
     from transactional.session import create_spark_session
 
     factory = _load_factory(args.factory)
+    crash = KillAt.parse(args.crash_at) if args.crash_at else None
     config = RunnerConfig(
         topology_id=args.topology_id, max_pending=args.max_pending, max_attempts=args.max_attempts
     )
     store = open_store(args.zookeeper, args.state_dir)
     spark = create_spark_session(args.master, f"transactional-{args.topology_id}")
     topology = factory(spark)
-    stats = TransactionalRunner(topology, store, spark, config).run(
+    stats = TransactionalRunner(topology, store, spark, config, faults=crash).run(
         until_drained=args.until_drained
     )
     print(

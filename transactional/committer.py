@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -12,11 +12,39 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+def _leads() -> None:
+    """The leadership check of a context built outside a runner: nothing to check."""
+
+
 class CommitterContext:
-    def __init__(self, spark: SparkSession | None, topology_id: str, name: str) -> None:
+    """What the runner tells a committer at ``open``.
+
+    ``fence_token`` is the state store's token of the runner's current leadership
+    (``StateStore.fence_token``; None if the store has none). The runner raises it in
+    place when it re-acquires leadership, before any commit under the new leadership.
+    A sink that can compare it atomically with its write stores it with each commit and
+    refuses a lower token with ``FencedError`` (``RedisCommitter`` does, in its script):
+    then a deposed leader that wakes up in the middle of a commit writes nothing.
+
+    ``check_leadership`` raises ``LostLeadershipError`` unless the runner still leads;
+    it is safe to call from the commit thread. A sink that cannot fence atomically
+    (``DeltaCommitter``) calls it right before each write, which narrows the window
+    for a deposed leader's write to one write, without closing it.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession | None,
+        topology_id: str,
+        name: str,
+        fence_token: int | None = None,
+        check_leadership: Callable[[], None] = _leads,
+    ) -> None:
         self.spark = spark
         self.topology_id = topology_id
         self.name = name
+        self.fence_token = fence_token
+        self.check_leadership = check_leadership
 
 
 class Committer(ABC):
@@ -53,9 +81,17 @@ class Committer(ABC):
 
     @abstractmethod
     def commit(self, attempt: TransactionAttempt, prepared: Any) -> CommitOutcome:
-        """Write ``prepared`` for ``attempt.txid`` atomically with the txid."""
+        """Write ``prepared`` for ``attempt.txid`` atomically with the txid. Raise
+        ``FencedError`` (writing nothing) if the sink holds a higher fence token than
+        ``context.fence_token``: another runner leads now."""
 
     def committed_txid(self) -> int | None:
-        """The last txid the sink holds (None if none). Used to resolve a commit whose
-        outcome is unknown by reading the sink, never by guessing."""
+        """The last txid the sink holds (None if none or unknown).
+
+        When ``commit`` raises, its write may still have been applied (a reply lost to
+        a timeout or a dropped connection). The runner then asks this: if the sink holds
+        the txid it is not committed again (nor counted as failed); otherwise it is
+        replayed. So this must read the sink itself, never a value cached by ``commit``.
+        Called from the commit thread; the default (None) makes every failed commit
+        a replay, which an idempotent sink makes exact anyway."""
         return None

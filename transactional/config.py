@@ -21,8 +21,13 @@ class RunnerConfig(BaseModel):
     backoff_max_s: float = Field(default=5.0, ge=0)
     #: How long to wait before asking ``is_ready`` again when it said no.
     poll_interval_s: float = Field(default=1.0, gt=0)
-    #: How long to wait for leadership of the topology id before giving up.
+    #: How long to wait for leadership of the topology id before giving up; also how
+    #: long to keep trying to get it back after losing it (session expiry, store
+    #: restart). None: as long as it takes.
     leader_timeout_s: float | None = Field(default=None, gt=0)
+    #: Times one run may lose leadership and get it back before it stops with
+    #: ``LostLeadershipError``. Losing it to another runner always stops the run.
+    max_reelections: int = Field(default=10, ge=0)
 
     @model_validator(mode="after")
     def _backoff_order(self) -> RunnerConfig:

@@ -15,6 +15,13 @@ class TopologyValidationError(ConfigurationError):
     """The topology's wiring is wrong (unknown stream, cycle, mode mismatch)."""
 
 
+class ContractError(ConfigurationError):
+    """A spout or bolt returned what its contract forbids (not a DataFrame, metadata of
+    the wrong type or that JSON cannot hold, a batch without the columns a bolt reads).
+    The same code gives the same answer on every attempt, so the runner never retries it.
+    """
+
+
 class CoordinatorError(TransactionalError):
     """The state store or the coordination around it failed."""
 
@@ -45,6 +52,23 @@ class AttemptTimeoutError(TransactionalError):
 
 class InjectedFault(TransactionalError):
     """A failure injected on purpose by a fault plan (tests, ``--fail-rate``)."""
+
+
+class BatchConfigurationError(ConfigurationError):
+    """A txid failed with a ``ConfigurationError``: no retry can fix that, so the runner
+    stopped at its first attempt instead of backing off ``max_attempts`` times."""
+
+    def __init__(self, txid: int, metadata: object, cause: BaseException, phase: str) -> None:
+        self.txid = txid
+        self.metadata = metadata
+        self.cause = cause
+        self.phase = phase
+        stored = "not stored" if metadata is None else f"metadata={metadata!r}"
+        super().__init__(
+            f"txid {txid} cannot run ({phase}): {type(cause).__name__}: {cause}. This is a "
+            f"configuration or code error, so it was not retried; {stored}. Fix it and "
+            "start the runner again: it resumes from this txid, nothing is lost."
+        )
 
 
 class PoisonBatchError(TransactionalError):

@@ -25,17 +25,33 @@ The protocol, as this module runs it (``currtx`` is the next txid to commit):
    above it are dropped and started again, after a back-off, with new attempt ids and
    the same stored metadata (opaque: from the last committed partition metadata).
    After ``max_attempts`` failures of one txid the runner stops with
-   ``PoisonBatchError``; the store keeps everything needed to resume. Results and
+   ``PoisonBatchError``; the store keeps everything needed to resume. A
+   ``ConfigurationError`` (also the ``ContractError`` raised here when a spout or bolt
+   returns the wrong thing) fails the same way on every attempt, so it is not retried:
+   the runner stops at once with ``BatchConfigurationError``. Results and
    commits of a superseded attempt are ignored when they arrive.
 6. **Restart**: read ``currtx`` and all stored metadata, replay every started but
    uncommitted txid with its stored metadata, and only then start new ones. The
    committers skip (transactional) or undo and reapply (opaque) what they had applied.
+7. **Lost leadership** (the store raises ``LostLeadershipError``: a session that
+   expired, a store that restarted, a fenced write): stop committing at once, drop and
+   cancel everything in flight, and take leadership again on the same store within
+   ``leader_timeout_s``; then re-read the state and go on as after a restart (step 6),
+   with the store's new fence token handed to the committers. A runner that finds it
+   was deposed (``FencedError``: a sink or the store holds a newer leader's fence; or
+   another runner holds the leadership by now) stops instead, writing nothing more.
+
+A commit that raised may have been applied anyway (a reply lost to a timeout): before
+treating it as a failure, the runner reads the txid the sink holds
+(``Committer.committed_txid``) and, if the sink has it, goes on without committing
+again. It never guesses.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import json
 import logging
 import queue
 import threading
@@ -47,20 +63,25 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from transactional.bolt import DEFAULT_STREAM
-from transactional.committer import CommitterContext
+from transactional.committer import Committer, CommitterContext
 from transactional.config import RunnerConfig
 from transactional.engine import Engine, SparkEngine
 from transactional.errors import (
     AttemptTimeoutError,
+    BatchConfigurationError,
+    ConfigurationError,
+    ContractError,
     CoordinatorError,
-    EmitError,
+    FencedError,
     LostLeadershipError,
     PoisonBatchError,
     TransactionalError,
 )
 from transactional.faults import FaultPlan, FaultPoint
+from transactional.flow import AdaptiveBatchSize
+from transactional.leadership import reacquire
 from transactional.spout import SpoutContext
-from transactional.store import StateStore, TopologyIdentity
+from transactional.store import StateStore, StoredState, TopologyIdentity
 from transactional.topology import SPOUT, Topology
 from transactional.types import (
     BatchMetadata,
@@ -85,6 +106,26 @@ class RunStats:
     stale_ignored: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     last_committed: int = 0
+    #: Times leadership was lost and taken back during the run (step 7).
+    reelections: int = 0
+    #: Commits that raised but that the sink held: resolved by reading it, not redone.
+    resolved_commits: int = 0
+    #: Where each committed txid's time went (its last, successful attempt).
+    timings: list[TxTiming] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TxTiming:
+    """Seconds per protocol step of one committed txid: ``store`` writes its metadata,
+    ``emit`` builds and materialises the batch, ``process`` runs the bolts and the
+    committers' ``prepare``, ``commit`` the committers, ``advance`` the fenced store write."""
+
+    txid: int
+    store_s: float
+    emit_s: float
+    process_s: float
+    commit_s: float
+    advance_s: float
 
 
 @dataclass
@@ -100,6 +141,7 @@ class _Slot:
     state: str = "processing"  # -> "processed" -> "committing"
     records: int = 0
     prepared: list[Any] = field(default_factory=list)
+    times: dict[str, float] = field(default_factory=dict)  # step -> seconds
     deadline: float | None = None
 
     @property
@@ -132,6 +174,7 @@ class TransactionalRunner:
         listener: RunListener | None = None,
         engine: Engine | None = None,
         clock: Callable[[], float] = time.monotonic,
+        batch_size: AdaptiveBatchSize | None = None,
     ) -> None:
         if config is None:
             raise TypeError("config is required: RunnerConfig(topology_id=...)")
@@ -145,6 +188,10 @@ class TransactionalRunner:
         self.engine = engine
         self.faults = faults
         self.listener = listener
+        #: Flow control of new txids' sizes (``--batch-size auto``); None: the spout's own.
+        self.batch_size = batch_size
+        self._first_started: dict[int, float] = {}  # txid -> when its first attempt began
+        self._store_times: dict[int, float] = {}  # txid -> seconds to store its metadata
         self.clock = clock
         self.stats = RunStats()
         self._spout = topology.spout
@@ -165,6 +212,7 @@ class TransactionalRunner:
         self._partitions: dict[int, dict[int, BatchMetadata]] = {}
         self._workers: ThreadPoolExecutor | None = None
         self._committer_thread: ThreadPoolExecutor | None = None
+        self._contexts: list[CommitterContext] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -179,45 +227,52 @@ class TransactionalRunner:
         self._open()
         try:
             while not self._stop.is_set():
-                self._start_transactions()
-                if until_drained and self._drained():
-                    break
-                self._maybe_commit()
-                self._check_timeouts()
                 try:
-                    event = self._events.get(timeout=self._wait_time())
-                except queue.Empty:
-                    continue
-                self._handle(event)
+                    if self._step(until_drained):
+                        break
+                except LostLeadershipError as lost:
+                    self._regain_leadership(lost)
         finally:
             self._close()
         return self.stats
+
+    def _step(self, until_drained: bool) -> bool:
+        """One turn of the coordinator loop; True once drained."""
+        self._start_transactions()
+        if until_drained and self._drained():
+            return True
+        self._maybe_commit()
+        self._check_timeouts()
+        try:
+            event = self._events.get(timeout=self._wait_time())
+        except queue.Empty:
+            return False
+        self._handle(event)
+        return False
 
     def _open(self) -> None:
         cfg = self.config
         self.store.open(cfg.topology_id)
         self.store.register(TopologyIdentity(self._spout.identity(), self._kind.value))
+        log.info("acquiring leadership topology=%s (a standby waits here)", cfg.topology_id)
         self.store.acquire_leadership(cfg.leader_timeout_s)
-        state = self.store.read_state()
-        self._currtx = self._next_txid = state.currtx
-        meta_type = self._spout.metadata_type
-        for txid, value in state.metas.items():
-            self._metas[txid] = (
-                meta_type.model_validate(value) if self._kind is SpoutKind.TRANSACTIONAL else value
-            )
-        for txid, parts in state.partitions.items():
-            self._partitions[txid] = {int(p): meta_type.model_validate(v) for p, v in parts.items()}
-        replays = sorted(t for t in self._metas if t >= self._currtx)
+        replays = self._load_state(self.store.read_state())
         log.info(
-            "runner started topology=%s currtx=%d replays=%s max_pending=%d",
+            "runner started topology=%s currtx=%d replays=%s max_pending=%d fence=%s",
             cfg.topology_id,
             self._currtx,
             replays,
             cfg.max_pending,
+            self.store.fence_token(),
         )
-        self._spout.open(SpoutContext(self.engine.spark, cfg.topology_id))
+        self._spout.open(SpoutContext(self.engine.spark, cfg.topology_id, self.batch_size))
+        token = self.store.fence_token()
         for node in self.topology.committers:
-            node.committer.open(CommitterContext(self.engine.spark, cfg.topology_id, node.name))
+            context = CommitterContext(
+                self.engine.spark, cfg.topology_id, node.name, token, self.store.check_leadership
+            )
+            self._contexts.append(context)
+            node.committer.open(context)
         self._workers = ThreadPoolExecutor(cfg.max_pending, thread_name_prefix="txn-process")
         self._committer_thread = ThreadPoolExecutor(1, thread_name_prefix="txn-commit")
 
@@ -231,6 +286,76 @@ class TransactionalRunner:
             _quietly(node.committer.close, "committer close")
         _quietly(self._spout.close, "spout close")
         _quietly(self.store.close, "store close")
+
+    def _load_state(self, state: StoredState) -> list[int]:
+        """Mirror the stored state (steps 6 and 7); returns the txids to replay."""
+        self._currtx = self._next_txid = state.currtx
+        self._metas.clear()
+        self._partitions.clear()
+        meta_type = self._spout.metadata_type
+        for txid, value in state.metas.items():
+            self._metas[txid] = (
+                meta_type.model_validate(value) if self._kind is SpoutKind.TRANSACTIONAL else value
+            )
+        for txid, parts in state.partitions.items():
+            self._partitions[txid] = {int(p): meta_type.model_validate(v) for p, v in parts.items()}
+        return sorted(t for t in self._metas if t >= self._currtx)
+
+    def _regain_leadership(self, lost: LostLeadershipError) -> None:
+        """Step 7. Whatever is in flight was started under the lost leadership: drop it,
+        cancel its Spark jobs, and start again from the stored state. A commit already
+        running cannot be stopped, but it is fenced, and the commit thread runs it
+        before any commit made under the new leadership."""
+        cfg = self.config
+        for txid in sorted(self._slots):
+            slot = self._slots.pop(txid)
+            self._cancel(slot)
+            meta = self._public_meta(slot)
+            _quietly(functools.partial(self._spout.fail, txid, meta), "spout fail")
+        self._committing = None
+        if isinstance(lost, FencedError):
+            log.error(
+                "deposed: another runner leads topology=%s; a write of this runner was "
+                "refused and it stops without writing anything more: %s",
+                cfg.topology_id,
+                lost,
+            )
+            raise lost
+        self.stats.reelections += 1
+        if self.stats.reelections > cfg.max_reelections:
+            raise LostLeadershipError(
+                f"lost the leadership of topology {cfg.topology_id!r} "
+                f"{self.stats.reelections} times in this run (max_reelections="
+                f"{cfg.max_reelections}); last: {lost}. Check the state store's health"
+            ) from lost
+        log.warning(
+            "leadership lost topology=%s currtx=%d error=%s: %s; in-flight txids dropped, "
+            "taking leadership back",
+            cfg.topology_id,
+            self._currtx,
+            type(lost).__name__,
+            lost,
+        )
+        try:
+            state = reacquire(self.store, cfg.topology_id, cfg.leader_timeout_s, self._stop)
+        except LostLeadershipError as exc:
+            log.error("deposed or cut off topology=%s; stopping: %s", cfg.topology_id, exc)
+            raise
+        if state is None:
+            return
+        replays = self._load_state(state)
+        token = self.store.fence_token()
+        for context in self._contexts:
+            context.fence_token = token
+        self._retry_at = self._poll_at = 0.0
+        self._not_ready = False
+        log.warning(
+            "leadership taken back topology=%s currtx=%d replays=%s fence=%s",
+            cfg.topology_id,
+            self._currtx,
+            replays,
+            token,
+        )
 
     # ------------------------------------------------------------------ 1. start
 
@@ -273,7 +398,7 @@ class TransactionalRunner:
                     return False
                 meta = spout.initialize_transaction(txid, prev)
                 self._check_meta(meta, "initialize_transaction")
-                self.store.start_transaction(txid, dump_meta(meta), {})
+                self._store_start(txid, dump_meta(meta), {})
                 self._metas[txid] = meta
             meta = self._metas[txid]
         elif self._kind is SpoutKind.PARTITIONED:
@@ -286,9 +411,7 @@ class TransactionalRunner:
                     partitions[p] = spout.emit_partition_batch_new(attempt, p, last.get(p))
                     self._check_meta(partitions[p], "emit_partition_batch_new")
                 record = {"partitions": count}
-                self.store.start_transaction(
-                    txid, record, {p: dump_meta(m) for p, m in partitions.items()}
-                )
+                self._store_start(txid, record, {p: dump_meta(m) for p, m in partitions.items()})
                 self._metas[txid], self._partitions[txid] = record, partitions
             meta, partitions = self._metas[txid], self._partitions[txid]
         else:
@@ -298,7 +421,7 @@ class TransactionalRunner:
                 if count <= 0 or not spout.is_ready(txid, last):
                     return False
                 record = {"partitions": count}
-                self.store.start_transaction(txid, record, {})
+                self._store_start(txid, record, {})
                 self._metas[txid] = record
             meta = self._metas[txid]
             self._check_fault(FaultPoint.AFTER_STORE_META, attempt, number)
@@ -311,10 +434,16 @@ class TransactionalRunner:
         if self.config.attempt_timeout_s is not None:
             slot.deadline = slot.started + self.config.attempt_timeout_s
         self._slots[txid] = slot
+        self._first_started.setdefault(txid, slot.started)
         log.debug("txid started txid=%d attempt=%s replay=%s", txid, attempt, replay)
         assert self._workers is not None
         self._workers.submit(self._process, slot)
         return True
+
+    def _store_start(self, txid: int, meta: Any, partitions: Mapping[int, Any]) -> None:
+        began = time.perf_counter()
+        self.store.start_transaction(txid, meta, partitions)
+        self._store_times[txid] = time.perf_counter() - began
 
     def _emitted_before(self, txid: int) -> dict[int, BatchMetadata]:
         """Opaque spouts: where each partition stood after ``txid - 1``: emitted by its
@@ -328,11 +457,21 @@ class TransactionalRunner:
         return committed
 
     def _check_meta(self, meta: object, method: str) -> None:
+        """Refuse metadata the store cannot hold *before* anything is stored: a replay
+        rebuilds the batch from the stored JSON alone, so it must load back unchanged."""
+        spout = type(self._spout).__name__
         expected = self._spout.metadata_type
         if not isinstance(meta, expected):
-            raise EmitError(
-                f"{type(self._spout).__name__}.{method} returned {type(meta).__name__}, "
+            raise ContractError(
+                f"{spout}.{method} returned {type(meta).__name__}, "
                 f"not its metadata_type {expected.__name__}"
+            )
+        problem = _json_problem(meta)
+        if problem is not None:
+            raise ContractError(
+                f"{spout}.{method} returned {expected.__name__} metadata that JSON cannot "
+                f"hold: {problem}. Metadata must be plain JSON values (no NaN or infinity, "
+                f"no bytes): change that field's type or value in {expected.__name__}"
             )
 
     # ------------------------------------------------------------------ 2. process
@@ -363,19 +502,22 @@ class TransactionalRunner:
             frames = [slot.frames[p] for p in sorted(slot.frames)]
         for frame in frames:
             if not self.engine.is_frame(frame):
-                raise EmitError(
+                raise ContractError(
                     f"{type(spout).__name__} emitted a {type(frame).__name__} for txid "
                     f"{attempt.txid}, not a DataFrame"
                 )
+        began = time.perf_counter()
         batch = self.engine.materialise(self.engine.union(frames))
         records = self.engine.count(batch)
+        slot.times["emit"] = time.perf_counter() - began
+        began = time.perf_counter()
         streams: dict[tuple[str, str], Any] = {(SPOUT, DEFAULT_STREAM): batch}
         for node in self.topology.bolts:
             out = node.bolt.process(attempt, streams[node.input])
             if not isinstance(out, Mapping):
                 out = {DEFAULT_STREAM: out} if len(node.bolt.outputs) == 1 else out
             if not isinstance(out, Mapping) or set(out) != set(node.bolt.outputs):
-                raise EmitError(
+                raise ContractError(
                     f"bolt {node.name!r} returned streams "
                     f"{sorted(out) if isinstance(out, Mapping) else type(out).__name__}, "
                     f"but declares {list(node.bolt.outputs)}"
@@ -388,6 +530,7 @@ class TransactionalRunner:
             node.committer.prepare(attempt, {k: streams[ref] for k, ref in node.inputs.items()})
             for node in self.topology.committers
         ]
+        slot.times["process"] = time.perf_counter() - began
         return records, prepared
 
     # ------------------------------------------------------------------ 3. commit
@@ -399,29 +542,76 @@ class TransactionalRunner:
         self.store.check_leadership()  # a runner that lost leadership must not commit
         slot.state = "committing"
         slot.started = self.clock()
-        if self.config.attempt_timeout_s is not None:
-            slot.deadline = slot.started + self.config.attempt_timeout_s
+        # The commit's timeout starts when the commit thread takes it up (see _commit): a
+        # commit queued behind a timed-out, still-running one has not begun yet.
+        slot.deadline = None
         self._committing = slot
         assert self._committer_thread is not None
         self._committer_thread.submit(self._commit, slot)
 
     def _commit(self, slot: _Slot) -> None:
         attempt = slot.attempt
+        if self.config.attempt_timeout_s is not None:
+            slot.deadline = self.clock() + self.config.attempt_timeout_s
+        began = time.perf_counter()
         try:
             outcomes = []
             with self.engine.job_group(slot.group):
                 for i, (node, prepared) in enumerate(
                     zip(self.topology.committers, slot.prepared, strict=True)
                 ):
-                    point = (
-                        FaultPoint.BEFORE_SINK_WRITE if i == 0 else FaultPoint.BETWEEN_COMMITTERS
-                    )
-                    self._check_fault(point, attempt, slot.number)
-                    outcomes.append(node.committer.commit(attempt, prepared))
+                    if i < 2:  # each point once per attempt: only the first gap is named
+                        point = (
+                            FaultPoint.BEFORE_SINK_WRITE
+                            if i == 0
+                            else FaultPoint.BETWEEN_COMMITTERS
+                        )
+                        self._check_fault(point, attempt, slot.number)
+                    outcomes.append(self._commit_one(node.name, node.committer, attempt, prepared))
                 self._check_fault(FaultPoint.AFTER_SINK_WRITE, attempt, slot.number)
+            slot.times["commit"] = time.perf_counter() - began
             self._events.put(_Event("committed", attempt, outcomes))
         except BaseException as exc:
             self._events.put(_Event("commit_failed", attempt, exc))
+
+    def _commit_one(
+        self, name: str, committer: Committer, attempt: TransactionAttempt, prepared: Any
+    ) -> CommitOutcome:
+        """Commit to one sink; if that raised, read what the sink holds rather than guess:
+        a txid it holds is not committed again (its reply was lost, not its write)."""
+        try:
+            return committer.commit(attempt, prepared)
+        except LostLeadershipError:
+            raise
+        except Exception as exc:
+            # An opaque replay may emit another batch: only a fresh commit of this
+            # attempt's own rows is exact, so the sink's txid settles nothing there.
+            if self._kind is SpoutKind.OPAQUE:
+                raise
+            try:
+                held = committer.committed_txid()
+            except Exception as unreadable:
+                log.warning(
+                    "commit outcome unknown committer=%s txid=%d error=%r; the sink cannot "
+                    "be read either (%r): replaying",
+                    name,
+                    attempt.txid,
+                    exc,
+                    unreadable,
+                )
+                raise exc from None
+            if held is None or held < attempt.txid:
+                raise
+            self.stats.resolved_commits += 1  # only the commit thread writes it
+            log.warning(
+                "commit raised but the sink holds the txid committer=%s txid=%d held=%d "
+                "error=%r: not committing it again",
+                name,
+                attempt.txid,
+                held,
+                exc,
+            )
+            return CommitOutcome.SKIPPED
 
     # ------------------------------------------------------------------ 4. advance
 
@@ -429,7 +619,19 @@ class TransactionalRunner:
         txid = slot.txid
         opaque = self._kind is SpoutKind.OPAQUE
         stored = {p: dump_meta(m) for p, m in slot.partitions.items()} if opaque else None
+        began = time.perf_counter()
         self.store.advance(txid, stored)
+        t = slot.times
+        self.stats.timings.append(
+            TxTiming(
+                txid,
+                self._store_times.pop(txid, 0.0),
+                t.get("emit", 0.0),
+                t.get("process", 0.0),
+                t.get("commit", 0.0),
+                time.perf_counter() - began,
+            )
+        )
         self._committing = None
         self._currtx = txid + 1
         del self._slots[txid]
@@ -439,6 +641,9 @@ class TransactionalRunner:
             for old in [t for t in table if t < txid]:
                 del table[old]
         self._failures.pop(txid, None)
+        started = self._first_started.pop(txid, None)
+        if self.batch_size is not None and started is not None:
+            self.batch_size.on_commit(self.clock() - started)
         self.stats.committed_txids += 1
         self.stats.records += slot.records
         self.stats.last_committed = txid
@@ -461,6 +666,11 @@ class TransactionalRunner:
     def _handle(self, event: _Event) -> None:
         if event.kind == "wakeup":
             return
+        if isinstance(event.payload, BaseException) and not isinstance(event.payload, Exception):
+            # Not a failure to retry but the process going down (SystemExit, a simulated
+            # crash of transactional.testing): end the run at once, as a kill would, even
+            # when it comes from a stale attempt. No advance, no hooks, no retry.
+            raise event.payload
         slot = self._slots.get(event.attempt.txid)
         if slot is None or slot.attempt != event.attempt:
             self.stats.stale_ignored += 1
@@ -477,6 +687,8 @@ class TransactionalRunner:
                 raise
             except CoordinatorError as exc:
                 self._fail(slot.txid, exc, "advance")
+        elif isinstance(event.payload, LostLeadershipError):
+            raise event.payload  # step 7 (a fenced sink, a leadership check): not a failure
         else:
             self._fail(slot.txid, event.payload, event.kind.split("_")[0])
 
@@ -484,6 +696,8 @@ class TransactionalRunner:
         self._failures[txid] += 1
         failures = self._failures[txid]
         self.stats.failures += 1
+        if self.batch_size is not None:
+            self.batch_size.on_failure()
         log.warning(
             "txid failed txid=%d phase=%s failures=%d error=%s: %s",
             txid,
@@ -501,12 +715,17 @@ class TransactionalRunner:
             _quietly(functools.partial(self._spout.fail, t, meta), "spout fail")
         self._next_txid = min(self._next_txid, txid)
         self._not_ready = False
+        if isinstance(exc, ConfigurationError):  # the same on every attempt: never retried
+            raise BatchConfigurationError(txid, self._stored_meta(txid), exc, phase) from exc
         if failures >= self.config.max_attempts:
-            meta = self._metas.get(txid)
-            if txid in self._partitions:
-                meta = {"meta": meta, "partitions": self._partitions[txid]}
-            raise PoisonBatchError(txid, meta, exc, failures) from exc
+            raise PoisonBatchError(txid, self._stored_meta(txid), exc, failures) from exc
         self._retry_at = self.clock() + self.config.backoff(failures)
+
+    def _stored_meta(self, txid: int) -> Any:
+        meta = self._metas.get(txid)
+        if txid in self._partitions:
+            meta = {"meta": meta, "partitions": self._partitions[txid]}
+        return meta
 
     def _check_timeouts(self) -> None:
         now = self.clock()
@@ -545,10 +764,37 @@ class TransactionalRunner:
         deadlines = [s.deadline for s in self._slots.values() if s.deadline is not None]
         if self._retry_at > now:
             deadlines.append(self._retry_at)
-        if self._not_ready:
+        if self._not_ready or self._poll_at > now:  # a failure clears _not_ready, not the poll
             deadlines.append(self._poll_at)
+        room = self._next_txid < self._currtx + self.config.max_pending
+        if room and not self._not_ready and self._retry_at <= now and self._poll_at <= now:
+            deadlines.append(now)  # a start is due now (e.g. a retry without back-off)
         wait = min(deadlines, default=now + 1.0) - now
         return max(0.001, min(wait, 1.0))
+
+
+def _json_problem(meta: BatchMetadata) -> str | None:
+    """What keeps ``meta`` from a faithful JSON round trip, naming the field; None if
+    nothing does."""
+    for name in type(meta).model_fields:
+        try:
+            json.dumps(meta.model_dump(mode="json", include={name}), allow_nan=False)
+        except (TypeError, ValueError) as exc:  # NaN, bytes that are not UTF-8, ...
+            return f"field {name!r} = {_brief_repr(getattr(meta, name))} ({exc})"
+    try:
+        text = json.dumps(dump_meta(meta), allow_nan=False)
+        again = type(meta).model_validate(json.loads(text))
+    except (TypeError, ValueError) as exc:
+        return f"it does not load back from its JSON {_brief_repr(meta)} ({exc})"
+    changed = [n for n in type(meta).model_fields if getattr(again, n) != getattr(meta, n)]
+    if changed:
+        return f"field(s) {changed} load back from JSON as different values"
+    return None
+
+
+def _brief_repr(value: object, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _quietly(fn: Callable[[], Any], what: str) -> None:

@@ -34,7 +34,16 @@ class TopologyIdentity:
 class StateStore(ABC):
     """One topology's transaction state. All writes are atomic; ``advance`` is fenced.
 
-    The runner calls every method from one thread.
+    The runner calls every method from one thread, except ``check_leadership``, which
+    a committer may also call from the commit thread (``CommitterContext``): it must be
+    safe to call concurrently with the others.
+
+    Leadership can be lost without the runner's doing (a ZooKeeper session that
+    expired, a lock file deleted). Every method that finds so raises
+    ``LostLeadershipError``; ``FencedError`` (a subclass) when it has proof that another
+    runner took over. After a plain ``LostLeadershipError`` the runner may call
+    ``acquire_leadership`` again on the same open store, then ``read_state``: the store
+    must support that (reconnecting, or starting a new session, as needed).
     """
 
     @abstractmethod
@@ -55,11 +64,21 @@ class StateStore(ABC):
     def acquire_leadership(self, timeout: float | None = None) -> None:
         """Block until this runner is the only one coordinating the topology id, then
         take the fence: from here on, writes by any earlier leader are refused.
-        Raise ``LostLeadershipError`` on timeout."""
+        Raise ``LostLeadershipError`` on timeout while another runner leads, and
+        ``StoreUnavailableError`` (or another ``CoordinatorError``) if the store cannot be
+        reached in time: the runner tells "someone else leads" from "try again"."""
 
     @abstractmethod
     def check_leadership(self) -> None:
         """Raise ``LostLeadershipError`` unless this runner still provably leads."""
+
+    def fence_token(self) -> int | None:
+        """The fencing token of this runner's current leadership: taken by
+        ``acquire_leadership`` and greater than the token of every earlier leadership of
+        the topology id. Sinks store it with each commit and refuse a lower one, so a
+        leader deposed without knowing it (paused past its session, say) cannot write
+        once its successor has. None: this store has no token (sinks do not fence)."""
+        return None
 
     @abstractmethod
     def read_state(self) -> StoredState:

@@ -25,6 +25,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from transactional.bolt import DEFAULT_STREAM, Bolt
+from transactional.errors import ContractError
 from transactional.types import TransactionAttempt
 
 if TYPE_CHECKING:
@@ -36,6 +37,9 @@ DEAD_LETTERS = "dead_letters"
 HASHTAGS = "hashtags"
 USERS = "users"
 USERS_HASHTAGS = "users_hashtags"
+
+#: The spout columns the parse bolt reads (``lines.RECORD_SCHEMA``) and their types.
+RECORD_COLUMNS = {"raw": "string", "error": "string"}
 
 #: ASCII whitespace, as a Java regex. Python's str.split() would also split on Unicode
 #: spaces, which is not the rule.
@@ -78,6 +82,7 @@ class ParseTweets(Bolt):
     outputs = (DEFAULT_STREAM, DEAD_LETTERS)
 
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Mapping[str, DataFrame]:
+        _check_records(batch)
         parsed = batch.select("raw", "error", _parse(F.col("raw")).alias("value"))
         # The one-row ``inline`` is an optimisation barrier: a filter on a plain projected
         # ``reason`` would be pushed below the projection with the parse inlined into
@@ -99,6 +104,20 @@ class ParseTweets(Bolt):
         )
         dead = checked.where(F.col("reason").isNotNull()).select("raw", "reason")
         return {DEFAULT_STREAM: tweets, DEAD_LETTERS: dead}
+
+
+def _check_records(batch: DataFrame) -> None:
+    """A spout of the wrong shape is a wiring mistake: say so at the first batch, by
+    name, rather than fail every attempt deep inside Spark's analyser."""
+    have = dict(batch.dtypes)
+    if any(have.get(name) != kind for name, kind in RECORD_COLUMNS.items()):
+        expected = ", ".join(f"{n} {k.upper()}" for n, k in RECORD_COLUMNS.items())
+        got = ", ".join(f"{n} {k.upper()}" for n, k in have.items()) or "no columns"
+        raise ContractError(
+            f"ParseTweets reads the spout's columns {expected} "
+            f"(examples.tweets.lines.RECORD_SCHEMA), but the batch has {got}: make the "
+            "spout emit that schema"
+        )
 
 
 def _tokens(prefix: str) -> Column:

@@ -8,6 +8,7 @@ configuration, reported before anything is touched; 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import TextIO
 
 from examples.tweets.progress import configure_logging, kv
 from transactional.errors import ConfigurationError, StoreUnavailableError, TransactionalError
+from transactional.faults import FaultPoint
 
 __all__ = ["build_parser", "main"]
 
@@ -36,9 +38,9 @@ def _rate(text: str) -> float:
 def _add_sink_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sink",
-        choices=("delta", "redis"),
+        choices=("delta", "redis", "both"),
         default="delta",
-        help="where the counts go (default: delta)",
+        help="where the counts go; both: Redis and Delta, two committers (default: delta)",
     )
     p.add_argument(
         "--delta-path", metavar="DIR", help="Delta tables directory (default: <state-dir>/delta)"
@@ -110,16 +112,39 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOSTS",
         help="ZooKeeper state store, e.g. 127.0.0.1:2181 (default: SQLite)",
     )
+    run.add_argument(
+        "--zk-session-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="ZooKeeper session timeout: how long a standby waits for a dead leader "
+        "before taking over (default: %(default)s)",
+    )
     _add_sink_flags(run)
     run.add_argument(
         "--batch-size",
-        type=int,
+        type=_batch_size,
         default=1000,
-        metavar="N",
-        help="records per txid (per partition for partitioned/opaque)",
+        metavar="N|auto",
+        help="records per txid (per partition for partitioned/opaque); 'auto' starts at "
+        "1000 and adapts to keep a txid under --target-latency",
+    )
+    run.add_argument(
+        "--target-latency",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="with --batch-size auto: seconds one txid may take end to end (default: %(default)s)",
     )
     run.add_argument(
         "--max-pending", type=int, default=2, metavar="K", help="txids in flight at once"
+    )
+    run.add_argument(
+        "--max-attempts",
+        type=int,
+        default=10,
+        metavar="N",
+        help="attempts of one txid before the run stops with an error naming it (default: 10)",
     )
     run.add_argument("--topology-id", default="tweets", metavar="ID")
     run.add_argument(
@@ -135,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="inject failures into this fraction of attempts",
     )
     run.add_argument("--fail-seed", type=int, metavar="S", help="seed of the injected failures")
+    run.add_argument(
+        "--crash-at",
+        default=os.environ.get("TRANSACTIONAL_CRASH_AT") or None,
+        metavar="POINT:TXID[,...]",
+        help="SIGKILL the whole process when txid TXID reaches protocol step POINT "
+        f"({', '.join(p.value for p in FaultPoint)}), for crash tests "
+        "(env TRANSACTIONAL_CRASH_AT)",
+    )
 
     show = commands.add_parser("show", help="print the top counts from the sink")
     _add_sink_flags(show)
@@ -176,6 +209,15 @@ def _show(args: argparse.Namespace, out: TextIO) -> None:
 
 
 COMMANDS = {"generate": _generate, "load": _load, "run": _run, "show": _show}
+
+
+def _batch_size(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', not {value!r}") from None
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

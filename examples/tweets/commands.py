@@ -40,23 +40,32 @@ log = logging.getLogger("examples.tweets")
 SAMPLE = {"count": 20_000, "seed": 42, "partitions": 4, "bad_rate": 0.002}
 
 
+#: ``--batch-size auto``: where the adaptive size starts and the most it may reach.
+AUTO_INITIAL = 1_000
+AUTO_MAXIMUM = 200_000
+
+
 @dataclass(frozen=True)
 class RunOptions:
     source: str = "file"
     input: str | None = None
     spout: str = "partitioned"
     zookeeper: str | None = None
+    zk_session_timeout: float = 10.0
     state_dir: str = ".transactional"
     sink: str = "delta"
     delta_path: str | None = None
     redis_url: str | None = None
     prefix: str = "tweets"
-    batch_size: int = 1000
+    batch_size: int | str = 1000  # or "auto": adaptive, see transactional.flow
+    target_latency: float = 10.0
     max_pending: int = 2
+    max_attempts: int = 10
     topology_id: str = "tweets"
     until_drained: bool = False
     fail_rate: float = 0.0
     fail_seed: int | None = None
+    crash_at: str | None = None
     master: str = "local[*]"
     top: int = 10
 
@@ -64,6 +73,11 @@ class RunOptions:
     def mode(self) -> CommitMode:
         """Only an opaque committer can undo a batch that a replay may change."""
         return CommitMode.OPAQUE if self.spout == "opaque" else CommitMode.TRANSACTIONAL
+
+    @property
+    def sinks(self) -> tuple[str, ...]:
+        """``--sink both`` is Redis then Delta: two committers of one topology."""
+        return ("redis", "delta") if self.sink == "both" else (self.sink,)
 
     @property
     def delta_dir(self) -> str:
@@ -80,18 +94,39 @@ def check_options(opts: RunOptions) -> None:
             "--input is for --source file; to read a file through Redis, first run "
             "`python -m examples.tweets load --input PATH --redis-url URL`"
         )
-    if opts.sink == "redis" and not opts.redis_url:
-        raise ConfigurationError("--sink redis writes counts to Redis: add --redis-url URL")
+    if "redis" in opts.sinks and not opts.redis_url:
+        raise ConfigurationError(f"--sink {opts.sink} writes counts to Redis: add --redis-url URL")
     if opts.sink == "redis" and opts.delta_path:
         raise ConfigurationError("--delta-path is for --sink delta; drop it or use --sink delta")
-    if opts.batch_size < 1:
-        raise ConfigurationError(f"--batch-size must be at least 1, not {opts.batch_size}")
+    if opts.batch_size != "auto" and int(opts.batch_size) < 1:
+        raise ConfigurationError(
+            f"--batch-size must be at least 1 or 'auto', not {opts.batch_size}"
+        )
+    if opts.target_latency <= 0:
+        raise ConfigurationError(f"--target-latency must be positive, not {opts.target_latency}")
     if not 0.0 <= opts.fail_rate < 1.0:
         raise ConfigurationError(f"--fail-rate must be in [0, 1), not {opts.fail_rate}")
     if opts.fail_seed is not None and not opts.fail_rate:
         raise ConfigurationError("--fail-seed only applies with --fail-rate P (P > 0)")
     if opts.top < 0:
         raise ConfigurationError(f"--top must be 0 or more, not {opts.top}")
+    if opts.crash_at:
+        crash_plan(opts.crash_at)
+    if not opts.zk_session_timeout > 0:
+        raise ConfigurationError(
+            "--zk-session-timeout must be a positive number of seconds, "
+            f"not {opts.zk_session_timeout}"
+        )
+
+
+def crash_plan(spec: str) -> Any:
+    """The ``--crash-at`` plan, or a ``ConfigurationError`` naming the flag."""
+    from transactional.faults import KillAt
+
+    try:
+        return KillAt.parse(spec)
+    except ConfigurationError as e:
+        raise ConfigurationError(f"--crash-at (or TRANSACTIONAL_CRASH_AT): {e}") from None
 
 
 def runner_config(opts: RunOptions) -> Any:
@@ -100,9 +135,17 @@ def runner_config(opts: RunOptions) -> Any:
     from transactional.config import RunnerConfig
 
     try:
-        return RunnerConfig(topology_id=opts.topology_id, max_pending=opts.max_pending)
+        return RunnerConfig(
+            topology_id=opts.topology_id,
+            max_pending=opts.max_pending,
+            max_attempts=opts.max_attempts,
+        )
     except ValidationError as e:
-        flags = {"topology_id": "--topology-id", "max_pending": "--max-pending"}
+        flags = {
+            "topology_id": "--topology-id",
+            "max_pending": "--max-pending",
+            "max_attempts": "--max-attempts",
+        }
         problems = "; ".join(
             f"{flags.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}" for err in e.errors()
         )
@@ -121,6 +164,52 @@ def check_redis(url: str, flag: str = "--redis-url") -> None:
         ) from None
     finally:
         client.close()
+
+
+def check_zookeeper(hosts: str) -> None:
+    """Fail at once when no server of ``hosts`` accepts a connection, instead of after
+    Spark's start and the store's connect timeout."""
+    import socket
+
+    from kazoo.hosts import collect_hosts
+
+    try:
+        servers, _chroot = collect_hosts(hosts)
+    except ValueError as e:
+        raise ConfigurationError(
+            f"--zookeeper {hosts!r} is not host:port[,host:port...][/chroot]: {e}"
+        ) from None
+    problems = []
+    for host, port in servers:
+        try:
+            socket.create_connection((host, port), timeout=3).close()
+            return
+        except OSError as e:
+            problems.append(f"{host}:{port}: {e.strerror or e}")
+    raise ConfigurationError(
+        f"cannot reach ZooKeeper at {hosts} ({'; '.join(problems) or 'no servers given'}): "
+        "start the ZooKeeper servers there or fix --zookeeper"
+    )
+
+
+def check_delta_path(path: str) -> None:
+    """Refuse a ``--delta-path`` that cannot become a directory before anything starts
+    (a local path only: a remote one is checked when the tables are opened)."""
+    if "://" in path:
+        return
+    target = existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigurationError(
+            f"--delta-path {path} cannot be a directory: {existing} is a file; pass the "
+            "path of a directory (it is created if missing)"
+        )
+    if existing != target and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigurationError(
+            f"--delta-path {path} cannot be created: {existing} is not writable; pass a "
+            "directory this user may write"
+        )
 
 
 def sample_input(state_dir: Path) -> Path:
@@ -143,21 +232,21 @@ def make_spout(opts: RunOptions, input_path: Path | None) -> AnySpout:
             "partitioned": sources.RedisPartitionedSpout,
             "opaque": sources.RedisOpaqueSpout,
         }
-        return redis_kinds[opts.spout](opts.redis_url, opts.prefix, opts.batch_size)
+        return redis_kinds[opts.spout](opts.redis_url, opts.prefix, fixed_batch_size(opts))
     assert input_path is not None
     file_kinds: dict[str, Callable[..., AnySpout]] = {
         "transactional": sources.FileTransactionalSpout,
         "partitioned": sources.FilePartitionedSpout,
         "opaque": sources.FileOpaqueSpout,
     }
-    return file_kinds[opts.spout](input_path, opts.batch_size)
+    return file_kinds[opts.spout](input_path, fixed_batch_size(opts))
 
 
 def make_store(opts: RunOptions) -> Any:
     if opts.zookeeper:
         from coordinators import ZooKeeperStateStore
 
-        return ZooKeeperStateStore(opts.zookeeper)
+        return ZooKeeperStateStore(opts.zookeeper, session_timeout=opts.zk_session_timeout)
     from coordinators import SQLiteStateStore
 
     return SQLiteStateStore(Path(opts.state_dir) / "state.db")
@@ -196,6 +285,25 @@ def _stop_on_interrupt(runner: Any) -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def fixed_batch_size(opts: RunOptions) -> int:
+    """The spouts' own size: the flag's number, or the adaptive start under ``auto``."""
+    return AUTO_INITIAL if opts.batch_size == "auto" else int(opts.batch_size)
+
+
+def adaptive_batch_size(opts: RunOptions) -> Any:
+    """``--batch-size auto``: AIMD flow control of new txids' sizes (transactional.flow)."""
+    if opts.batch_size != "auto":
+        return None
+    from transactional.flow import AdaptiveBatchSize, BatchSizeConfig
+
+    return AdaptiveBatchSize(
+        BatchSizeConfig(
+            initial=AUTO_INITIAL, minimum=100, maximum=AUTO_MAXIMUM,
+            target_latency_s=opts.target_latency,
+        )
+    )  # fmt: skip
+
+
 def run(opts: RunOptions, out: TextIO) -> None:
     """Run the topology; raises ``ConfigurationError`` for anything the user must fix."""
     check_options(opts)
@@ -209,19 +317,28 @@ def run(opts: RunOptions, out: TextIO) -> None:
                 f"--input {input_path} does not exist: pass a JSON Lines file or directory, "
                 "e.g. one made by `python -m examples.tweets generate --count N --out PATH`"
             )
-    for url in {opts.redis_url} if "redis" in (opts.source, opts.sink) else set():
+    for url in {opts.redis_url} if "redis" in (opts.source, *opts.sinks) else set():
         check_redis(url)  # type: ignore[arg-type]
+    if opts.zookeeper:
+        check_zookeeper(opts.zookeeper)
+    if "delta" in opts.sinks:
+        check_delta_path(opts.delta_dir)
 
-    from transactional.faults import RandomFaults
+    from transactional.faults import RandomFaults, combine
     from transactional.runner import TransactionalRunner
 
     spout = make_spout(opts, input_path)
-    committer = make_committer(
-        opts.sink, opts.mode, delta_path=opts.delta_dir, redis_url=opts.redis_url
-    )
-    topology = build_topology(spout, committer)
+    committers = {
+        name: make_committer(name, opts.mode, delta_path=opts.delta_dir, redis_url=opts.redis_url)
+        for name in opts.sinks
+    }
+    # One sink keeps its committer name "sink"; two are named after their sinks.
+    topology = build_topology(spout, committers if len(committers) > 1 else committers[opts.sink])
     store = make_store(opts)
-    faults = RandomFaults(opts.fail_rate, opts.fail_seed or 0) if opts.fail_rate else None
+    crash = crash_plan(opts.crash_at) if opts.crash_at else None
+    faults = combine(
+        RandomFaults(opts.fail_rate, opts.fail_seed or 0) if opts.fail_rate else None, crash
+    )
     log.info(
         kv("run_start", source=opts.source, spout=opts.spout, sink=opts.sink, input=input_path)
     )
@@ -232,10 +349,14 @@ def run(opts: RunOptions, out: TextIO) -> None:
     try:
         with ProgressListener(out) as listener:
             runner = TransactionalRunner(
-                topology, store, spark, config, faults=faults, listener=listener
-            )
+                topology, store, spark, config, faults=faults, listener=listener,
+                batch_size=adaptive_batch_size(opts),
+            )  # fmt: skip
             with _stop_on_interrupt(runner):
                 stats = runner.run(until_drained=opts.until_drained)
+        if crash is not None and crash.pending:
+            targets = ",".join(f"{p.value}:{t}" for p, t in crash.pending)
+            log.warning(kv("crash_not_reached", targets=targets, hint="txid committed before?"))
         print(
             kv(
                 "run_done",
@@ -245,12 +366,14 @@ def run(opts: RunOptions, out: TextIO) -> None:
             ),
             file=out,
         )
-        if opts.top:
+        for sink in opts.sinks if opts.top else ():
             summary = read_summary(
-                opts.sink, opts.top, delta_path=opts.delta_dir, redis_url=opts.redis_url,
+                sink, opts.top, delta_path=opts.delta_dir, redis_url=opts.redis_url,
                 spark=spark, tables=("hashtags",),
             )  # fmt: skip
-            print_summary(summary, out, dead_letters=False)
+            print_summary(
+                summary, out, dead_letters=False, sink=sink if opts.sink == "both" else ""
+            )
     finally:
         if owns_session:
             spark.stop()
@@ -258,32 +381,42 @@ def run(opts: RunOptions, out: TextIO) -> None:
 
 def show(sink: str, top: int, state_dir: str, delta_path: str | None, redis_url: str | None,
          master: str, out: TextIO) -> None:  # fmt: skip
-    if sink == "redis":
+    sinks = ("redis", "delta") if sink == "both" else (sink,)
+    summaries: dict[str, Summary] = {}
+    if "redis" in sinks:
         if not redis_url:
-            raise ConfigurationError("--sink redis reads counts from Redis: add --redis-url URL")
+            raise ConfigurationError(f"--sink {sink} reads counts from Redis: add --redis-url URL")
         check_redis(redis_url)
-        summary = read_summary("redis", top, redis_url=redis_url)
-    else:
+        summaries["redis"] = read_summary("redis", top, redis_url=redis_url)
+    if "delta" in sinks:
         path = str(Path(delta_path or Path(state_dir) / "delta").resolve())
         if not Path(path).is_dir():
             raise ConfigurationError(
                 f"--delta-path {path} does not exist: nothing was committed there; run "
                 "`python -m examples.tweets run` first, or pass the path it used"
             )
+        from pyspark.sql import SparkSession
+
+        owns_session = SparkSession.getActiveSession() is None  # embedded callers keep theirs
         spark = start_spark(master, "delta", Path(state_dir))
         try:
-            summary = read_summary("delta", top, delta_path=path, spark=spark)
+            summaries["delta"] = read_summary("delta", top, delta_path=path, spark=spark)
         finally:
-            spark.stop()
-    print_summary(summary, out)
+            if owns_session:
+                spark.stop()
+    for name, summary in summaries.items():
+        print_summary(summary, out, sink=name if len(sinks) > 1 else "")
 
 
-def print_summary(summary: Summary, out: TextIO, dead_letters: bool = True) -> None:
+def print_summary(summary: Summary, out: TextIO, dead_letters: bool = True, sink: str = "") -> None:
+    """``sink``: a name to put before the titles, when several sinks are shown."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     console = Console(file=out)
+    if sink:
+        console.print(Text(f"{sink}:", style="bold"))
     titles = {"hashtags": "top hashtags", "users": "top users", "users_hashtags": "top pairs"}
     for name, rows in summary.tops.items():
         table = Table(title=titles.get(name, name), title_justify="left")

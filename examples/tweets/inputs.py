@@ -63,6 +63,15 @@ class SparkHolder:
             )
         return self._context.spark
 
+    batch_size: int
+
+    def next_batch_size(self) -> int:
+        """The size of a new txid: the runner's adaptive size under ``--batch-size auto``,
+        else the fixed ``batch_size``. Replays never ask: their ranges are stored."""
+        if self._context is None:
+            return self.batch_size
+        return self._context.batch_size(self.batch_size)
+
 
 class FileInput(SparkHolder):
     """A file or a directory of partition files, seen from the driver."""

@@ -66,7 +66,7 @@ def make_committer(
 
 def spark_conf(sink: str) -> dict[str, str]:
     """What the sink needs from the SparkSession (Delta's jars and extensions)."""
-    if sink != "delta":
+    if sink not in ("delta", "both"):
         return {}
     from committers import delta_spark_conf
 

@@ -139,7 +139,7 @@ class FileTransactionalSpout(_FileSpout, TransactionalSpout[FileSequenceMeta]):
     ) -> FileSequenceMeta:
         file, offset = (prev_meta.file, prev_meta.offset) if prev_meta else ("", 0)
         segments: list[FileRange] = []
-        need = self.batch_size
+        need = self.next_batch_size()
         for name in (n for n in self.names() if n >= file):
             taken = self.take(name, offset if name == file else 0, need)
             if taken.count:
@@ -186,7 +186,7 @@ class _FilePartitions(_FileSpout):
 
     def next_range(self, partition: int, last_meta: FileRange | None) -> FileRange:
         name = self.partition_file(partition, last_meta)
-        return self.take(name, last_meta.end if last_meta else 0, self.batch_size)
+        return self.take(name, last_meta.end if last_meta else 0, self.next_batch_size())
 
 
 class FilePartitionedSpout(_FilePartitions, PartitionedTransactionalSpout[FileRange]):
@@ -244,7 +244,7 @@ class RedisTransactionalSpout(RedisQueues, TransactionalSpout[RedisSequenceMeta]
     ) -> RedisSequenceMeta:
         starts, ends = self._positions(prev_meta)
         avail = [self.available(p, s, e) for p, (s, e) in enumerate(zip(starts, ends, strict=True))]
-        counts = fair_share(self.batch_size, avail)
+        counts = fair_share(self.next_batch_size(), avail)
         return RedisSequenceMeta(
             ranges=tuple(
                 RedisQueueRange(partition=p, start=s, count=c)
@@ -269,7 +269,7 @@ class _RedisPartitions(RedisQueues):
         start = last_meta.end if last_meta else 0
         end = self.next_write(partition)
         return RedisRange(
-            start=start, count=min(self.batch_size, self.available(partition, start, end))
+            start=start, count=min(self.next_batch_size(), self.available(partition, start, end))
         )
 
 

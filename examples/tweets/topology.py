@@ -1,4 +1,5 @@
-"""The tweet topology: spout -> ``parse`` -> ``count``, committed by one ``sink``.
+"""The tweet topology: spout -> ``parse`` -> ``count``, committed by one ``sink``
+(or, with ``--sink both``, by a ``redis`` and a ``delta`` committer in that order).
 
 Counts and dead letters go through a single committer on purpose: one commit per txid
 holds all of a batch's outputs, so the dead letters are exactly-once together with the
@@ -6,6 +7,8 @@ counts they were left out of.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from examples.tweets.bolts import (
     DEAD_LETTERS,
@@ -30,14 +33,20 @@ SINK_INPUTS = {
 }
 
 
-def build_topology(spout: AnySpout, committer: Committer) -> Topology:
+def build_topology(spout: AnySpout, committer: Committer | Mapping[str, Committer]) -> Topology:
     """Wire ``spout`` and ``committer`` around the parse and count bolts. The committer
-    must accept the inputs of ``SINK_INPUTS`` (see ``sinks.counter_tables``)."""
-    return (
+    must accept the inputs of ``SINK_INPUTS`` (see ``sinks.counter_tables``).
+
+    A mapping of committers (``--sink both``) gives each the whole of every batch, in
+    the mapping's order, each under its own name; a single one is named ``sink``.
+    """
+    committers = committer if isinstance(committer, Mapping) else {"sink": committer}
+    builder = (
         TopologyBuilder()
         .set_spout(spout)
         .set_bolt("parse", ParseTweets(), input="spout")
         .set_bolt("count", CountTags(), input="parse")
-        .set_committer("sink", committer, inputs=SINK_INPUTS)
-        .build()
     )
+    for name, each in committers.items():
+        builder = builder.set_committer(name, each, inputs=SINK_INPUTS)
+    return builder.build()

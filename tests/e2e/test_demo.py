@@ -167,3 +167,21 @@ def list_lines(path: Path) -> list[bytes]:
     from tests.reference import input_files, lines_of
 
     return [line for file in input_files(path) for line in lines_of(file)]
+
+
+def test_demo_with_adaptive_batch_size_counts_exactly(
+    redis_url: str, tweets: tuple[Path, Expected], tmp_path: Path
+) -> None:
+    path, expected = tweets
+    out = io.StringIO()
+    code = demo(
+        ["run", "--input", str(path), "--spout", "partitioned", "--sink", "redis",
+         "--redis-url", redis_url, "--state-dir", str(tmp_path / "state"),
+         "--batch-size", "auto", "--target-latency", "60", "--until-drained",
+         "--master", "local[2]"],
+        out=out,
+    )  # fmt: skip
+    assert code == 0, out.getvalue()
+    assert_exact(redis_contents(redis_url), expected)
+    # 300 lines in 3 files of ~100: the first txid takes up to 1000 per partition
+    assert "committed_txids=1 " in out.getvalue()

@@ -258,13 +258,13 @@ def test_late_results_and_late_commits_of_stale_attempts_are_ignored() -> None:
     class SlowFirstCommit(MemoryCommitter):
         def commit(self, attempt: TransactionAttempt, prepared: Counter[Any]) -> CommitOutcome:
             if attempt.txid == 3 and not any(a.txid == 3 for a, _ in self.calls):
-                time.sleep(0.6)  # first commit of 3 finishes after its timeout
+                time.sleep(2.5)  # first commit of 3 finishes after its timeout
             return super().commit(attempt, prepared)
 
     spout = StuckOnce(data, 10)
     committer = SlowFirstCommit()
-    runner = make_runner(spout, committer, attempt_timeout_s=0.3, max_pending=2)
-    threading.Timer(0.8, release.set).start()
+    runner = make_runner(spout, committer, attempt_timeout_s=1.0, max_pending=2)
+    threading.Timer(3.0, release.set).start()
     stats = runner.run(until_drained=True)
 
     first_attempt_of_2 = next(a for a, _ in spout.emits if a.txid == 2)

@@ -1,4 +1,4 @@
-"""In-memory doubles for fast unit tests of the state machine, and a fault schedule.
+"""In-memory doubles for fast unit tests of the state machine.
 
 Frames here are plain Python lists of rows; ``InMemoryEngine`` gives the runner the
 few batch operations it needs over them. Integration tests use Spark, real stores and
@@ -12,13 +12,11 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from transactional.bolt import Bolt
 from transactional.committer import Committer
-from transactional.errors import CommitError, CoordinatorError, FencedError, InjectedFault
-from transactional.faults import FaultPoint
+from transactional.errors import CommitError, CoordinatorError, FencedError
 from transactional.spout import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
@@ -29,8 +27,6 @@ from transactional.types import BatchMetadata, CommitMode, CommitOutcome, Transa
 
 __all__ = [
     "CountingBolt",
-    "FaultRule",
-    "FaultSchedule",
     "InMemoryEngine",
     "InMemoryStateStore",
     "ListOpaqueSpout",
@@ -38,36 +34,8 @@ __all__ = [
     "ListTransactionalSpout",
     "MemoryCommitter",
     "Range",
+    "expected_counts",
 ]
-
-
-# ---------------------------------------------------------------------- faults
-
-
-@dataclass(frozen=True)
-class FaultRule:
-    """Fail at ``point`` of ``txid``; ``attempts`` are 1-based attempt numbers, or None
-    for every attempt."""
-
-    point: FaultPoint
-    txid: int
-    attempts: frozenset[int] | None = frozenset({1})
-
-
-@dataclass
-class FaultSchedule:
-    rules: list[FaultRule] = field(default_factory=list)
-    injected: list[tuple[FaultPoint, int, int]] = field(default_factory=list)
-
-    def check(self, point: FaultPoint, attempt: TransactionAttempt, number: int) -> None:
-        for rule in self.rules:
-            if (
-                rule.point is point
-                and rule.txid == attempt.txid
-                and (rule.attempts is None or number in rule.attempts)
-            ):
-                self.injected.append((point, attempt.txid, number))
-                raise InjectedFault(f"planned fault at {point.value} of txid {attempt.txid}")
 
 
 # ---------------------------------------------------------------------- engine

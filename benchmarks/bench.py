@@ -1,0 +1,195 @@
+"""Throughput of exactly-once on the tweet topology: this framework against Spark
+Structured Streaming (the alternative users would pick) and a bare Spark batch job (the
+ceiling), measured in one run on one dataset with the same counting and the same sinks.
+
+Run with ``make bench`` (or ``python -m benchmarks.bench --help``). It prints a table
+and writes ``benchmarks/RESULTS.md``. Figures are medians of ``--repeat`` runs after one
+warm-up; Spark's start-up is excluded everywhere (one session serves every case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import platform
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cases import (
+    Case,
+    bare_spark,
+    framework,
+    structured_streaming,
+)
+from benchmarks.overheads import overheads_section
+from tests.servers import RedisServer, ZooKeeperServer
+
+WORK = Path(__file__).resolve().parent / ".work"
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+@dataclass
+class Result:
+    name: str
+    sink: str
+    seconds: list[float] = field(default_factory=list)
+    records: int = 0
+    note: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.median if self.seconds else 0.0
+
+
+def dataset(tweets: int, partitions: int) -> Path:
+    """Generated once per size and kept under benchmarks/.work (git-ignored)."""
+    from examples.tweets.cli import main as demo
+
+    path = WORK / f"tweets-{tweets}-{partitions}"
+    if not (path / ".complete").exists():
+        shutil.rmtree(path, ignore_errors=True)
+        code = demo(
+            ["generate", "--count", str(tweets), "--seed", "2026", "--partitions",
+             str(partitions), "--bad-rate", "0.001", "--out", str(path)],
+            out=io.StringIO(),
+        )  # fmt: skip
+        if code != 0:
+            raise SystemExit("generating the dataset failed")
+        (path / ".complete").touch()
+    return path
+
+
+def machine() -> str:
+    import os
+
+    import pyspark
+
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()} "
+        f"{platform.release()}, Python {platform.python_version()}, PySpark {pyspark.__version__}"
+    )
+
+
+def measure(case: Case, repeat: int, progress: Callable[[str], None]) -> Result:
+    result = Result(case.name, case.sink, note=case.note)
+    case.run()  # warm-up: JIT, Delta log caches, Python workers
+    for i in range(repeat):
+        started = time.perf_counter()
+        result.records = case.run()
+        result.seconds.append(time.perf_counter() - started)
+        progress(f"{case.name} [{case.sink}] run {i + 1}/{repeat}: {result.seconds[-1]:.1f}s")
+    return result
+
+
+def table(results: list[Result]) -> list[str]:
+    by_sink: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by_sink.setdefault(r.sink, {})[r.name] = r
+    lines = [
+        "| sink | case | records/s (median) | vs Structured Streaming | vs bare Spark | runs (s) |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for sink, cases in by_sink.items():
+        ss = cases.get("structured streaming")
+        bare = cases.get("bare spark (no guarantee)")
+        for r in cases.values():
+            vs_ss = f"{r.rate / ss.rate:.2f}x" if ss and ss.rate else "-"
+            vs_bare = f"{r.rate / bare.rate:.2f}x" if bare and bare.rate else "-"
+            runs = ", ".join(f"{s:.1f}" for s in r.seconds)
+            lines.append(f"| {sink} | {r.name} | {r.rate:,.0f} | {vs_ss} | {vs_bare} | {runs} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make bench", description=__doc__)
+    parser.add_argument("--tweets", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sinks", default="redis,delta")
+    parser.add_argument("--quick", action="store_true", help="100k tweets, one repetition")
+    parser.add_argument("--no-overheads", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.tweets, args.repeat = 100_000, 1
+
+    from committers import delta_spark_conf
+    from transactional.session import create_spark_session
+
+    def progress(line: str) -> None:
+        print(f"[{datetime.now(UTC):%H:%M:%S}] {line}", file=sys.stderr, flush=True)
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    progress(f"dataset: {args.tweets:,} tweets in {args.partitions} files")
+    data = dataset(args.tweets, args.partitions)
+    redis_server, zookeeper = RedisServer(), ZooKeeperServer()
+    redis_server.start()
+    zookeeper.start()
+    spark = create_spark_session("local[*]", "bench", delta_spark_conf())
+    try:
+        per_txid = args.tweets // args.partitions  # Structured Streaming: one file a trigger
+        results: list[Result] = []
+        for sink in args.sinks.split(","):
+            env = {"spark": spark, "data": data, "sink": sink, "redis_url": redis_server.url,
+                   "work": WORK / "runs", "partitions": args.partitions, "per_txid": per_txid}  # fmt: skip
+            cases = [
+                bare_spark(**env),
+                structured_streaming(**env),
+                framework(**env, max_pending=1),
+                framework(**env, max_pending=4),
+                framework(**env, max_pending=4, auto=True),
+            ]
+            for case in cases:
+                results.append(measure(case, args.repeat, progress))
+        lines = table(results)
+        print("\n".join(lines))
+        sections = [
+            "# Benchmark results",
+            "",
+            f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine()}.",
+            f"Dataset: {args.tweets:,} generated tweets in {args.partitions} JSON Lines files; "
+            f"{args.repeat} timed runs per case after one warm-up; medians.",
+            f"Command: `python -m benchmarks.bench {' '.join(argv or sys.argv[1:])}`",
+            "",
+            "## Throughput, exactly-once",
+            "",
+            *lines,
+            "",
+            *[f"- {r.name} [{r.sink}]: {r.note}" for r in results if r.note],
+        ]
+        if not args.no_overheads:
+            sections += ["", *overheads_section(spark, redis_server.url, zookeeper.hosts, progress)]
+        RESULTS.write_text("\n".join(sections) + "\n")
+        print(json.dumps({"written": str(RESULTS)}))
+    finally:
+        spark.stop()
+        redis_server.close()
+        zookeeper.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["Any", "main"]

@@ -1,0 +1,169 @@
+"""The measured cases. Each does the same work on the same input: parse the tweets,
+count hashtags, users and (user, hashtag) pairs, and add the counts into the same sink
+through the same committer code, so only the way batches are driven differs."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from examples.tweets.bolts import CountTags, ParseTweets
+from examples.tweets.topology import build_topology
+from transactional.committer import CommitterContext
+from transactional.types import CommitMode, TransactionAttempt
+
+
+@dataclass
+class Case:
+    name: str
+    sink: str
+    run: Callable[[], int]  # returns the number of input records processed
+    note: str = ""
+
+
+def count_lines(data: Path) -> int:
+    total = 0
+    for file in sorted(data.iterdir()):
+        if file.is_file() and not file.name.startswith((".", "_")):
+            with file.open("rb") as f:
+                total += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    return total
+
+
+def _committer(
+    sink: str, redis_url: str, work: Path, mode: CommitMode = CommitMode.TRANSACTIONAL
+) -> Any:
+    """A fresh sink for one timed run: a flushed Redis database or a new Delta directory."""
+    from examples.tweets.commands import make_committer
+
+    if sink == "redis":
+        import redis
+
+        redis.Redis.from_url(redis_url).flushdb()
+        return make_committer("redis", mode, delta_path=None, redis_url=redis_url)
+    path = work / f"delta-{uuid.uuid4().hex[:8]}"
+    return make_committer("delta", mode, delta_path=str(path), redis_url=None)
+
+
+def _fresh(work: Path) -> Path:
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    return work
+
+
+def _open(committer: Any, spark: Any, topology_id: str) -> None:
+    committer.open(CommitterContext(spark, topology_id, "sink"))
+
+
+def _commit_batch(committer: Any, txid: int, batch: DataFrame) -> None:
+    """What one transaction does to a batch of raw lines, outside the framework: the same
+    bolts and the same committer (with its txid check), in one thread."""
+    attempt = TransactionAttempt(txid, 0)
+    parse, count = ParseTweets(), CountTags()
+    parsed = parse.finish_batch(attempt, parse.process(attempt, batch))
+    counted = count.finish_batch(attempt, count.process(attempt, parsed["default"]))
+    inputs = {**counted, "dead_letters": parsed["dead_letters"]}
+    committer.commit(attempt, committer.prepare(attempt, inputs))
+
+
+def _raw(df: DataFrame) -> DataFrame:
+    return df.select(F.col("value").alias("raw"), F.lit(None).cast("string").alias("error"))
+
+
+def bare_spark(spark: Any, data: Path, sink: str, redis_url: str, work: Path, **_: Any) -> Case:
+    total = count_lines(data)
+
+    def run() -> int:
+        committer = _committer(sink, redis_url, _fresh(work))
+        _open(committer, spark, "bench-bare")
+        _commit_batch(committer, 1, _raw(spark.read.text(str(data))))
+        return total
+
+    return Case("bare spark (no guarantee)", sink, run, "all input in one batch, one write")
+
+
+def structured_streaming(
+    spark: Any, data: Path, sink: str, redis_url: str, work: Path, **_: Any
+) -> Case:
+    total = count_lines(data)
+
+    def run() -> int:
+        base = _fresh(work)
+        committer = _committer(sink, redis_url, base)
+        _open(committer, spark, "bench-ss")
+        query = (
+            _raw(spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(data)))
+            .writeStream.foreachBatch(
+                lambda df, batch_id: _commit_batch(committer, batch_id + 1, df)
+            )
+            .option("checkpointLocation", str(base / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(f"structured streaming failed: {query.exception()}")
+        return total
+
+    return Case(
+        "structured streaming",
+        sink,
+        run,
+        "file source, maxFilesPerTrigger=1, checkpoint dir, foreachBatch with the "
+        "committer's idempotent txid check (txid = batch id + 1)",
+    )
+
+
+def framework(
+    spark: Any, data: Path, sink: str, redis_url: str, work: Path, partitions: int,
+    per_txid: int, max_pending: int, auto: bool = False, **_: Any,
+) -> Case:  # fmt: skip
+    from coordinators import SQLiteStateStore
+    from examples.tweets.sources import FilePartitionedSpout
+    from transactional.config import RunnerConfig
+    from transactional.flow import AdaptiveBatchSize, BatchSizeConfig
+    from transactional.runner import TransactionalRunner
+
+    per_partition = max(1, per_txid // partitions)
+
+    def run() -> int:
+        base = _fresh(work)
+        committer = _committer(sink, redis_url, base)
+        spout = FilePartitionedSpout(data, per_partition)
+        sizer = None
+        if auto:
+            sizer = AdaptiveBatchSize(
+                BatchSizeConfig(
+                    initial=max(100, per_partition // 4),
+                    minimum=100,
+                    step=max(100, per_partition // 4),
+                    maximum=per_partition * 4,
+                    target_latency_s=30.0,
+                )
+            )
+        runner = TransactionalRunner(
+            build_topology(spout, committer),
+            SQLiteStateStore(base / "state.db"),
+            spark,
+            RunnerConfig(topology_id="bench", max_pending=max_pending),
+            batch_size=sizer,
+        )
+        return runner.run(until_drained=True).records
+
+    name = "framework, batch auto" if auto else f"framework, max_pending={max_pending}"
+    note = (
+        f"partitioned file spout, {per_partition} lines per partition per txid "
+        f"({per_partition * partitions} per txid), SQLite store"
+    )
+    if auto:
+        note = (
+            "partitioned file spout, --batch-size auto (AIMD, target 30 s per txid), SQLite store"
+        )
+    return Case(name, sink, run, note)

@@ -1,0 +1,274 @@
+"""Crash matrix: the demo process (driver, Spark JVM and Python workers) SIGKILLed at
+every named step of the protocol, for every spout kind, then started again with the same
+arguments until drained; every count must match the answer computed from the input.
+
+One chain of runs per spout kind: run k dies at step k of ``CHAIN`` (set from outside
+with ``--crash-at`` or ``TRANSACTIONAL_CRASH_AT``), run k+1 resumes from what it left,
+and a last run without a crash drains. Every run commits to both sinks (``--sink
+both``: a Redis committer, then a Delta one), which is what gives the step *between
+two committers* a meaning, and lets one chain cover each step for both sinks. The
+cases are spout x sink: each checks, for its sink, that every run died by SIGKILL at
+its step leaving the state that step implies, and that the drained counts are exact.
+
+Plus a randomized campaign: a longer run on the single-Redis-sink topology, killed from
+outside at random (seeded) moments, restarted each time, then drained.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from examples.tweets.cli import main as demo
+from tests.e2e.test_demo import assert_exact, delta_contents, redis_contents
+from tests.processes import (
+    DemoProcess,
+    adopting_orphans,
+    demo_env,
+    killed,
+    printed_tops,
+    reap_session,
+    redis_txid,
+    store_state,
+)
+from tests.processes import delta_txid as delta_sink_txid
+from tests.reference import Expected, expected_counts
+from tests.servers import RedisServer
+from transactional.faults import FaultPoint
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+SPOUTS = ("transactional", "partitioned", "opaque")
+#: 120 lines: 4 txids for every kind (the partitioned kinds' batch is per partition).
+BATCH = {"transactional": "30", "partitioned": "10", "opaque": "10"}
+#: Each run of a chain dies at the next of these (step, txid). Early txids keep the
+#: work a crash throws away small; later steps move on so that replays of committed,
+#: half-committed and merely started txids all occur. ``before_sink_write`` is left
+#: out for time: it leaves what ``process`` leaves (t processed, nothing of t written).
+CHAIN = [
+    (FaultPoint.AFTER_STORE_META, 1),
+    (FaultPoint.EMIT, 1),
+    (FaultPoint.PROCESS, 1),
+    (FaultPoint.BETWEEN_COMMITTERS, 1),
+    (FaultPoint.AFTER_SINK_WRITE, 2),
+    (FaultPoint.AFTER_ADVANCE, 3),
+]
+TOP = 3
+
+
+@dataclass
+class Crash:
+    point: FaultPoint
+    txid: int
+    returncode: int
+    output: str
+    exits: dict[int, tuple[str, int]]  # what was left of the run: pid -> (command, status)
+    currtx: int
+    metas: list[int]
+    sinks: dict[str, int]  # sink -> last txid it holds
+
+    def describe(self) -> str:
+        return (
+            f"crash at {self.point.value}:{self.txid}: returncode={self.returncode} "
+            f"currtx={self.currtx} metas={self.metas} sinks={self.sinks}\n{self.output[-3000:]}"
+        )
+
+
+@dataclass
+class Chain:
+    spout: str
+    expected: Expected
+    redis_url: str
+    delta_path: Path
+    state_dir: Path
+    crashes: list[Crash] = field(default_factory=list)
+    final_returncode: int = -1
+    final_output: str = ""
+
+
+@pytest.fixture(scope="module")
+def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
+    out = tmp_path_factory.mktemp("crash-input") / "tweets"
+    code = demo(
+        ["generate", "--count", "120", "--seed", "31", "--partitions", "3",
+         "--bad-rate", "0.04", "--out", str(out)],
+        out=io.StringIO(),
+    )  # fmt: skip
+    assert code == 0
+    expected = expected_counts(out)
+    assert expected.dead_letters and expected.hashtags and expected.pairs
+    return out, expected
+
+
+def fresh_db(server: RedisServer, db: int) -> str:
+    """A Redis database of its own (the demo's keys are fixed), flushed."""
+    url = server.url.rsplit("/", 1)[0] + f"/{db}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    return url
+
+
+@pytest.fixture(scope="module", params=SPOUTS)
+def chain(
+    request: pytest.FixtureRequest, redis_server: RedisServer,
+    tweets: tuple[Path, Expected], tmp_path_factory: pytest.TempPathFactory,
+) -> Chain:  # fmt: skip
+    spout: str = request.param
+    path, expected = tweets
+    work = tmp_path_factory.mktemp(f"chain-{spout}")
+    result = Chain(spout, expected, fresh_db(redis_server, 1 + SPOUTS.index(spout)),
+                   work / "delta", work / "state")  # fmt: skip
+    args = ["run", "--input", str(path), "--spout", spout, "--sink", "both",
+            "--redis-url", result.redis_url, "--delta-path", str(result.delta_path),
+            "--state-dir", str(result.state_dir), "--batch-size", BATCH[spout],
+            "--max-pending", "3", "--until-drained", "--master", "local[2]",
+            "--top", str(TOP)]  # fmt: skip
+    with adopting_orphans():  # a dead run's JVM and workers are reaped here
+        for k, (point, txid) in enumerate(CHAIN):
+            spec = f"{point.value}:{txid}"
+            if k == 0:  # the environment variable, as a wrapper script would set it
+                env = demo_env(TRANSACTIONAL_CRASH_AT=spec)
+                run = DemoProcess(args, work / f"run{k}.log", env)
+            else:
+                run = DemoProcess([*args, "--crash-at", spec], work / f"run{k}.log")
+            code = run.wait()
+            exits = reap_session(run.pid)
+            currtx, metas = store_state(result.state_dir)
+            sinks = {
+                "redis": redis_txid(result.redis_url, "redis"),
+                "delta": delta_sink_txid(result.delta_path, "delta", opaque=spout == "opaque"),
+            }
+            output = run.output()
+            result.crashes.append(Crash(point, txid, code, output, exits, currtx, metas, sinks))
+        final = DemoProcess(args, work / "final.log")
+        result.final_returncode = final.wait()
+        reap_session(final.pid)
+    result.final_output = final.output()
+    return result
+
+
+def expected_state(point: FaultPoint, t: int, sink: str) -> tuple[int | None, int | None]:
+    """(currtx, sink txid) that dying at ``point`` of ``t`` must leave; None where the
+    other threads may have moved on (the step is on a worker thread, and a lower txid
+    may be committing meanwhile), bounded by the checks in ``check_crash``."""
+    first = sink == "redis"  # --sink both commits Redis first, then Delta
+    return {
+        FaultPoint.BETWEEN_COMMITTERS: (t, t if first else t - 1),
+        FaultPoint.AFTER_SINK_WRITE: (t, t),
+        FaultPoint.AFTER_ADVANCE: (t + 1, t),
+    }.get(point, (None, None))
+
+
+def check_crash(crash: Crash, sink: str) -> None:
+    why = crash.describe()
+    assert crash.returncode == -9, why  # died by SIGKILL, not by an error
+    marker = f"crash_at point={crash.point.value} txid={crash.txid} "
+    assert crash.output.count(marker) == 1, why  # ...at the step it was told
+    # ...and took its JVM along: SIGKILLed, not left to notice the driver's death and
+    # exit on its own (running its shutdown hooks) a moment later. Nothing else of the
+    # run outlived it either (reap_session waited for every process of the session).
+    jvms = [status for command, status in crash.exits.values() if command == "java"]
+    assert jvms and all(killed(s) for s in jvms), (crash.exits, why)
+    held = crash.sinks[sink]
+    # Never behind the store, at most the one txid ahead that is being committed.
+    assert crash.currtx - 1 <= held <= crash.currtx, why
+    assert crash.txid in crash.metas, why  # metadata stored before anything else
+    currtx, txid = expected_state(crash.point, crash.txid, sink)
+    if currtx is None:  # not yet committed: t is at most the next to commit
+        assert crash.currtx <= crash.txid and held <= crash.txid - 1, why
+    else:
+        assert (crash.currtx, held) == (currtx, txid), why
+
+
+def tops(expected: Expected) -> list[tuple[str, int]]:
+    return sorted(expected.hashtags.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("sink", ["redis", "delta"])
+def test_killed_at_every_step_then_rerun_counts_exactly(
+    chain: Chain, sink: str, spark: Any
+) -> None:
+    assert [(c.point, c.txid) for c in chain.crashes] == CHAIN
+    for crash in chain.crashes:
+        check_crash(crash, sink)
+    assert chain.final_returncode == 0, chain.final_output[-3000:]
+    assert "crash_at " not in chain.final_output
+    got = (
+        redis_contents(chain.redis_url)
+        if sink == "redis"
+        else delta_contents(spark, chain.delta_path)
+    )
+    assert_exact(got, chain.expected)
+    # The end-of-run summary shows each sink's top hashtags.
+    assert printed_tops(chain.final_output)[(sink, "top hashtags")] == tops(chain.expected)
+    currtx, _ = store_state(chain.state_dir)
+    held = redis_txid(chain.redis_url, "redis") if sink == "redis" else delta_sink_txid(
+        chain.delta_path, "delta", opaque=chain.spout == "opaque")  # fmt: skip
+    assert held == currtx - 1 == 4  # 120 lines, 30 per txid
+    if sink == "delta":  # `show` reads both sinks back (once per chain: it costs Delta reads)
+        assert_show_both(chain, spark)
+
+
+def assert_show_both(chain: Chain, spark: Any) -> None:
+    out = io.StringIO()
+    code = demo(["show", "--sink", "both", "--redis-url", chain.redis_url, "--delta-path",
+                 str(chain.delta_path), "--top", str(TOP), "--master", "local[2]"], out=out)  # fmt: skip
+    assert code == 0, out.getvalue()
+    printed = printed_tops(out.getvalue())
+    for sink in ("redis", "delta"):
+        assert printed[(sink, "top hashtags")] == tops(chain.expected)
+    dead = str(len(chain.expected.dead_letters))
+    assert re.findall(r"dead letters: (\d+)", out.getvalue()) == [dead, dead]
+
+
+@pytest.mark.timeout(1200)
+def test_random_sigkills_then_drain_count_exactly(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    path = tmp_path_factory.mktemp("campaign-input") / "tweets"
+    assert demo(["generate", "--count", "600", "--seed", "47", "--partitions", "3",
+                 "--bad-rate", "0.03", "--out", str(path)], out=io.StringIO()) == 0  # fmt: skip
+    expected = expected_counts(path)
+    url = fresh_db(redis_server, 5)
+    args = ["run", "--input", str(path), "--spout", "opaque", "--sink", "redis",
+            "--redis-url", url, "--state-dir", str(tmp_path / "state"), "--batch-size", "5",
+            "--max-pending", "3", "--until-drained", "--master", "local[2]", "--top", "0"]  # fmt: skip
+    rng = random.Random(20261122)
+    with adopting_orphans():
+        killed_runs(args, url, tmp_path, rng)
+    final = DemoProcess(args, tmp_path / "final.log")
+    assert final.wait() == 0, final.tail()
+    assert_exact(redis_contents(url), expected)
+    currtx, _ = store_state(tmp_path / "state")
+    assert redis_txid(url, "sink") == currtx - 1 == 40  # 600 lines, 15 per txid
+
+
+def killed_runs(args: list[str], url: str, tmp_path: Path, rng: random.Random) -> None:
+    for k in range(5):
+        before = redis_txid(url, "sink")
+        run = DemoProcess(args, tmp_path / f"run{k}.log")
+        if rng.random() < 0.3:  # at any moment from the start: start-up and replays too
+            time.sleep(rng.uniform(1.0, 12.0))
+        else:  # after this run committed something, mid-stream
+            deadline = time.monotonic() + 300
+            while redis_txid(url, "sink") <= before and run.poll() is None:
+                assert time.monotonic() < deadline, run.tail()
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.0))
+        assert run.poll() is None, f"run {k} ended before it was killed:\n{run.tail()}"
+        assert run.kill() == -9
+        exits = reap_session(run.pid)  # nothing outlives the kill for long...
+        jvms = [status for command, status in exits.values() if command == "java"]
+        assert all(killed(s) for s in jvms), exits  # ...and the JVM shared its group's fate
+        currtx, _ = store_state(tmp_path / "state")
+        assert currtx - 1 <= redis_txid(url, "sink") <= currtx, run.tail()

@@ -1,0 +1,146 @@
+"""Fencing a deposed leader in the sink (DESIGN.md section 7): a leader that passed its
+leadership check and was then frozen must not write once its successor has. The Redis
+script compares the runner's fence token with the highest one that committed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+from committers import CounterTable, RedisCommitter
+from committers.redis import RedisBatch
+from coordinators import ZooKeeperStateStore
+from tests.integration.test_lost_services import (
+    TOPOLOGY,
+    buckets,
+    expected_buckets,
+    expire_session,
+    redis_committer,
+)
+from tests.integration.topologies import BucketBolt, RangeSpout
+from transactional import RunnerConfig, TopologyBuilder, TransactionalRunner
+from transactional.committer import CommitterContext
+from transactional.errors import FencedError
+from transactional.faults import FaultPoint
+from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
+
+pytestmark = pytest.mark.integration
+
+
+def committer(url: str, token: int, mode: CommitMode = CommitMode.TRANSACTIONAL) -> RedisCommitter:
+    sink = RedisCommitter(url, {"in": CounterTable("c", ("k",))}, mode=mode, namespace="ns")
+    sink.open(CommitterContext(None, "t", "sink", fence_token=token))
+    return sink
+
+
+def commit(sink: RedisCommitter, txid: int, value: int) -> CommitOutcome:
+    batch = RedisBatch(txid, counters={"c": {"a": value}})
+    return sink.commit(TransactionAttempt(txid, 1), batch)
+
+
+@pytest.mark.parametrize("mode", list(CommitMode))
+def test_redis_refuses_a_lower_fence_token_and_writes_nothing(
+    redis_url: str, mode: CommitMode
+) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    old, new = committer(redis_url, 5, mode), committer(redis_url, 7, mode)
+    try:
+        # Before the new leader writes anything the old one still gets through: it led
+        # when it wrote, and the new leader replays from the store's currtx anyway.
+        assert commit(old, 1, 1) == CommitOutcome.APPLIED
+        # The new leader's replay of txid 1 (a skip in transactional mode, a rewrite in
+        # opaque mode) raises the fence.
+        replay = (
+            CommitOutcome.SKIPPED if mode is CommitMode.TRANSACTIONAL else CommitOutcome.REAPPLIED
+        )
+        assert commit(new, 1, 1) == replay
+        assert client.get("ns:fence") == "7"
+        # The old leader wakes up: neither the next txid nor a rewrite of txid 1 (the
+        # opaque undo that would wipe its successor's write) gets through.
+        for txid, value in ((2, 100), (1, 100)):
+            with pytest.raises(FencedError, match="it holds fence token 7, this runner's is 5"):
+                commit(old, txid, value)
+        assert client.hgetall("c") == {"a": "1"}
+        assert (client.get("ns:txid"), client.get("ns:fence")) == ("1", "7")
+        assert commit(new, 2, 2) == CommitOutcome.APPLIED
+        assert client.hgetall("c") == {"a": "3"}
+    finally:
+        old.close()
+        new.close()
+        client.close()
+
+
+class FreezeAt:
+    """A fault plan that freezes the commit thread at ``point`` of ``txid`` until
+    released: the runner has checked its leadership and is about to write, as a
+    process stopped with SIGSTOP at that instant would be."""
+
+    def __init__(self, point: FaultPoint, txid: int) -> None:
+        self.point, self.txid = point, txid
+        self.reached, self.release = threading.Event(), threading.Event()
+
+    def check(self, point: FaultPoint, attempt: TransactionAttempt, number: int) -> None:
+        if point is self.point and attempt.txid == self.txid and not self.reached.is_set():
+            self.reached.set()
+            assert self.release.wait(180), "the test never released the frozen commit"
+
+
+def runner(spark: Any, url: str, store: ZooKeeperStateStore, faults: Any = None) -> Any:
+    topology = (
+        TopologyBuilder()
+        .set_spout(RangeSpout(300, 60))
+        .set_bolt("bucket", BucketBolt())
+        .set_committer("sink", redis_committer(url), "bucket")
+        .build()
+    )
+    # One txid in flight and no timeout: while its commit is frozen the runner has
+    # nothing else to do, and touches neither the store nor the sink.
+    config = RunnerConfig(
+        topology_id=TOPOLOGY, max_pending=1, attempt_timeout_s=None, leader_timeout_s=60
+    )
+    return TransactionalRunner(topology, store, spark, config, faults=faults)
+
+
+def test_a_leader_frozen_after_its_check_cannot_commit_after_its_successor(
+    spark: Any, redis_url: str, zk_hosts: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    freeze = FreezeAt(FaultPoint.BEFORE_SINK_WRITE, txid=3)
+    old_store = ZooKeeperStateStore(zk_hosts, session_timeout=4.0)
+    old = runner(spark, redis_url, old_store, freeze)
+    outcome: dict[str, BaseException] = {}
+
+    def run_old() -> None:
+        try:
+            old.run(until_drained=True)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run_old)
+    thread.start()
+    try:
+        assert freeze.reached.wait(180), "the old leader never reached its commit of txid 3"
+        old_token = old_store.fence_token()
+        expire_session(zk_hosts, old_store)  # its session ends while it is frozen
+
+        new_store = ZooKeeperStateStore(zk_hosts, session_timeout=4.0)
+        stats = runner(spark, redis_url, new_store).run(until_drained=True)
+        assert stats.committed_txids == 3  # txids 3, 4 and 5: it replayed the frozen one
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
+        new_fence = int(client.get("transactional:lost:sink:fence") or 0)
+        assert old_token is not None and new_fence > old_token
+    finally:
+        with caplog.at_level(logging.WARNING, logger="transactional.runner"):
+            freeze.release.set()  # the old leader wakes up in the middle of its commit
+            thread.join(120)
+
+    assert isinstance(outcome.get("error"), FencedError), outcome
+    assert "deposed" in caplog.text and "it holds fence token" in caplog.text
+    assert old.stats.committed_txids == 2 and old.stats.reelections == 0
+    # Nothing of the old leader's late commit reached the sink.
+    assert buckets(redis_url) == expected_buckets(300)
+    assert client.get("transactional:lost:sink:txid") == "5"
+    assert int(client.get("transactional:lost:sink:fence") or 0) == new_fence

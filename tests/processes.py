@@ -1,0 +1,225 @@
+"""The demo as a real process, and what a crash leaves behind: the helpers of the crash
+tests and of the chaos campaign (``python -m tests.chaos``).
+
+State is read here without the code under test: the SQLite store with plain SQL, the
+Redis committer's txid key with redis-py, and the Delta txid markers from the JSON
+commit files of each table's ``_delta_log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+ROOT = Path(__file__).resolve().parents[1]
+TOPOLOGY_ID = "tweets"
+#: The Delta tables the demo writes (counters, then dead letters).
+DELTA_TABLES = ("hashtags", "users", "users_hashtags", "dead_letters")
+#: Opaque-mode Delta markers are ``txid * ATTEMPT_SLOTS + rewrite``.
+ATTEMPT_SLOTS = 1_000_000
+
+
+def demo_env(**extra: str) -> dict[str, str]:
+    """The environment of a demo process: this checkout importable, no crash plan
+    inherited, and a JVM tuned for short lives (C1 only: Spark starts on about a third
+    less CPU, which is most of what a crash test spends)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRANSACTIONAL_CRASH_AT"}
+    env["PYTHONPATH"] = str(ROOT)
+    env.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+    env.update(extra)
+    return env
+
+
+class DemoProcess:
+    """``python -m examples.tweets ARGS`` in a session of its own, output to ``log``."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        self._out: IO[bytes] = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "examples.tweets", *args],
+            cwd=ROOT,
+            env=env or demo_env(),
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float = 600) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"demo run did not end within {timeout}s:\n{self.tail()}"
+            ) from None
+        self._out.close()
+        return code
+
+    def kill(self) -> int:
+        """SIGKILL the whole session's group, as a power cut would."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        code = self.proc.wait()
+        self._out.close()
+        return code
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.output()[-chars:]
+
+
+def _session(sid: int) -> list[tuple[int, str, str, int]]:
+    """``(pid, command, state, ppid)`` of every process of session ``sid``, zombies
+    included: a run's JVM and Python workers keep its session even after their group
+    or parent changed."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        head, _, tail = stat.rpartition(")")
+        fields = tail.split()
+        if int(fields[3]) == sid:
+            members.append((int(entry.name), head.split("(", 1)[1], fields[0], int(fields[1])))
+    return members
+
+
+def alive_in_session(sid: int) -> list[int]:
+    return [pid for pid, _, state, _ in _session(sid) if state not in ("Z", "X")]
+
+
+def wait_session_gone(sid: int, timeout: float = 30) -> list[int]:
+    """Wait until nothing of session ``sid`` lives; returns what still does."""
+    deadline = time.monotonic() + timeout
+    while (alive := alive_in_session(sid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@contextlib.contextmanager
+def adopting_orphans() -> Iterator[None]:
+    """Make this process the reaper of its descendants' orphans (Linux ``prctl``), so a
+    killed run's JVM and workers become its children and ``reap_session`` can read how
+    each ended: killed, or exited on its own after its driver died."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    try:
+        yield
+    finally:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def reap_session(sid: int, timeout: float = 60) -> dict[int, tuple[str, int]]:
+    """Wait for every process left of session ``sid`` (adopted, see ``adopting_orphans``)
+    and return ``pid -> (command, wait status)``. Raises ``AssertionError`` if some
+    process still lives after ``timeout`` seconds."""
+    reaped: dict[int, tuple[str, int]] = {}
+    deadline = time.monotonic() + timeout
+    while members := _session(sid):
+        for pid, command, _, ppid in members:
+            if ppid == os.getpid():
+                with contextlib.suppress(ChildProcessError):  # reaped meanwhile
+                    reaped[pid] = (command, os.waitpid(pid, 0)[1])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"session {sid} outlived its kill: {_session(sid)}")
+        time.sleep(0.02)
+    return reaped
+
+
+def killed(status: int) -> bool:
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def store_state(state_dir: Path, topology_id: str = TOPOLOGY_ID) -> tuple[int, list[int]]:
+    """``(currtx, txids with stored metadata)`` from the SQLite store."""
+    db = state_dir / "state.db"
+    if not db.exists():
+        return 1, []
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute(
+            "SELECT txid FROM currtx WHERE topology_id = ?", (topology_id,)
+        ).fetchone()
+        metas = conn.execute(
+            "SELECT txid FROM coordinator_meta WHERE topology_id = ? ORDER BY txid",
+            (topology_id,),
+        ).fetchall()
+    except sqlite3.OperationalError:  # the first run died before creating the tables
+        return 1, []
+    finally:
+        conn.close()
+    return (int(row[0]) if row else 1), [int(t) for (t,) in metas]
+
+
+def redis_txid(url: str, committer: str, topology_id: str = TOPOLOGY_ID) -> int:
+    """The last txid the Redis committer named ``committer`` applied (0: none)."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=5)
+    try:
+        return int(client.get(f"transactional:{topology_id}:{committer}:txid") or 0)
+    finally:
+        client.close()
+
+
+def delta_txid(path: Path, committer: str, opaque: bool, topology_id: str = TOPOLOGY_ID) -> int:
+    """The txid every Delta table holds (the lowest over the tables; 0: none), from the
+    ``txn`` actions of the committed log files. A commit file appears atomically, so a
+    commit cut short by a kill is simply not there."""
+    held = []
+    for table in DELTA_TABLES:
+        app_id = f"{topology_id}:{committer}:{table}" + (":opaque" if opaque else "")
+        version = 0
+        for commit in sorted((path / table / "_delta_log").glob("*.json")):
+            for line in commit.read_text().splitlines():
+                txn = json.loads(line).get("txn") if line.strip() else None
+                if txn and txn.get("appId") == app_id:
+                    version = max(version, int(txn["version"]))
+        held.append(version // ATTEMPT_SLOTS if opaque else version)
+    return min(held)
+
+
+def printed_tops(text: str) -> dict[tuple[str, str], list[tuple[str, int]]]:
+    """The rows of the rich tables the demo prints, by (sink header, table title); the
+    sink header is "" when only one sink is shown."""
+    tables: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    sink, title = "", ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped in ("redis:", "delta:"):
+            sink = stripped[:-1]
+        elif stripped.startswith("top "):
+            title = stripped
+            tables[(sink, title)] = []
+        elif stripped.startswith("│") and title:
+            cells = [c.strip() for c in stripped.strip("│").split("│")]
+            if len(cells) == 2 and cells[1].replace(",", "").isdigit():
+                tables[(sink, title)].append((cells[0], int(cells[1].replace(",", ""))))
+    return tables

@@ -1,0 +1,54 @@
+"""Testing a topology: fault plans, a replay harness, in-memory doubles.
+
+- ``FaultPlan`` says where the protocol fails or the process "dies"
+  (``SimulatedCrash``), in code or as a string (``FaultPlan.parse``);
+- ``TopologyHarness`` runs a user's topology in-process on a real store and sink under
+  such a plan, and again from the same store, so a test can crash, rerun and assert;
+- the in-memory doubles (``InMemoryEngine``, ``InMemoryStateStore``, list spouts,
+  ``MemoryCommitter``) test the runner's state machine itself in milliseconds.
+
+The pytest plugin ``transactional.testing.plugin`` (registered as an entry point) gives
+the fixtures ``transactional_spark``, ``transactional_harness`` and
+``transactional_faults``.
+"""
+
+from transactional.faults import FaultPoint
+from transactional.testing.harness import HarnessRun, TopologyHarness
+from transactional.testing.memory import (
+    CountingBolt,
+    InMemoryEngine,
+    InMemoryStateStore,
+    ListOpaqueSpout,
+    ListPartitionedSpout,
+    ListTransactionalSpout,
+    MemoryCommitter,
+    Range,
+    expected_counts,
+)
+from transactional.testing.plan import (
+    FaultPlan,
+    FaultPlanError,
+    FaultRule,
+    FaultSchedule,
+    SimulatedCrash,
+)
+
+__all__ = [
+    "CountingBolt",
+    "FaultPlan",
+    "FaultPlanError",
+    "FaultPoint",
+    "FaultRule",
+    "FaultSchedule",
+    "HarnessRun",
+    "InMemoryEngine",
+    "InMemoryStateStore",
+    "ListOpaqueSpout",
+    "ListPartitionedSpout",
+    "ListTransactionalSpout",
+    "MemoryCommitter",
+    "Range",
+    "SimulatedCrash",
+    "TopologyHarness",
+    "expected_counts",
+]
