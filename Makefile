@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PACKAGES := zookeeper redis-server default-jre-headless
 
-.PHONY: demo test deps venv lint typecheck unit chaos clean
+.PHONY: demo test deps venv lint typecheck unit chaos bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,6 +46,11 @@ test: deps venv lint typecheck
 # CHAOS="--zookeeper" to keep the state in ZooKeeper and restart it too.
 chaos: deps venv
 	$(BIN)/python -m tests.chaos $(CHAOS)
+
+# Throughput against Structured Streaming and a bare Spark job; writes benchmarks/RESULTS.md.
+# BENCH="--quick" for 100k tweets and one repetition.
+bench: deps venv
+	$(BIN)/python -m benchmarks.bench $(BENCH)
 
 clean:
 	rm -rf .transactional .pytest_cache .mypy_cache .ruff_cache

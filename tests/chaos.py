@@ -115,6 +115,10 @@ def run_campaign(
             run = None
             continue
         time.sleep(rng.uniform(0.0, 2.5))
+        if run.poll() is not None:  # it drained (or failed) meanwhile: no fault to count
+            _finish(campaign, run, run.kill())
+            run = None
+            continue
         kind = rng.choice([k for k in KINDS if k in restart or k == "sigkill"])
         fault += 1
         campaign.faults[kind] += 1

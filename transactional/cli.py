@@ -126,8 +126,8 @@ def _run(args: argparse.Namespace) -> int:
     from transactional.runner import TransactionalRunner
     from transactional.session import create_spark_session
 
-    factory = _load_factory(args.factory)
     crash = KillAt.parse(args.crash_at) if args.crash_at else None
+    factory = _load_factory(args.factory)
     config = RunnerConfig(
         topology_id=args.topology_id, max_pending=args.max_pending, max_attempts=args.max_attempts
     )

@@ -4,6 +4,7 @@ kill really leaving nothing alive, whether or not the dying process leads its gr
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -195,3 +196,18 @@ def test_kill_process_tree_leaves_no_descendant_alive(leads_group: bool) -> None
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert [p for p in pids if _alive(p)] == []
+
+
+def test_both_commands_refuse_a_bad_crash_plan_before_starting_anything(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from examples.tweets.cli import main as demo
+    from transactional.cli import main as transactional
+
+    monkeypatch.setenv("TRANSACTIONAL_CRASH_AT", "emit:0")  # read by the demo's `run`
+    assert demo(["run", "--state-dir", str(tmp_path)], out=io.StringIO()) == 2
+    assert "TRANSACTIONAL_CRASH_AT" in capsys.readouterr().err
+    assert transactional(["run", "no.such:factory", "--topology-id", "t",
+                          "--crash-at", "nowhere:1", "--state-dir", str(tmp_path)]) == 2  # fmt: skip
+    assert "'nowhere:1'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # refused before the store or a sample was made
