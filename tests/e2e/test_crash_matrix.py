@@ -258,7 +258,7 @@ def killed_runs(args: list[str], url: str, tmp_path: Path, rng: random.Random) -
         before = redis_txid(url, "sink")
         run = DemoProcess(args, tmp_path / f"run{k}.log")
         if rng.random() < 0.3:  # at any moment from the start: start-up and replays too
-            time.sleep(rng.uniform(1.0, 12.0))
+            time.sleep(rng.uniform(1.0, 8.0))
         else:  # after this run committed something, mid-stream
             deadline = time.monotonic() + 300
             while redis_txid(url, "sink") <= before and run.poll() is None:
