@@ -307,11 +307,7 @@ class TransactionalRunner:
         running cannot be stopped, but it is fenced, and the commit thread runs it
         before any commit made under the new leadership."""
         cfg = self.config
-        for txid in sorted(self._slots):
-            slot = self._slots.pop(txid)
-            self._cancel(slot)
-            meta = self._public_meta(slot)
-            _quietly(functools.partial(self._spout.fail, txid, meta), "spout fail")
+        self._drop_from(min(self._slots, default=self._currtx))
         self._committing = None
         if isinstance(lost, FencedError):
             log.error(
@@ -706,13 +702,7 @@ class TransactionalRunner:
             type(exc).__name__,
             exc,
         )
-        for t in sorted(t for t in self._slots if t >= txid):
-            slot = self._slots.pop(t)
-            self._cancel(slot)
-            if self._committing is slot:
-                self._committing = None
-            meta = self._public_meta(slot)
-            _quietly(functools.partial(self._spout.fail, t, meta), "spout fail")
+        self._drop_from(txid)
         self._next_txid = min(self._next_txid, txid)
         self._not_ready = False
         if isinstance(exc, ConfigurationError):  # the same on every attempt: never retried
@@ -720,6 +710,16 @@ class TransactionalRunner:
         if failures >= self.config.max_attempts:
             raise PoisonBatchError(txid, self._stored_meta(txid), exc, failures) from exc
         self._retry_at = self.clock() + self.config.backoff(failures)
+
+    def _drop_from(self, txid: int) -> None:
+        """Drop ``txid`` and every in-flight txid above it: cancel their Spark jobs and
+        tell the spout they failed (step 5; step 7 drops them all)."""
+        for t in sorted(t for t in self._slots if t >= txid):
+            slot = self._slots.pop(t)
+            self._cancel(slot)
+            if self._committing is slot:
+                self._committing = None
+            _quietly(functools.partial(self._spout.fail, t, self._public_meta(slot)), "spout fail")
 
     def _stored_meta(self, txid: int) -> Any:
         meta = self._metas.get(txid)
@@ -775,14 +775,18 @@ class TransactionalRunner:
 
 def _json_problem(meta: BatchMetadata) -> str | None:
     """What keeps ``meta`` from a faithful JSON round trip, naming the field; None if
-    nothing does."""
-    for name in type(meta).model_fields:
-        try:
-            json.dumps(meta.model_dump(mode="json", include={name}), allow_nan=False)
-        except (TypeError, ValueError) as exc:  # NaN, bytes that are not UTF-8, ...
-            return f"field {name!r} = {_brief_repr(getattr(meta, name))} ({exc})"
+    nothing does. One round trip on the way of every new txid; the field-by-field search
+    runs only when it failed, to name the culprit."""
     try:
         text = json.dumps(dump_meta(meta), allow_nan=False)
+    except (TypeError, ValueError) as exc:  # NaN, bytes that are not UTF-8, ...
+        for name in type(meta).model_fields:
+            try:
+                json.dumps(meta.model_dump(mode="json", include={name}), allow_nan=False)
+            except (TypeError, ValueError) as field_exc:
+                return f"field {name!r} = {_brief_repr(getattr(meta, name))} ({field_exc})"
+        return f"it cannot be written as JSON {_brief_repr(meta)} ({exc})"
+    try:
         again = type(meta).model_validate(json.loads(text))
     except (TypeError, ValueError) as exc:
         return f"it does not load back from its JSON {_brief_repr(meta)} ({exc})"

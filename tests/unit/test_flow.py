@@ -41,7 +41,6 @@ def test_the_runner_feeds_the_size_and_new_txids_use_it() -> None:
     from transactional.faults import FaultPoint
     from transactional.runner import TransactionalRunner
     from transactional.testing import (
-        CountingBolt,
         FaultRule,
         FaultSchedule,
         InMemoryEngine,
@@ -49,8 +48,8 @@ def test_the_runner_feeds_the_size_and_new_txids_use_it() -> None:
         ListTransactionalSpout,
         MemoryCommitter,
         Range,
+        counting_topology,
     )
-    from transactional.topology import TopologyBuilder
 
     class SizedSpout(ListTransactionalSpout):
         def open(self, context: Any) -> None:
@@ -65,13 +64,7 @@ def test_the_runner_feeds_the_size_and_new_txids_use_it() -> None:
     spout = SizedSpout(data, batch_size=1)
     committer = MemoryCommitter()
     sizer = AdaptiveBatchSize(BatchSizeConfig(initial=10, step=10, minimum=5, target_latency_s=60))
-    topology = (
-        TopologyBuilder()
-        .set_spout(spout)
-        .set_bolt("count", CountingBolt())
-        .set_committer("sink", committer, "count")
-        .build()
-    )
+    topology = counting_topology(spout, committer)
     runner = TransactionalRunner(
         topology,
         InMemoryStateStore(),

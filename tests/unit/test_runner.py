@@ -18,7 +18,6 @@ from transactional.errors import InjectedFault, PoisonBatchError
 from transactional.faults import FaultPoint
 from transactional.runner import TransactionalRunner
 from transactional.testing import (
-    CountingBolt,
     FaultRule,
     FaultSchedule,
     InMemoryEngine,
@@ -28,8 +27,8 @@ from transactional.testing import (
     ListTransactionalSpout,
     MemoryCommitter,
     Range,
+    counting_topology,
 )
-from transactional.topology import TopologyBuilder
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 
@@ -41,13 +40,7 @@ def make_runner(
     listener: Any = None,
     **config: Any,
 ) -> TransactionalRunner:
-    topology = (
-        TopologyBuilder()
-        .set_spout(spout)
-        .set_bolt("count", CountingBolt())
-        .set_committer("sink", committer, "count")
-        .build()
-    )
+    topology = counting_topology(spout, committer)
     settings: dict[str, Any] = {
         "topology_id": "t",
         "max_pending": 3,

@@ -29,6 +29,7 @@ from transactional.testing import (
     ListTransactionalSpout,
     MemoryCommitter,
     Range,
+    counting_topology,
 )
 from transactional.topology import TopologyBuilder
 from transactional.types import BatchMetadata, CommitMode, TransactionAttempt
@@ -37,13 +38,7 @@ from transactional.types import BatchMetadata, CommitMode, TransactionAttempt
 def make_runner(
     spout: Any, committer: MemoryCommitter, store: InMemoryStateStore, **config: Any
 ) -> TransactionalRunner:
-    topology = (
-        TopologyBuilder()
-        .set_spout(spout)
-        .set_bolt("count", CountingBolt())
-        .set_committer("sink", committer, "count")
-        .build()
-    )
+    topology = counting_topology(spout, committer)
     settings: dict[str, Any] = {
         "topology_id": "t",
         "max_pending": 2,

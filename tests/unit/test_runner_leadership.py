@@ -18,14 +18,13 @@ from transactional.errors import (
 )
 from transactional.runner import TransactionalRunner
 from transactional.testing import (
-    CountingBolt,
     InMemoryEngine,
     InMemoryStateStore,
     ListOpaqueSpout,
     ListTransactionalSpout,
     MemoryCommitter,
+    counting_topology,
 )
-from transactional.topology import TopologyBuilder
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 RECORDS = [f"r{i % 7}" for i in range(50)]  # 5 txids of 10
@@ -96,13 +95,7 @@ class RecordingCommitter(MemoryCommitter):
 def run(
     store: InMemoryStateStore, committer: MemoryCommitter, spout: Any = None, **config: Any
 ) -> tuple[TransactionalRunner, Any]:
-    topology = (
-        TopologyBuilder()
-        .set_spout(spout or ListTransactionalSpout(RECORDS, 10))
-        .set_bolt("count", CountingBolt())
-        .set_committer("sink", committer, "count")
-        .build()
-    )
+    topology = counting_topology(spout or ListTransactionalSpout(RECORDS, 10), committer)
     settings: dict[str, Any] = {
         "topology_id": "t",
         "max_pending": 3,

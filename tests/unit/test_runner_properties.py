@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 from transactional.errors import PoisonBatchError
 from transactional.spout import OpaquePartitionedTransactionalSpout
 from transactional.testing import (
-    CountingBolt,
     FaultPlan,
     FaultPoint,
     FaultRule,
@@ -37,8 +36,10 @@ from transactional.testing import (
     MemoryCommitter,
     Range,
     TopologyHarness,
+    counting_topology,
+    partitions_have_more,
 )
-from transactional.topology import Topology, TopologyBuilder
+from transactional.topology import Topology
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt, dump_meta
 
 #: Above the most failures a scenario can plan for one txid in one run (3 planned
@@ -240,10 +241,7 @@ class ShiftingOpaqueSpout(OpaquePartitionedTransactionalSpout[Range]):
         return len(self.partitions)
 
     def is_ready(self, txid: int, last_metas: Mapping[int, Range]) -> bool:
-        return any(
-            (last_metas[p].end if p in last_metas else 0) < len(part)
-            for p, part in enumerate(self.partitions)
-        )
+        return partitions_have_more(self.partitions, last_metas)
 
     def emit_partition_batch(  # type: ignore[override]
         self, attempt: TransactionAttempt, partition: int, last_meta: Range | None
@@ -321,10 +319,7 @@ def play(s: Scenario) -> tuple[Checker, CheckedStore, list[CheckedCommitter]]:
             spout = CheckedPartitionedSpout(parts, s.batch_size, checker)
         else:
             spout = ShiftingOpaqueSpout(parts, s.batch_size, checker, plan)
-        builder = TopologyBuilder().set_spout(spout).set_bolt("count", CountingBolt())
-        for i, sink in enumerate(sinks):
-            builder.set_committer(f"sink{i}", sink, "count")
-        return builder.build()
+        return counting_topology(spout, *sinks)
 
     harness = TopologyHarness(
         build,

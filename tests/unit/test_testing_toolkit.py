@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from coordinators import SQLiteStateStore
 from transactional.errors import ConfigurationError, InjectedFault, PoisonBatchError
 from transactional.testing import (
-    CountingBolt,
     FaultPlan,
     FaultPlanError,
     FaultPoint,
@@ -33,9 +32,10 @@ from transactional.testing import (
     Range,
     SimulatedCrash,
     TopologyHarness,
+    counting_topology,
 )
 from transactional.testing import plugin as testing_plugin
-from transactional.topology import Topology, TopologyBuilder
+from transactional.topology import Topology
 from transactional.types import CommitOutcome, TransactionAttempt
 
 
@@ -63,10 +63,7 @@ class Job:
     def build(self) -> Topology:
         spout = self.make_spout(self.data, self.batch_size)
         self.spouts.append(spout)
-        builder = TopologyBuilder().set_spout(spout).set_bolt("count", CountingBolt())
-        for i, sink in enumerate(self.sinks):
-            builder.set_committer(f"sink{i}", sink, "count")
-        return builder.build()
+        return counting_topology(spout, *self.sinks)
 
     def harness(self, store: Any = None, **options: Any) -> TopologyHarness:
         return TopologyHarness(

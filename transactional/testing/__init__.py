@@ -23,7 +23,9 @@ from transactional.testing.memory import (
     ListTransactionalSpout,
     MemoryCommitter,
     Range,
+    counting_topology,
     expected_counts,
+    partitions_have_more,
 )
 from transactional.testing.plan import (
     FaultPlan,
@@ -50,5 +52,7 @@ __all__ = [
     "Range",
     "SimulatedCrash",
     "TopologyHarness",
+    "counting_topology",
     "expected_counts",
+    "partitions_have_more",
 ]

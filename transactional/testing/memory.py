@@ -23,6 +23,7 @@ from transactional.spout import (
     TransactionalSpout,
 )
 from transactional.store import StateStore, StoredState, TopologyIdentity
+from transactional.topology import Topology, TopologyBuilder
 from transactional.types import BatchMetadata, CommitMode, CommitOutcome, TransactionAttempt
 
 __all__ = [
@@ -34,7 +35,9 @@ __all__ = [
     "ListTransactionalSpout",
     "MemoryCommitter",
     "Range",
+    "counting_topology",
     "expected_counts",
+    "partitions_have_more",
 ]
 
 
@@ -191,6 +194,16 @@ class ListTransactionalSpout(TransactionalSpout[Range]):
         self.cleanups.append(txid)
 
 
+def partitions_have_more(
+    partitions: Sequence[Sequence[Any]], last_metas: Mapping[int, Range]
+) -> bool:
+    """Does any partition hold records past where ``last_metas`` left it?"""
+    return any(
+        (last_metas[p].end if p in last_metas else 0) < len(part)
+        for p, part in enumerate(partitions)
+    )
+
+
 class ListPartitionedSpout(PartitionedTransactionalSpout[Range]):
     """Each inner list is one partition; a partition appended later is read only by
     txids started after it appeared."""
@@ -207,10 +220,7 @@ class ListPartitionedSpout(PartitionedTransactionalSpout[Range]):
         return len(self.partitions)
 
     def is_ready(self, txid: int, last_metas: Mapping[int, Range]) -> bool:
-        return any(
-            (last_metas[p].end if p in last_metas else 0) < len(part)
-            for p, part in enumerate(self.partitions)
-        )
+        return partitions_have_more(self.partitions, last_metas)
 
     def emit_partition_batch_new(
         self, attempt: TransactionAttempt, partition: int, last_meta: Range | None
@@ -248,10 +258,7 @@ class ListOpaqueSpout(OpaquePartitionedTransactionalSpout[Range]):
         return len(self.partitions)
 
     def is_ready(self, txid: int, last_metas: Mapping[int, Range]) -> bool:
-        return any(
-            (last_metas[p].end if p in last_metas else 0) < len(part)
-            for p, part in enumerate(self.partitions)
-        )
+        return partitions_have_more(self.partitions, last_metas)
 
     def emit_partition_batch(  # type: ignore[override]
         self, attempt: TransactionAttempt, partition: int, last_meta: Range | None
@@ -349,6 +356,15 @@ class MemoryCommitter(Committer):
 
     def committed_sequence(self) -> list[int]:
         return [a.txid for a, outcome in self.calls if outcome is not None]
+
+
+def counting_topology(spout: Any, *committers: Committer) -> Topology:
+    """``spout`` -> ``CountingBolt`` ("count") -> the committers, in order ("sink", or
+    "sink0", "sink1", ... for several): the shape the runner's own tests use."""
+    builder = TopologyBuilder().set_spout(spout).set_bolt("count", CountingBolt())
+    for i, committer in enumerate(committers):
+        builder.set_committer("sink" if len(committers) == 1 else f"sink{i}", committer, "count")
+    return builder.build()
 
 
 def expected_counts(records: Iterable[Any]) -> dict[Any, int]:
