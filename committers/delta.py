@@ -1,4 +1,5 @@
-"""Counters and dead letters in Delta Lake tables, one MERGE or write per table per commit.
+"""Counters and dead letters in Delta Lake tables, one MERGE or write per table per commit,
+the tables written in parallel.
 
 Both modes record the txid in Delta's own idempotent-write marker (a ``SetTransaction``
 action: app id -> version), which is written in the same atomic commit as the data and
@@ -22,11 +23,11 @@ its script) for opaque spouts.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,12 +46,15 @@ MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 ATTEMPT_SLOTS = 1_000_000
 DEAD_LETTERS_TABLE = "dead_letters"
 
-#: The txn confs are session-wide, while MERGE has no per-call option for them; every
-#: DeltaCommitter in the process sets them only while holding this lock, and restores
-#: them before releasing it, so no other write of ours can pick them up. (A Delta write
-#: issued by other code on the same session during the MERGE could: keep such writes
-#: out of the commit phase, or give them their own ``spark.newSession()``.)
-_TXN_CONF_LOCK = threading.Lock()
+#: Spark sessions are cheap views of one SparkContext, each with its own SQL conf.
+#: The txn confs are session-wide and MERGE has no per-call option for them, so every
+#: table gets a session of its own: its MERGEs can run alongside the other tables'
+#: without a lock, and no other code's write on the runner's session can pick up our
+#: marker.
+_SCOPED_CONF = {
+    # The source is a checkpointed, summed batch: Delta's own copy of it is waste.
+    MATERIALIZE_SOURCE_CONF: "none",
+}
 
 
 #: Where Delta's jars are resolved (by Spark, from Maven Central) and then loaded from.
@@ -85,28 +89,6 @@ def delta_spark_conf(ivy_dir: str | Path | None = None) -> dict[str, str]:
         # The default (50) makes every snapshot of a tiny table cost 50 tasks.
         "spark.databricks.delta.snapshotPartitions": "2",
     }
-
-
-@contextmanager
-def _txn_conf(spark: Any, app_id: str, version: int) -> Iterator[None]:
-    scoped = {
-        TXN_APP_ID_CONF: app_id,
-        TXN_VERSION_CONF: str(version),
-        # The source is a checkpointed, summed batch: Delta's own copy of it is waste.
-        MATERIALIZE_SOURCE_CONF: "none",
-    }
-    with _TXN_CONF_LOCK:
-        saved = {k: spark.conf.get(k, None) for k in scoped}
-        try:
-            for key, value in scoped.items():
-                spark.conf.set(key, value)
-            yield
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, value)
 
 
 @dataclass(frozen=True)
@@ -160,6 +142,8 @@ class DeltaCommitter(CounterCommitter):
         # A relative path is not a valid Delta table name: anchor it here.
         self.path = path.rstrip("/") if "://" in path else os.path.abspath(path)
         self._key_types: dict[str, dict[str, str]] = {}
+        self._sessions: dict[str, Any] = {}  # table -> its own session (see _SCOPED_CONF)
+        self._lanes: ThreadPoolExecutor | None = None  # one thread per table
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -198,6 +182,26 @@ class DeltaCommitter(CounterCommitter):
         if self.dead_letters is not None:
             columns = [("raw", "STRING", True), ("reason", "STRING", True), ("txid", "LONG", False)]
             self._ensure_table(spark, DEAD_LETTERS_TABLE, columns)
+        for table in self.counters.values():
+            session = spark.newSession()
+            for key, value in _SCOPED_CONF.items():
+                session.conf.set(key, value)
+            self._sessions[table.name] = session
+        self._lanes = ThreadPoolExecutor(
+            len(self._tables()), thread_name_prefix=f"delta-{context.name}"
+        )
+
+    def close(self) -> None:
+        if self._lanes is not None:
+            self._lanes.shutdown(wait=True)
+            self._lanes = None
+        self._sessions.clear()
+
+    def _tables(self) -> list[str]:
+        tables = [t.name for t in self.counters.values()]
+        if self.dead_letters is not None:
+            tables.append(DEAD_LETTERS_TABLE)
+        return tables
 
     def _ensure_table(
         self, spark: Any, table: str, columns: list[tuple[str, str, bool]]
@@ -259,31 +263,54 @@ class DeltaCommitter(CounterCommitter):
 
     def commit(self, attempt: TransactionAttempt, prepared: DeltaBatch) -> CommitOutcome:
         """One MERGE per counter table, one write for dead letters, each carrying the
-        txid marker. A crash between tables is fine: the replay finds the marker on the
-        tables already done and skips (transactional) or redoes (opaque) them."""
+        txid marker, all tables at once (each on its own thread and session). Partial
+        success is fine: the replay finds the marker on the tables already done and
+        skips (transactional) or redoes (opaque) them. Every write is waited for before
+        this returns or raises, so a retry never races a write of this attempt."""
+        from pyspark.util import inheritable_thread_target
+
         if prepared.txid != attempt.txid:
             raise CommitError(
                 f"prepared batch is for txid {prepared.txid}, commit was asked for "
                 f"{attempt.txid}: a stale prepare result reached commit"
             )
-        spark = self._spark()
+        if self._lanes is None:
+            raise ConfigurationError("DeltaCommitter.commit before open()")
         leads = self._context().check_leadership
+        leads()
+        writes: list[Callable[[], CommitOutcome]] = [
+            functools.partial(
+                self._commit_table, attempt.txid, table, prepared.counters[table.name]
+            )
+            for table in self.counters.values()
+        ]
+        if self.dead_letters is not None and prepared.dead_letters is not None:
+            writes.append(
+                functools.partial(self._commit_dead_letters, attempt.txid, prepared.dead_letters)
+            )
+
+        def checked(write: Callable[[], CommitOutcome]) -> CommitOutcome:
+            leads()  # right before each table's write: see the module's note on fencing
+            return write()
+
+        # The wrapper carries the job group of this attempt (a timeout cancels it).
+        inherit = inheritable_thread_target(self._spark())
+        futures = [self._lanes.submit(inherit(checked), w) for w in writes]
         outcomes: list[CommitOutcome] = []
-        try:
-            for table in self.counters.values():
-                source = prepared.counters[table.name]
-                leads()
-                outcomes.append(self._commit_table(spark, attempt.txid, table, source))
-            if self.dead_letters is not None and prepared.dead_letters is not None:
-                leads()
-                outcomes.append(self._commit_dead_letters(attempt.txid, prepared.dead_letters))
-        except TransactionalError:
-            raise
-        except Exception as exc:
+        errors: list[BaseException] = []
+        for future in futures:
+            try:
+                outcomes.append(future.result())
+            except BaseException as exc:
+                errors.append(exc)
+        if errors:
+            first = next((e for e in errors if isinstance(e, TransactionalError)), errors[0])
+            if isinstance(first, TransactionalError):
+                raise first
             raise CommitError(
                 f"Delta commit of txid {attempt.txid} under {self.path} failed: "
-                f"{type(exc).__name__}: {_brief(exc)}. Retrying the commit is safe."
-            ) from exc
+                f"{type(first).__name__}: {_brief(first)}. Retrying the commit is safe."
+            ) from first
         for outcome in (CommitOutcome.REAPPLIED, CommitOutcome.APPLIED):
             if outcome in outcomes:
                 return outcome
@@ -310,14 +337,13 @@ class DeltaCommitter(CounterCommitter):
             raise CommitError(f"txid {txid} was rewritten {ATTEMPT_SLOTS} times; giving up")
         return recorded + 1, CommitOutcome.REAPPLIED
 
-    def _commit_table(
-        self, spark: Any, txid: int, table: CounterTable, source: DataFrame
-    ) -> CommitOutcome:
+    def _commit_table(self, txid: int, table: CounterTable, source: DataFrame) -> CommitOutcome:
         from delta.tables import DeltaTable
 
         version, outcome = self._next_version(table.name, txid)
         if version is None:
             return outcome
+        spark = self._sessions[table.name]
         keys = {k: f"s.`{k}`" for k in table.keys}
         merge = (
             DeltaTable.forPath(spark, self.location(table.name))
@@ -349,8 +375,10 @@ class DeltaCommitter(CounterCommitter):
                     set={"count": "t.prev", "prev": "CAST(NULL AS BIGINT)", "txid": "0"},
                 )
             )
-        with _txn_conf(spark, self._app_id(table.name), version):
-            merge.execute()
+        # Only this table's thread uses its session, and only for this MERGE.
+        spark.conf.set(TXN_APP_ID_CONF, self._app_id(table.name))
+        spark.conf.set(TXN_VERSION_CONF, str(version))
+        merge.execute()
         return outcome
 
     def _commit_dead_letters(self, txid: int, rows: DataFrame) -> CommitOutcome:
@@ -398,12 +426,9 @@ class DeltaCommitter(CounterCommitter):
 
     def committed_txid(self) -> int | None:
         """The lowest txid over all tables (None if a table holds none): tables commit
-        one after the other, so only a txid every table holds is fully committed."""
-        tables = [t.name for t in self.counters.values()]
-        if self.dead_letters is not None:
-            tables.append(DEAD_LETTERS_TABLE)
+        independently, so only a txid every table holds is fully committed."""
         held: list[int] = []
-        for table in tables:
+        for table in self._tables():
             try:
                 version = self.recorded_version(table)
             except Exception as exc:

@@ -98,11 +98,17 @@ class ParseTweets(Bolt):
                 )
             ),
         )
-        tweets = checked.where(F.col("reason").isNull()).select(
-            F.variant_get("value", "$.id", "bigint").alias("id"),
-            F.variant_get("value", "$.text", "string").alias("text"),
-        )
-        dead = checked.where(F.col("reason").isNotNull()).select("raw", "reason")
+        valid = F.col("reason").isNull()
+        # Both streams (and every stream counted from the tweets) read these rows: keep
+        # them once, on first use, instead of parsing every line again per consumer.
+        rows = checked.select(
+            F.when(valid, F.variant_get("value", "$.id", "bigint")).alias("id"),
+            F.when(valid, F.variant_get("value", "$.text", "string")).alias("text"),
+            F.when(~valid, F.col("raw")).alias("raw"),
+            "reason",
+        ).localCheckpoint(eager=False)
+        tweets = rows.where(F.col("reason").isNull()).select("id", "text")
+        dead = rows.where(F.col("reason").isNotNull()).select("raw", "reason")
         return {DEFAULT_STREAM: tweets, DEAD_LETTERS: dead}
 
 
@@ -139,7 +145,10 @@ class CountTags(Bolt):
     outputs = (HASHTAGS, USERS, USERS_HASHTAGS)
 
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Mapping[str, DataFrame]:
-        tags = batch.select(_tokens("#").alias("hashtags"), _tokens("@").alias("users"))
+        # Tokenised once, on first use, for the three streams.
+        tags = batch.select(
+            _tokens("#").alias("hashtags"), _tokens("@").alias("users")
+        ).localCheckpoint(eager=False)
         return {
             HASHTAGS: tags.select(F.explode("hashtags").alias("hashtag")),
             USERS: tags.select(F.explode("users").alias("user")),
