@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ class Case:
     sink: str
     run: Callable[[], int]  # returns the number of input records processed
     note: str = ""
+    #: Framework cases: the per-txid step timings of the last run (RunStats.timings).
+    timings: list[Any] = field(default_factory=list)
 
 
 def count_lines(data: Path) -> int:
@@ -155,7 +157,9 @@ def framework(
             RunnerConfig(topology_id="bench", max_pending=max_pending),
             batch_size=sizer,
         )
-        return runner.run(until_drained=True).records
+        stats = runner.run(until_drained=True)
+        case.timings = stats.timings
+        return stats.records
 
     name = "framework, batch auto" if auto else f"framework, max_pending={max_pending}"
     note = (
@@ -166,4 +170,5 @@ def framework(
         note = (
             "partitioned file spout, --batch-size auto (AIMD, target 30 s per txid), SQLite store"
         )
-    return Case(name, sink, run, note)
+    case = Case(name, sink, run, note)
+    return case

@@ -1,5 +1,4 @@
-"""Counters and dead letters in Delta Lake tables, one MERGE or write per table per commit,
-the tables written in parallel.
+"""Counters and dead letters in Delta Lake tables, one MERGE or write per table per commit.
 
 Both modes record the txid in Delta's own idempotent-write marker (a ``SetTransaction``
 action: app id -> version), which is written in the same atomic commit as the data and
@@ -23,11 +22,11 @@ its script) for opaque spouts.
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
+import logging
 import os
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,8 @@ from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+log = logging.getLogger("committers.delta")
+
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
@@ -48,9 +49,8 @@ DEAD_LETTERS_TABLE = "dead_letters"
 
 #: Spark sessions are cheap views of one SparkContext, each with its own SQL conf.
 #: The txn confs are session-wide and MERGE has no per-call option for them, so every
-#: table gets a session of its own: its MERGEs can run alongside the other tables'
-#: without a lock, and no other code's write on the runner's session can pick up our
-#: marker.
+#: table gets a session of its own: no other code's write on the runner's session (and
+#: no other committer's) can pick up our marker, and no lock is needed.
 _SCOPED_CONF = {
     # The source is a checkpointed, summed batch: Delta's own copy of it is waste.
     MATERIALIZE_SOURCE_CONF: "none",
@@ -143,7 +143,6 @@ class DeltaCommitter(CounterCommitter):
         self.path = path.rstrip("/") if "://" in path else os.path.abspath(path)
         self._key_types: dict[str, dict[str, str]] = {}
         self._sessions: dict[str, Any] = {}  # table -> its own session (see _SCOPED_CONF)
-        self._lanes: ThreadPoolExecutor | None = None  # one thread per table
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -187,14 +186,8 @@ class DeltaCommitter(CounterCommitter):
             for key, value in _SCOPED_CONF.items():
                 session.conf.set(key, value)
             self._sessions[table.name] = session
-        self._lanes = ThreadPoolExecutor(
-            len(self._tables()), thread_name_prefix=f"delta-{context.name}"
-        )
 
     def close(self) -> None:
-        if self._lanes is not None:
-            self._lanes.shutdown(wait=True)
-            self._lanes = None
         self._sessions.clear()
 
     def _tables(self) -> list[str]:
@@ -263,54 +256,35 @@ class DeltaCommitter(CounterCommitter):
 
     def commit(self, attempt: TransactionAttempt, prepared: DeltaBatch) -> CommitOutcome:
         """One MERGE per counter table, one write for dead letters, each carrying the
-        txid marker, all tables at once (each on its own thread and session). Partial
-        success is fine: the replay finds the marker on the tables already done and
-        skips (transactional) or redoes (opaque) them. Every write is waited for before
-        this returns or raises, so a retry never races a write of this attempt."""
-        from pyspark.util import inheritable_thread_target
+        txid marker. A crash between tables is fine: the replay finds the marker on the
+        tables already done and skips (transactional) or redoes (opaque) them.
 
+        The tables are written one after the other: written in parallel threads (each
+        on its own session) they took as long in total on a 2-core machine, each MERGE
+        being CPU-bound planning and small tasks (see benchmarks/RESULTS.md)."""
         if prepared.txid != attempt.txid:
             raise CommitError(
                 f"prepared batch is for txid {prepared.txid}, commit was asked for "
                 f"{attempt.txid}: a stale prepare result reached commit"
             )
-        if self._lanes is None:
-            raise ConfigurationError("DeltaCommitter.commit before open()")
         leads = self._context().check_leadership
-        leads()
-        writes: list[Callable[[], CommitOutcome]] = [
-            functools.partial(
-                self._commit_table, attempt.txid, table, prepared.counters[table.name]
-            )
-            for table in self.counters.values()
-        ]
-        if self.dead_letters is not None and prepared.dead_letters is not None:
-            writes.append(
-                functools.partial(self._commit_dead_letters, attempt.txid, prepared.dead_letters)
-            )
-
-        def checked(write: Callable[[], CommitOutcome]) -> CommitOutcome:
-            leads()  # right before each table's write: see the module's note on fencing
-            return write()
-
-        # The wrapper carries the job group of this attempt (a timeout cancels it).
-        inherit = inheritable_thread_target(self._spark())
-        futures = [self._lanes.submit(inherit(checked), w) for w in writes]
         outcomes: list[CommitOutcome] = []
-        errors: list[BaseException] = []
-        for future in futures:
-            try:
-                outcomes.append(future.result())
-            except BaseException as exc:
-                errors.append(exc)
-        if errors:
-            first = next((e for e in errors if isinstance(e, TransactionalError)), errors[0])
-            if isinstance(first, TransactionalError):
-                raise first
+        try:
+            for table in self.counters.values():
+                leads()  # right before each table's write: see the module's note on fencing
+                outcomes.append(
+                    self._commit_table(attempt.txid, table, prepared.counters[table.name])
+                )
+            if self.dead_letters is not None and prepared.dead_letters is not None:
+                leads()
+                outcomes.append(self._commit_dead_letters(attempt.txid, prepared.dead_letters))
+        except TransactionalError:
+            raise
+        except Exception as exc:
             raise CommitError(
                 f"Delta commit of txid {attempt.txid} under {self.path} failed: "
-                f"{type(first).__name__}: {_brief(first)}. Retrying the commit is safe."
-            ) from first
+                f"{type(exc).__name__}: {_brief(exc)}. Retrying the commit is safe."
+            ) from exc
         for outcome in (CommitOutcome.REAPPLIED, CommitOutcome.APPLIED):
             if outcome in outcomes:
                 return outcome
@@ -378,7 +352,11 @@ class DeltaCommitter(CounterCommitter):
         # Only this table's thread uses its session, and only for this MERGE.
         spark.conf.set(TXN_APP_ID_CONF, self._app_id(table.name))
         spark.conf.set(TXN_VERSION_CONF, str(version))
+        began = time.perf_counter()
         merge.execute()
+        log.debug(
+            "merged table=%s txid=%d seconds=%.2f", table.name, txid, time.perf_counter() - began
+        )
         return outcome
 
     def _commit_dead_letters(self, txid: int, rows: DataFrame) -> CommitOutcome:
