@@ -34,6 +34,9 @@ from tests.servers import RedisServer, ZooKeeperServer
 
 WORK = Path(__file__).resolve().parent / ".work"
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+#: Hand-written reading of the figures (what was changed, why a target is missed),
+#: kept in git and appended to every RESULTS.md so a new run does not lose it.
+ANALYSIS = Path(__file__).resolve().parent / "analysis.md"
 
 
 @dataclass
@@ -246,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if not args.no_overheads:
             sections += ["", *overheads_section(spark, redis_server.url, zookeeper.hosts, progress)]
+        if ANALYSIS.exists():
+            sections += ["", ANALYSIS.read_text().rstrip()]
         RESULTS.write_text("\n".join(sections) + "\n")
         print(json.dumps({"written": str(RESULTS)}))
     finally:

@@ -1,6 +1,10 @@
 """Adaptive batch size: flow control after TCP's congestion window.
 
-Each committed txid reports its end-to-end latency (metadata stored -> committed). While
+Each committed txid reports its latency: from its metadata stored to its commit done,
+through every attempt, less the time it sat processed waiting for earlier txids to
+commit (a smaller batch cannot shorten that wait: with ``max_pending`` K it is up to
+K-1 whole commits, and shrinking for it would spiral down to the minimum size on a
+sink whose commits have a fixed cost, such as Delta's MERGE). While
 latencies stay under the target the batch grows by a fixed step (additive increase);
 a latency over the target shrinks it by a step (the "slow" state); a failure or a
 timeout halves it (multiplicative decrease). It never leaves ``[minimum, maximum]``.

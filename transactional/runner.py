@@ -143,6 +143,9 @@ class _Slot:
     prepared: list[Any] = field(default_factory=list)
     times: dict[str, float] = field(default_factory=dict)  # step -> seconds
     deadline: float | None = None
+    processed_at: float | None = None
+    #: Seconds this attempt, processed, waited for the commit of earlier txids.
+    queued_s: float = 0.0
 
     @property
     def txid(self) -> int:
@@ -538,6 +541,8 @@ class TransactionalRunner:
         self.store.check_leadership()  # a runner that lost leadership must not commit
         slot.state = "committing"
         slot.started = self.clock()
+        if slot.processed_at is not None:
+            slot.queued_s = slot.started - slot.processed_at
         # The commit's timeout starts when the commit thread takes it up (see _commit): a
         # commit queued behind a timed-out, still-running one has not begun yet.
         slot.deadline = None
@@ -639,7 +644,10 @@ class TransactionalRunner:
         self._failures.pop(txid, None)
         started = self._first_started.pop(txid, None)
         if self.batch_size is not None and started is not None:
-            self.batch_size.on_commit(self.clock() - started)
+            # Not the time spent queued behind earlier txids' commits: a smaller batch
+            # cannot shorten that (with max_pending K it is up to K-1 whole commits), and
+            # shrinking for it spirals down to the minimum size on a commit-bound sink.
+            self.batch_size.on_commit(self.clock() - started - slot.queued_s)
         self.stats.committed_txids += 1
         self.stats.records += slot.records
         self.stats.last_committed = txid
@@ -675,6 +683,7 @@ class TransactionalRunner:
         if event.kind == "processed":
             slot.records, slot.prepared = event.payload
             slot.state = "processed"
+            slot.processed_at = self.clock()
             slot.deadline = None
         elif event.kind == "committed":
             try:

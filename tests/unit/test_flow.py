@@ -79,3 +79,58 @@ def test_the_runner_feeds_the_size_and_new_txids_use_it() -> None:
     sizes = {a.txid: m.count for a, m in spout.emits}
     assert [sizes[t] for t in (1, 2, 3, 4)] == [10, 20, 30, 25]
     assert committer.counts == Counter(data)
+
+
+def test_time_queued_behind_earlier_commits_does_not_shrink_the_batch() -> None:
+    """With max_pending 4 and commits of a fixed 0.2 s, a txid that is processed at once
+    waits up to 0.6 s for the three before it: 0.8 s end to end, over the 0.5 s target.
+    A smaller batch cannot shorten that wait, so only the txid's own 0.2 s counts, and
+    the size grows after every commit instead of spiralling down to the minimum."""
+    import time
+    from collections import Counter
+    from typing import Any
+
+    from transactional.config import RunnerConfig
+    from transactional.runner import TransactionalRunner
+    from transactional.testing import (
+        InMemoryEngine,
+        InMemoryStateStore,
+        ListTransactionalSpout,
+        MemoryCommitter,
+        Range,
+        counting_topology,
+    )
+    from transactional.types import CommitOutcome, TransactionAttempt
+
+    class SizedSpout(ListTransactionalSpout):
+        def open(self, context: Any) -> None:
+            self.context = context
+
+        def initialize_transaction(self, txid: int, prev_meta: Range | None) -> Range:
+            start = prev_meta.end if prev_meta else 0
+            return Range(
+                start=start,
+                count=min(self.context.batch_size(default=1), len(self.records) - start),
+            )
+
+    class SlowCommitter(MemoryCommitter):
+        def commit(self, attempt: TransactionAttempt, prepared: Any) -> CommitOutcome:
+            time.sleep(0.2)
+            return super().commit(attempt, prepared)
+
+    data = [f"r{i % 7}" for i in range(10 * 12)]
+    committer = SlowCommitter()
+    sizer = AdaptiveBatchSize(
+        BatchSizeConfig(initial=10, step=1, minimum=1, maximum=1000, target_latency_s=0.5)
+    )
+    runner = TransactionalRunner(
+        counting_topology(SizedSpout(data, batch_size=1), committer),
+        InMemoryStateStore(),
+        config=RunnerConfig(topology_id="t", max_pending=4),
+        engine=InMemoryEngine(),
+        batch_size=sizer,
+    )
+    stats = runner.run(until_drained=True)
+    assert stats.committed_txids >= 8
+    assert [kind for kind, _ in sizer.history] == ["grow"] * stats.committed_txids
+    assert committer.counts == Counter(data)
