@@ -247,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *targets(results),
         ]
+        # Written now and again below: a failure in the overheads keeps the throughput.
+        RESULTS.write_text("\n".join(sections) + "\n")
         if not args.no_overheads:
             sections += ["", *overheads_section(spark, redis_server.url, zookeeper.hosts, progress)]
         if ANALYSIS.exists():

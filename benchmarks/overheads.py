@@ -135,13 +135,13 @@ def store_growth(zk_hosts: str, progress: Callable[[str], None]) -> list[str]:
     return lines
 
 
-_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})")
 
 
 def _stamp(line: str) -> float:
     match = _STAMP.match(line)
     assert match, line
-    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
 
 
 def restart_time(redis_url: str, progress: Callable[[str], None], runs: int = 3) -> list[str]:

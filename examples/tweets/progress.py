@@ -33,7 +33,8 @@ def configure_logging(verbosity: int, stream: TextIO | None = None) -> None:
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(
         logging.Formatter(
-            "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s", "%Y-%m-%dT%H:%M:%S"
+            "%(asctime)s.%(msecs)03d level=%(levelname)s logger=%(name)s %(message)s",
+            "%Y-%m-%dT%H:%M:%S",
         )
     )
     root = logging.getLogger()
