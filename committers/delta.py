@@ -261,7 +261,7 @@ class DeltaCommitter(CounterCommitter):
 
         The tables are written one after the other: written in parallel threads (each
         on its own session) they took as long in total on a 2-core machine, each MERGE
-        being CPU-bound planning and small tasks (see benchmarks/RESULTS.md)."""
+        being CPU-bound planning and small tasks (see benchmarks/analysis.md)."""
         if prepared.txid != attempt.txid:
             raise CommitError(
                 f"prepared batch is for txid {prepared.txid}, commit was asked for "

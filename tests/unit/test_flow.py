@@ -3,10 +3,37 @@ halve on failure, stay within bounds."""
 
 from __future__ import annotations
 
+import time
+from collections import Counter
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
+from transactional.config import RunnerConfig
 from transactional.flow import AdaptiveBatchSize, BatchSizeConfig
+from transactional.runner import TransactionalRunner
+from transactional.testing import (
+    InMemoryEngine,
+    InMemoryStateStore,
+    ListTransactionalSpout,
+    MemoryCommitter,
+    Range,
+    counting_topology,
+)
+from transactional.types import CommitOutcome, TransactionAttempt
+
+
+class SizedSpout(ListTransactionalSpout):
+    """Sizes each new txid from the runner's adaptive batch size."""
+
+    def open(self, context: Any) -> None:
+        self.context = context
+
+    def initialize_transaction(self, txid: int, prev_meta: Range | None) -> Range:
+        start = prev_meta.end if prev_meta else 0
+        size = self.context.batch_size(default=1)
+        return Range(start=start, count=min(size, len(self.records) - start))
 
 
 def test_grows_additively_under_target_and_never_exceeds_the_maximum() -> None:
@@ -34,31 +61,8 @@ def test_bad_bounds_are_refused_with_the_rule() -> None:
 
 
 def test_the_runner_feeds_the_size_and_new_txids_use_it() -> None:
-    from collections import Counter
-    from typing import Any
-
-    from transactional.config import RunnerConfig
     from transactional.faults import FaultPoint
-    from transactional.runner import TransactionalRunner
-    from transactional.testing import (
-        FaultRule,
-        FaultSchedule,
-        InMemoryEngine,
-        InMemoryStateStore,
-        ListTransactionalSpout,
-        MemoryCommitter,
-        Range,
-        counting_topology,
-    )
-
-    class SizedSpout(ListTransactionalSpout):
-        def open(self, context: Any) -> None:
-            self.context = context
-
-        def initialize_transaction(self, txid: int, prev_meta: Range | None) -> Range:
-            start = prev_meta.end if prev_meta else 0
-            size = self.context.batch_size(default=1)
-            return Range(start=start, count=min(size, len(self.records) - start))
+    from transactional.testing import FaultRule, FaultSchedule
 
     data = [f"r{i % 5}" for i in range(100)]
     spout = SizedSpout(data, batch_size=1)
@@ -86,32 +90,6 @@ def test_time_queued_behind_earlier_commits_does_not_shrink_the_batch() -> None:
     waits up to 0.6 s for the three before it: 0.8 s end to end, over the 0.5 s target.
     A smaller batch cannot shorten that wait, so only the txid's own 0.2 s counts, and
     the size grows after every commit instead of spiralling down to the minimum."""
-    import time
-    from collections import Counter
-    from typing import Any
-
-    from transactional.config import RunnerConfig
-    from transactional.runner import TransactionalRunner
-    from transactional.testing import (
-        InMemoryEngine,
-        InMemoryStateStore,
-        ListTransactionalSpout,
-        MemoryCommitter,
-        Range,
-        counting_topology,
-    )
-    from transactional.types import CommitOutcome, TransactionAttempt
-
-    class SizedSpout(ListTransactionalSpout):
-        def open(self, context: Any) -> None:
-            self.context = context
-
-        def initialize_transaction(self, txid: int, prev_meta: Range | None) -> Range:
-            start = prev_meta.end if prev_meta else 0
-            return Range(
-                start=start,
-                count=min(self.context.batch_size(default=1), len(self.records) - start),
-            )
 
     class SlowCommitter(MemoryCommitter):
         def commit(self, attempt: TransactionAttempt, prepared: Any) -> CommitOutcome:
