@@ -14,6 +14,7 @@ The runner feeds it; spouts that opt in read ``current`` when they size a new tx
 from __future__ import annotations
 
 import threading
+from collections import deque
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -43,14 +44,21 @@ class BatchSizeConfig(BaseModel):
         return self
 
 
+#: How many of the controller's latest decisions ``history`` keeps (a topology runs for
+#: months: one entry per txid forever would grow without bound).
+HISTORY = 1024
+
+
 class AdaptiveBatchSize:
-    """The controller; thread-safe, since spouts may read it while the runner updates it."""
+    """The controller; thread-safe, since spouts may read it while the runner updates it.
+    ``history`` holds its latest decisions, oldest first: (kind, size after) with kind
+    ``grow``, ``slow`` or ``fail``."""
 
     def __init__(self, config: BatchSizeConfig | None = None) -> None:
         self.config = config or BatchSizeConfig()
         self._current = self.config.initial
         self._lock = threading.Lock()
-        self.history: list[tuple[str, int]] = []
+        self.history: deque[tuple[str, int]] = deque(maxlen=HISTORY)
 
     @property
     def current(self) -> int:

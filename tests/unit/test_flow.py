@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from transactional.config import RunnerConfig
-from transactional.flow import AdaptiveBatchSize, BatchSizeConfig
+from transactional.flow import HISTORY, AdaptiveBatchSize, BatchSizeConfig
 from transactional.runner import TransactionalRunner
 from transactional.testing import (
     InMemoryEngine,
@@ -53,6 +53,16 @@ def test_shrinks_by_a_step_when_slow_and_halves_on_failure_within_the_minimum() 
     assert sizer.on_failure() == 200
     assert sizer.on_commit(0.1) == 300
     assert [kind for kind, _ in sizer.history] == ["slow", "fail", "fail", "fail", "grow"]
+
+
+def test_history_keeps_only_the_latest_decisions() -> None:
+    sizer = AdaptiveBatchSize(BatchSizeConfig(initial=10, minimum=1, step=1, maximum=10**6))
+    for _ in range(HISTORY + 5):
+        sizer.on_commit(0.0)
+    assert len(sizer.history) == HISTORY
+    # Sizes after each decision run 11, 12, ...; the first five have been dropped.
+    assert sizer.history[0] == ("grow", 16)
+    assert sizer.history[-1] == ("grow", 10 + HISTORY + 5)
 
 
 def test_bad_bounds_are_refused_with_the_rule() -> None:
