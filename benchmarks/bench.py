@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine()}.",
             f"Dataset: {args.tweets:,} generated tweets in {args.partitions} JSON Lines files; "
             f"{args.repeat} timed runs per case after one warm-up; medians.",
-            f"Command: `python -m benchmarks.bench {' '.join(argv or sys.argv[1:])}`",
+            f"Command: `{' '.join(['python -m benchmarks.bench', *(argv or sys.argv[1:])])}`",
             "",
             "## Throughput, exactly-once",
             "",

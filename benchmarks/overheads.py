@@ -217,28 +217,48 @@ def restart_time(redis_url: str, progress: Callable[[str], None], runs: int = 3)
             f"(clean {clean[-1][1]:.2f}s)"
         )
 
-    def med(values: list[tuple[float, float]], k: int) -> float:
-        return statistics.median(v[k] for v in values)
+    return recovery_summary(clean, restarted, identical)
 
-    overhead = [r[0] - c[0] for r, c in zip(restarted, clean, strict=True)]
-    return [
+
+def recovery_summary(
+    clean: list[tuple[float, float]], restarted: list[tuple[float, float]], identical: bool
+) -> list[str]:
+    """The recovery section from (process start, leadership) -> first commit seconds of
+    each clean start and each restart after a SIGKILL."""
+    runs = len(clean)
+    lines = [
         f"{runs} SIGKILLs at random moments after the first commit, each restarted on the "
         "same state; 20,000 tweets, 500 lines per partition per txid, Redis sink. The clean "
         "start is the same command on fresh state and an empty sink: its first commit "
         "includes what any new Spark process pays (session start, then the first jobs' "
         "class loading and code generation), so the difference is what recovery adds.",
         "",
-        "| start | process start to first commit s | leadership to first commit s |",
-        "|---|---:|---:|",
-        f"| clean | {med(clean, 0):.2f} | {med(clean, 1):.2f} |",
-        f"| after SIGKILL | {med(restarted, 0):.2f} | {med(restarted, 1):.2f} |",
-        "",
-        f"Recovery cost (restart minus clean start, median of {runs}): "
-        f"**{statistics.median(overhead):.2f} s** (runs: "
-        f"{', '.join(f'{o:.2f}' for o in overhead)}); target: within 2 s beyond Spark's "
-        f"start-up. Final counts identical to the uninterrupted run: "
-        f"**{'yes' if identical else 'NO'}**.",
+        "| run | clean start: process start to first commit s | after SIGKILL s | "
+        "clean: leadership to first commit s | after SIGKILL s |",
+        "|---|---:|---:|---:|---:|",
     ]
+    for i, (c, r) in enumerate(zip(clean, restarted, strict=True)):
+        lines.append(f"| {i + 1} | {c[0]:.2f} | {r[0]:.2f} | {c[1]:.2f} | {r[1]:.2f} |")
+
+    def med(values: list[tuple[float, float]], k: int) -> float:
+        return statistics.median(v[k] for v in values)
+
+    lines.append(
+        f"| median | {med(clean, 0):.2f} | {med(restarted, 0):.2f} | {med(clean, 1):.2f} | "
+        f"{med(restarted, 1):.2f} |"
+    )
+    cost = med(restarted, 0) - med(clean, 0)
+    spread = [c[0] for c in clean]
+    verdict = "met" if cost <= 2.0 else f"missed by {cost - 2.0:.2f} s"
+    lines += [
+        "",
+        f"Recovery cost, median restart minus median clean start: **{cost:+.2f} s** (target: "
+        f"within 2 s beyond Spark's start-up: {verdict}). The clean starts alone range over "
+        f"{max(spread) - min(spread):.2f} s ({min(spread):.2f} to {max(spread):.2f}), so a "
+        "difference smaller than that is noise. Final counts identical to the uninterrupted "
+        f"run: **{'yes' if identical else 'NO'}**.",
+    ]
+    return lines
 
 
 def overheads_section(
