@@ -162,7 +162,7 @@ def framework(
             batch_size=sizer,
         )
         stats = runner.run(until_drained=True)
-        case.timings = stats.timings
+        case.timings = list(stats.timings)
         return stats.records
 
     name = "framework, batch auto" if auto else f"framework, max_pending={max_pending}"

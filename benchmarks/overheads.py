@@ -144,15 +144,6 @@ def _stamp(line: str) -> float:
     return datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
 
 
-def _counts(redis_url: str) -> dict[str, Any]:
-    """The demo's count hashes (its bookkeeping keys left out)."""
-    import redis
-
-    client = redis.Redis.from_url(redis_url)
-    keys = [k.decode() for k in client.scan_iter() if not k.startswith(b"transactional:")]
-    return {k: client.hgetall(k) for k in keys if client.type(k) == b"hash"}
-
-
 def _first_commit(log: list[str]) -> tuple[float, float]:
     """(process start, leadership) to the first commit, in seconds, from a demo's log."""
     started = next(_stamp(x) for x in log if "run_start" in x)
@@ -171,12 +162,14 @@ def restart_time(redis_url: str, progress: Callable[[str], None], runs: int = 3)
     import redis
 
     from examples.tweets.cli import main as demo
+    from examples.tweets.sinks import read_summary
 
     work = Path(tempfile.mkdtemp())
     data = work / "tweets"
     demo(["generate", "--count", "20000", "--seed", "5", "--partitions", "4", "--out", str(data)])
     rng = random.Random(7)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sink = redis.Redis.from_url(redis_url)
     clean: list[tuple[float, float]] = []
     restarted: list[tuple[float, float]] = []
     identical = True
@@ -193,24 +186,31 @@ def restart_time(redis_url: str, progress: Callable[[str], None], runs: int = 3)
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stderr.splitlines()
 
+    def counts() -> Any:  # every count and the dead letters, as the demo reads them
+        return read_summary("redis", sys.maxsize, redis_url=redis_url)
+
     for i in range(runs):
-        redis.Redis.from_url(redis_url).flushdb()
+        sink.flushdb()
         clean.append(_first_commit(run(f"clean{i}")))
-        expected = _counts(redis_url)
-        redis.Redis.from_url(redis_url).flushdb()
+        expected = counts()
+        sink.flushdb()
         log_path = work / f"killed{i}.log"
         with log_path.open("w") as log_file:
             first = subprocess.Popen(args(f"crash{i}"), cwd=ROOT, env=env,
                                      stdout=subprocess.DEVNULL, stderr=log_file,
                                      start_new_session=True)  # fmt: skip
             deadline = time.monotonic() + 300
-            while "txid committed" not in log_path.read_text() and time.monotonic() < deadline:
+            while "txid committed" not in log_path.read_text():
+                if first.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"no commit to recover from; see {log_path}")
                 time.sleep(0.1)
             time.sleep(rng.uniform(0, 4))
+            if first.poll() is not None:
+                raise RuntimeError(f"the run ended before the kill; see {log_path}")
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
         restarted.append(_first_commit(run(f"crash{i}")))
-        identical = identical and _counts(redis_url) == expected
+        identical = identical and counts() == expected
         progress(
             f"restart {i + 1}/{runs}: first commit {restarted[-1][0]:.2f}s after process start "
             f"(clean start {clean[-1][0]:.2f}s); {restarted[-1][1]:.2f}s after leadership "

@@ -44,8 +44,9 @@ class BatchSizeConfig(BaseModel):
         return self
 
 
-#: How many of the controller's latest decisions ``history`` keeps (a topology runs for
-#: months: one entry per txid forever would grow without bound).
+#: How many per-txid records are kept: the controller's latest decisions (``history``)
+#: and the runner's latest step timings (``RunStats.timings``). A topology runs for
+#: months: one entry per txid forever would grow without bound.
 HISTORY = 1024
 
 

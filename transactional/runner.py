@@ -56,7 +56,7 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -78,7 +78,7 @@ from transactional.errors import (
     TransactionalError,
 )
 from transactional.faults import FaultPlan, FaultPoint
-from transactional.flow import AdaptiveBatchSize
+from transactional.flow import HISTORY, AdaptiveBatchSize
 from transactional.leadership import reacquire
 from transactional.spout import SpoutContext
 from transactional.store import StateStore, StoredState, TopologyIdentity
@@ -110,15 +110,18 @@ class RunStats:
     reelections: int = 0
     #: Commits that raised but that the sink held: resolved by reading it, not redone.
     resolved_commits: int = 0
-    #: Where each committed txid's time went (its last, successful attempt).
-    timings: list[TxTiming] = field(default_factory=list)
+    #: Where the latest committed txids' time went (their last, successful attempt).
+    timings: deque[TxTiming] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
 
 @dataclass(frozen=True)
 class TxTiming:
     """Seconds per protocol step of one committed txid: ``store`` writes its metadata,
     ``emit`` builds and materialises the batch, ``process`` runs the bolts and the
-    committers' ``prepare``, ``commit`` the committers, ``advance`` the fenced store write."""
+    committers' ``prepare``, ``commit`` the committers, ``advance`` the fenced store write.
+    ``latency`` is what the adaptive batch size is fed: from its metadata stored to its
+    commit done, through every attempt, less the time it sat processed, queued behind
+    earlier commits."""
 
     txid: int
     store_s: float
@@ -126,6 +129,7 @@ class TxTiming:
     process_s: float
     commit_s: float
     advance_s: float
+    latency_s: float | None = None
 
 
 @dataclass
@@ -623,6 +627,11 @@ class TransactionalRunner:
         began = time.perf_counter()
         self.store.advance(txid, stored)
         t = slot.times
+        started = self._first_started.pop(txid, None)
+        # Not the time spent queued behind earlier txids' commits: a smaller batch cannot
+        # shorten that (with max_pending K it is up to K-1 whole commits), and shrinking
+        # for it spirals down to the minimum size on a commit-bound sink.
+        latency = None if started is None else self.clock() - started - slot.queued_s
         self.stats.timings.append(
             TxTiming(
                 txid,
@@ -631,6 +640,7 @@ class TransactionalRunner:
                 t.get("process", 0.0),
                 t.get("commit", 0.0),
                 time.perf_counter() - began,
+                latency,
             )
         )
         self._committing = None
@@ -642,12 +652,8 @@ class TransactionalRunner:
             for old in [t for t in table if t < txid]:
                 del table[old]
         self._failures.pop(txid, None)
-        started = self._first_started.pop(txid, None)
-        if self.batch_size is not None and started is not None:
-            # Not the time spent queued behind earlier txids' commits: a smaller batch
-            # cannot shorten that (with max_pending K it is up to K-1 whole commits), and
-            # shrinking for it spirals down to the minimum size on a commit-bound sink.
-            self.batch_size.on_commit(self.clock() - started - slot.queued_s)
+        if self.batch_size is not None and latency is not None:
+            self.batch_size.on_commit(latency)
         self.stats.committed_txids += 1
         self.stats.records += slot.records
         self.stats.last_committed = txid

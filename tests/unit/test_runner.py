@@ -383,3 +383,17 @@ def test_retries_back_off() -> None:
     assert len(stamps) == 3
     assert stamps[1] - stamps[0] >= 0.1 and stamps[2] - stamps[1] >= 0.2
     assert committer.counts == Counter(data)
+
+
+def test_step_timings_keep_only_the_latest_txids() -> None:
+    """A topology runs for months: its per-txid timings must not grow with every txid."""
+    from transactional.flow import HISTORY
+
+    records = [f"r{i % 3}" for i in range(HISTORY + 6)]
+    committer = MemoryCommitter()
+    stats = make_runner(ListTransactionalSpout(records, batch_size=1), committer).run(
+        until_drained=True
+    )
+    assert stats.committed_txids == len(records)
+    assert [t.txid for t in stats.timings] == list(range(7, len(records) + 1))
+    assert committer.counts == Counter(records)
