@@ -48,6 +48,12 @@ CREATE TABLE IF NOT EXISTS coordinator_meta (
     meta TEXT NOT NULL,
     PRIMARY KEY (topology_id, txid)
 );
+CREATE TABLE IF NOT EXISTS digest (
+    topology_id TEXT NOT NULL,
+    txid INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    PRIMARY KEY (topology_id, txid)
+);
 CREATE TABLE IF NOT EXISTS partition_meta (
     topology_id TEXT NOT NULL,
     txid INTEGER NOT NULL,
@@ -302,6 +308,9 @@ class SQLiteStateStore(StateStore):
                 "ORDER BY txid, partition",
                 (self._tid,),
             ).fetchall()
+            digests = conn.execute(
+                "SELECT txid, digest FROM digest WHERE topology_id = ?", (self._tid,)
+            ).fetchall()
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback(conn)
@@ -313,6 +322,7 @@ class SQLiteStateStore(StateStore):
             currtx=1 if row is None else int(row[0]),
             metas={txid: json.loads(meta) for txid, meta in metas},
             partitions=partitions,
+            digests={txid: json.loads(digest) for txid, digest in digests},
         )
 
     def start_transaction(
@@ -377,3 +387,43 @@ class SQLiteStateStore(StateStore):
                 "DELETE FROM partition_meta WHERE topology_id = ? AND txid < ?",
                 (self._tid, txid),
             )
+            conn.execute(
+                "DELETE FROM digest WHERE topology_id = ? AND txid <= ?", (self._tid, txid)
+            )
+
+    def record_digest(self, txid: int, digest: JsonValue) -> None:
+        text = _encode(digest, f"the digest of txid {txid}")
+        self._require_fence()
+        with self._write() as conn:
+            currtx = self._check_fence(conn)
+            started = conn.execute(
+                "SELECT 1 FROM coordinator_meta WHERE topology_id = ? AND txid = ?",
+                (self._tid, txid),
+            ).fetchone()
+            if txid < currtx or started is None:
+                raise CoordinatorError(
+                    f"cannot record the digest of txid {txid}: it is not started and "
+                    f"uncommitted (currtx is {currtx})"
+                )
+            try:
+                conn.execute(
+                    "INSERT INTO digest (topology_id, txid, digest) VALUES (?, ?, ?)",
+                    (self._tid, txid, text),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise CoordinatorError(
+                    f"the digest of txid {txid} is already stored; it never changes"
+                ) from exc
+
+    def retract(self, txid: int) -> None:
+        self._require_fence()
+        with self._write() as conn:
+            currtx = self._check_fence(conn)
+            if txid < currtx:
+                raise FencedError(
+                    f"cannot retract txid {txid} of topology {self._tid!r}: currtx is {currtx}"
+                )
+            for table in ("coordinator_meta", "partition_meta", "digest"):
+                conn.execute(
+                    f"DELETE FROM {table} WHERE topology_id = ? AND txid >= ?", (self._tid, txid)
+                )

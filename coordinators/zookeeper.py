@@ -1,8 +1,9 @@
 """The ZooKeeper state store: several runners on several machines, one leader.
 
 Layout under ``/transactional/<topology-id>/``: ``identity``, ``leader`` (ephemeral,
-holds the leader's runner id), ``coordinator/currtx``, ``coordinator/meta/<txid>`` and
-``partition/<p>/<txid>``, txids zero-padded so that names sort. Values are JSON.
+holds the leader's runner id), ``coordinator/currtx``, ``coordinator/meta/<txid>``,
+``coordinator/digest/<txid>`` (what a txid's first emit held, for the determinism check)
+and ``partition/<p>/<txid>``, txids zero-padded so that names sort. Values are JSON.
 
 The fence is the version of ``currtx``: a new leader rewrites ``currtx`` to bump its
 version, and every write of ours is a multi-op that checks the version we last saw.
@@ -98,6 +99,7 @@ class ZooKeeperStateStore(StateStore):
         # txid nodes that exist, so that advance knows what to delete without listing.
         self._metas: set[int] | None = None
         self._partitions: dict[int, set[int]] = {}
+        self._digests: set[int] = set()
 
     def _path(self, *parts: str) -> str:
         if self._topology_id is None:
@@ -139,6 +141,7 @@ class ZooKeeperStateStore(StateStore):
         self._topology_id = topology_id
         try:
             client.ensure_path(self._path("coordinator", "meta"))
+            client.ensure_path(self._path("coordinator", "digest"))
             client.ensure_path(self._path("partition"))
         except KazooException as exc:
             self.close()
@@ -356,7 +359,16 @@ class ZooKeeperStateStore(StateStore):
                 for p, txids in index.items()
                 for t in txids
             }
+            try:  # absent from a topology stored before digests existed
+                digest_ids = zk.get_children(self._path("coordinator", "digest"))
+            except NoNodeError:
+                digest_ids = []
+            digest_gets = {
+                t: zk.get_async(self._path("coordinator", "digest", _node(t)))
+                for t in sorted(int(n) for n in digest_ids)
+            }
             metas = {t: _decode(get.get()[0]) for t, get in meta_gets.items()}
+            digests = {t: _decode(get.get()[0]) for t, get in digest_gets.items()}
             partitions: dict[int, dict[int, JsonValue]] = {}
             for (t, p), get in sorted(part_gets.items()):
                 partitions.setdefault(t, {})[p] = _decode(get.get()[0])
@@ -366,7 +378,8 @@ class ZooKeeperStateStore(StateStore):
             ) from exc
         self._metas = set(metas)
         self._partitions = index
-        return StoredState(currtx=currtx, metas=metas, partitions=partitions)
+        self._digests = set(digests)
+        return StoredState(currtx=currtx, metas=metas, partitions=partitions, digests=digests)
 
     def _index(self) -> tuple[set[int], dict[int, set[int]]]:
         if self._metas is None:
@@ -464,11 +477,56 @@ class ZooKeeperStateStore(StateStore):
         for p, txids in sorted(index.items()):
             for t in sorted(t for t in txids if t < txid):
                 tx.delete(self._path("partition", str(p), _node(t)))
+        done = {t for t in self._digests if t <= txid}
+        for t in sorted(done):
+            tx.delete(self._path("coordinator", "digest", _node(t)))
         results = self._commit(tx, f"advancing past txid {txid}")
         self._fence = results[0].version
         self._currtx = txid + 1
+        self._digests -= done
         metas.difference_update({t for t in metas if t < txid})
         for p in partitions:
             index.setdefault(p, set()).add(txid)
         for txids in index.values():
             txids.difference_update({t for t in txids if t < txid})
+
+    def record_digest(self, txid: int, digest: JsonValue) -> None:
+        fence = self._require_fence()
+        metas, _ = self._index()
+        if txid < self._currtx or txid not in metas:
+            raise CoordinatorError(
+                f"cannot record the digest of txid {txid}: it is not started and uncommitted "
+                f"(currtx is {self._currtx})"
+            )
+        tx = self._zk.transaction()
+        tx.check(self._path("coordinator", "currtx"), fence)
+        tx.create(
+            self._path("coordinator", "digest", _node(txid)),
+            _encode(digest, f"the digest of txid {txid}"),
+        )
+        exists = f"the digest of txid {txid} is already stored; it never changes"
+        self._commit(tx, f"recording the digest of txid {txid}", on_exists=exists)
+        self._digests.add(txid)
+
+    def retract(self, txid: int) -> None:
+        fence = self._require_fence()
+        if txid < self._currtx:
+            raise FencedError(
+                f"cannot retract txid {txid} of topology {self._topology_id!r}: currtx is "
+                f"{self._currtx}"
+            )
+        metas, index = self._index()
+        tx = self._zk.transaction()
+        tx.check(self._path("coordinator", "currtx"), fence)
+        for t in sorted(t for t in metas if t >= txid):
+            tx.delete(self._path("coordinator", "meta", _node(t)))
+        for p, txids in sorted(index.items()):
+            for t in sorted(t for t in txids if t >= txid):
+                tx.delete(self._path("partition", str(p), _node(t)))
+        for t in sorted(t for t in self._digests if t >= txid):
+            tx.delete(self._path("coordinator", "digest", _node(t)))
+        self._commit(tx, f"retracting txids from {txid}")
+        metas.difference_update({t for t in metas if t >= txid})
+        for txids in index.values():
+            txids.difference_update({t for t in txids if t >= txid})
+        self._digests = {t for t in self._digests if t < txid}

@@ -66,6 +66,18 @@ class Committer(ABC):
 
     mode: ClassVar[CommitMode] = CommitMode.TRANSACTIONAL
 
+    def input_names(self) -> frozenset[str] | None:
+        """The input names this committer reads, as ``TopologyBuilder.set_committer``
+        must wire them (``inputs={name: stream}``); None: any names. ``build()`` refuses
+        a wiring whose names differ, before anything runs."""
+        return None
+
+    def spark_conf(self) -> Mapping[str, str]:
+        """Spark settings this committer needs on the runner's session (Delta's jars and
+        extensions, say). ``transactional run`` merges every committer's settings into
+        the session it creates; user settings (``--conf``) win."""
+        return {}
+
     def open(self, context: CommitterContext) -> None:  # noqa: B027 - optional hook
         """Called once before the first ``prepare``; check the sink is usable here so that
         bad configuration fails at start."""

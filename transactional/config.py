@@ -19,8 +19,14 @@ class RunnerConfig(BaseModel):
     attempt_timeout_s: float | None = Field(default=300.0, gt=0)
     backoff_initial_s: float = Field(default=0.1, ge=0)
     backoff_max_s: float = Field(default=5.0, ge=0)
-    #: How long to wait before asking ``is_ready`` again when it said no.
+    #: How long to wait before asking ``is_ready`` again when it said no (or a new
+    #: batch came out empty). Consecutive idle polls back off, doubling up to
+    #: ``poll_max_s``; the first batch with data resets the interval.
     poll_interval_s: float = Field(default=1.0, gt=0)
+    poll_max_s: float = Field(default=30.0, gt=0)
+    #: Store a record count and a content checksum of every first emit (per partition)
+    #: and stop the topology if a replay differs (transactional and partitioned spouts).
+    check_determinism: bool = True
     #: How long to wait for leadership of the topology id before giving up; also how
     #: long to keep trying to get it back after losing it (session expiry, store
     #: restart). None: as long as it takes.
@@ -33,6 +39,8 @@ class RunnerConfig(BaseModel):
     def _backoff_order(self) -> RunnerConfig:
         if self.backoff_max_s < self.backoff_initial_s:
             raise ValueError("backoff_max_s must be >= backoff_initial_s")
+        if self.poll_max_s < self.poll_interval_s:
+            raise ValueError("poll_max_s must be >= poll_interval_s")
         return self
 
     def backoff(self, failures: int) -> float:

@@ -22,6 +22,12 @@ class ContractError(ConfigurationError):
     """
 
 
+class NondeterministicSpoutError(ContractError):
+    """A replay of a transactional or partitioned spout's txid held other records than
+    its first emit (``RunnerConfig.check_determinism``): the runner stops before any sink
+    sees the replay."""
+
+
 class CoordinatorError(TransactionalError):
     """The state store or the coordination around it failed."""
 

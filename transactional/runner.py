@@ -6,14 +6,26 @@ The protocol, as this module runs it (``currtx`` is the next txid to commit):
    always ``[currtx, currtx + max_pending)``), start the next txid ``t``. If the store
    holds metadata for ``t`` (a replay after a failure or a restart), reuse it as is and
    do not ask ``is_ready``. Otherwise, if ``is_ready``, decide the metadata
-   (``initialize_transaction`` / ``emit_partition_batch_new``, exactly once per txid,
-   from the metadata of ``t - 1``) and write it to the store *before* anything is
+   (``initialize_transaction`` / ``emit_partition_batch_new``, once per txid, from the
+   metadata of ``t - 1``) and write it to the store *before* anything is
    emitted. Opaque spouts emit here, in txid order, each partition continuing from
    where ``t - 1`` stopped; their partition metadata is stored only at commit.
+   A new txid whose metadata is what was last found empty (see 2) is not started:
+   the source is still idle, and polls back off from ``poll_interval_s`` to
+   ``poll_max_s`` until a batch holds records.
 2. **Process** (worker threads, several txids at once): build the batch, materialise
    it once (so every bolt and committer of this attempt sees the same rows, even
    from a non-deterministic source), run the bolts, and let each committer
-   ``prepare`` its inputs. Each attempt runs in its own Spark job group.
+   ``prepare`` its inputs. Each attempt runs in its own Spark job group. Every
+   contract breach of a component is a ``ContractError`` (``transactional.contracts``).
+   Then, on the coordinator thread, before the txid may commit: with
+   ``check_determinism`` (transactional and partitioned spouts), the first emit's
+   record count and content checksum per partition are stored
+   (``StateStore.record_digest``), and a replay that differs stops the runner with
+   ``NondeterministicSpoutError`` before any sink sees it. A batch with no records is
+   not committed (unless the spout sets ``commit_empty_batches``): its txid and every
+   txid above it are dropped and forgotten by the store (``StateStore.retract``), to be
+   decided again at a later poll.
 3. **Commit** (one commit thread, strictly in txid order): only ``t == currtx``, once
    processed, after checking this runner still leads. Every committer commits ``t``
    atomically with ``t`` recorded in its sink, in the order they were added.
@@ -62,10 +74,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from transactional import contracts
 from transactional.bolt import DEFAULT_STREAM
 from transactional.committer import Committer, CommitterContext
 from transactional.config import RunnerConfig
-from transactional.engine import Engine, SparkEngine
+from transactional.engine import Digest, Engine, SparkEngine
 from transactional.errors import (
     AttemptTimeoutError,
     BatchConfigurationError,
@@ -74,6 +87,7 @@ from transactional.errors import (
     CoordinatorError,
     FencedError,
     LostLeadershipError,
+    NondeterministicSpoutError,
     PoisonBatchError,
     TransactionalError,
 )
@@ -110,6 +124,8 @@ class RunStats:
     reelections: int = 0
     #: Commits that raised but that the sink held: resolved by reading it, not redone.
     resolved_commits: int = 0
+    #: Batches found empty and not committed (their txids retracted): idle polls.
+    empty_polls: int = 0
     #: Where the latest committed txids' time went (their last, successful attempt).
     timings: deque[TxTiming] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
@@ -161,6 +177,16 @@ class _Slot:
 
 
 @dataclass(frozen=True)
+class _Processed:
+    """What a worker hands back for one attempt: its record count, each committer's
+    prepared result, and the digest of each partition it read (None: not computed)."""
+
+    records: int
+    prepared: list[Any]
+    digests: dict[int, Digest] | None
+
+
+@dataclass(frozen=True)
 class _Event:
     kind: str  # "processed" | "process_failed" | "committed" | "commit_failed"
     attempt: TransactionAttempt
@@ -181,7 +207,7 @@ class TransactionalRunner:
         listener: RunListener | None = None,
         engine: Engine | None = None,
         clock: Callable[[], float] = time.monotonic,
-        batch_size: AdaptiveBatchSize | None = None,
+        batch_size: AdaptiveBatchSize | int | None = None,
     ) -> None:
         if config is None:
             raise TypeError("config is required: RunnerConfig(topology_id=...)")
@@ -195,19 +221,33 @@ class TransactionalRunner:
         self.engine = engine
         self.faults = faults
         self.listener = listener
-        #: Flow control of new txids' sizes (``--batch-size auto``); None: the spout's own.
-        self.batch_size = batch_size
+        #: Sizes of new txids: flow control (``--batch-size auto``), a fixed size the spout
+        #: reads through ``SpoutContext.batch_size`` (``--batch-size N``), or None: its own.
+        self._sizing = batch_size
+        self.batch_size = batch_size if isinstance(batch_size, AdaptiveBatchSize) else None
         self._first_started: dict[int, float] = {}  # txid -> when its first attempt began
         self._store_times: dict[int, float] = {}  # txid -> seconds to store its metadata
         self.clock = clock
         self.stats = RunStats()
         self._spout = topology.spout
+        self._spout_name = contracts.component("spout", SPOUT, topology.spout)
         self._kind = topology.kind
+        # Opaque spouts may emit another batch on replay by definition: nothing to check.
+        self._digest = config.check_determinism and self._kind is not SpoutKind.OPAQUE
         self._events: queue.Queue[_Event] = queue.Queue()
         self._stop = threading.Event()
         self._attempt_ids = itertools.count(1)
         self._slots: dict[int, _Slot] = {}
         self._failures: Counter[int] = Counter()
+        #: Attempts of each uncommitted txid in this run, counting the ones dropped because
+        #: a lower txid failed: fault plans and logs number attempts by it.
+        self._attempts: Counter[int] = Counter()
+        #: (txid, decision) of the last batch found empty and retracted: the same decision
+        #: again means the source is still idle, and is neither stored nor emitted.
+        self._idle: tuple[int, Any] | None = None
+        self._poll_interval = config.poll_interval_s
+        #: txid -> digest of its first emit, as stored (``check_determinism``).
+        self._digests: dict[int, Any] = {}
         self._committing: _Slot | None = None
         self._retry_at = 0.0
         self._poll_at = 0.0
@@ -272,7 +312,7 @@ class TransactionalRunner:
             cfg.max_pending,
             self.store.fence_token(),
         )
-        self._spout.open(SpoutContext(self.engine.spark, cfg.topology_id, self.batch_size))
+        self._spout.open(SpoutContext(self.engine.spark, cfg.topology_id, self._sizing))
         token = self.store.fence_token()
         for node in self.topology.committers:
             context = CommitterContext(
@@ -306,6 +346,7 @@ class TransactionalRunner:
             )
         for txid, parts in state.partitions.items():
             self._partitions[txid] = {int(p): meta_type.model_validate(v) for p, v in parts.items()}
+        self._digests = dict(state.digests)
         return sorted(t for t in self._metas if t >= self._currtx)
 
     def _regain_leadership(self, lost: LostLeadershipError) -> None:
@@ -382,47 +423,60 @@ class TransactionalRunner:
                 self._fail(txid, exc, "start")
                 return
             if not started:
-                self._not_ready = True
-                self._poll_at = now + self.config.poll_interval_s
+                self._idle_poll(now)
                 return
             self._not_ready = False
             self._next_txid += 1
 
+    def _idle_poll(self, now: float) -> None:
+        """Nothing new: ask again after the poll interval, doubling it with every idle
+        poll in a row up to ``poll_max_s`` (a batch with records resets it)."""
+        self._not_ready = True
+        self._poll_at = now + self._poll_interval
+        self._poll_interval = min(self.config.poll_max_s, self._poll_interval * 2)
+
     def _start(self, txid: int, replay: bool) -> bool:
         spout: Any = self._spout
+        who = self._spout_name
+        self._attempts[txid] += 1
         attempt = TransactionAttempt(txid, next(self._attempt_ids))
-        number = self._failures[txid] + 1
+        number = self._attempts[txid]
         partitions: dict[int, BatchMetadata] = {}
         frames: dict[int, Any] = {}
         if self._kind is SpoutKind.TRANSACTIONAL:
             if not replay:
                 prev = self._metas.get(txid - 1)
-                if not spout.is_ready(txid, prev):
-                    return False
+                if not contracts.check_ready(spout.is_ready(txid, prev), who, txid):
+                    return self._not_started(txid)
                 meta = spout.initialize_transaction(txid, prev)
                 self._check_meta(meta, "initialize_transaction")
+                if self._still_idle(txid, dump_meta(meta)):
+                    return self._not_started(txid)
                 self._store_start(txid, dump_meta(meta), {})
                 self._metas[txid] = meta
             meta = self._metas[txid]
         elif self._kind is SpoutKind.PARTITIONED:
             if not replay:
                 last = self._partitions.get(txid - 1, {})
-                count = spout.num_partitions()
-                if count <= 0 or not spout.is_ready(txid, last):
-                    return False
+                count = contracts.check_partition_count(spout.num_partitions(), who)
+                if count == 0 or not contracts.check_ready(spout.is_ready(txid, last), who, txid):
+                    return self._not_started(txid)
                 for p in range(count):
                     partitions[p] = spout.emit_partition_batch_new(attempt, p, last.get(p))
                     self._check_meta(partitions[p], "emit_partition_batch_new")
+                stored = {p: dump_meta(m) for p, m in partitions.items()}
+                if self._still_idle(txid, stored):
+                    return self._not_started(txid)
                 record = {"partitions": count}
-                self._store_start(txid, record, {p: dump_meta(m) for p, m in partitions.items()})
+                self._store_start(txid, record, stored)
                 self._metas[txid], self._partitions[txid] = record, partitions
             meta, partitions = self._metas[txid], self._partitions[txid]
         else:
             last = self._emitted_before(txid)
             if not replay:
-                count = spout.num_partitions()
-                if count <= 0 or not spout.is_ready(txid, last):
-                    return False
+                count = contracts.check_partition_count(spout.num_partitions(), who)
+                if count == 0 or not contracts.check_ready(spout.is_ready(txid, last), who, txid):
+                    return self._not_started(txid)
                 record = {"partitions": count}
                 self._store_start(txid, record, {})
                 self._metas[txid] = record
@@ -430,9 +484,22 @@ class TransactionalRunner:
             self._check_fault(FaultPoint.AFTER_STORE_META, attempt, number)
             self._check_fault(FaultPoint.EMIT, attempt, number)
             for p in range(int(meta["partitions"])):
-                emitted, frame = spout.emit_partition_batch(attempt, p, last.get(p))
-                self._check_meta(emitted, "emit_partition_batch")
-                partitions[p], frames[p] = emitted, frame
+                partitions[p], frames[p] = contracts.check_opaque_pair(
+                    spout.emit_partition_batch(attempt, p, last.get(p)),
+                    spout.metadata_type,
+                    self.engine.is_frame,
+                    who,
+                    txid,
+                    p,
+                )
+                self._check_meta(partitions[p], "emit_partition_batch")
+            # An opaque batch is known only once emitted (lazily: no Spark job yet).
+            if not replay and self._still_idle(
+                txid, {p: dump_meta(m) for p, m in partitions.items()}
+            ):
+                self.store.retract(txid)
+                del self._metas[txid]
+                return self._not_started(txid)
         slot = _Slot(attempt, number, meta, partitions, frames, started=self.clock())
         if self.config.attempt_timeout_s is not None:
             slot.deadline = slot.started + self.config.attempt_timeout_s
@@ -442,6 +509,14 @@ class TransactionalRunner:
         assert self._workers is not None
         self._workers.submit(self._process, slot)
         return True
+
+    def _not_started(self, txid: int) -> bool:
+        self._attempts[txid] -= 1  # no attempt was made
+        return False
+
+    def _still_idle(self, txid: int, decision: Any) -> bool:
+        """The spout decided, for ``txid``, exactly what was found empty last time."""
+        return self._idle == (txid, decision)
 
     def _store_start(self, txid: int, meta: Any, partitions: Mapping[int, Any]) -> None:
         began = time.perf_counter()
@@ -462,12 +537,12 @@ class TransactionalRunner:
     def _check_meta(self, meta: object, method: str) -> None:
         """Refuse metadata the store cannot hold *before* anything is stored: a replay
         rebuilds the batch from the stored JSON alone, so it must load back unchanged."""
-        spout = type(self._spout).__name__
+        spout = self._spout_name
         expected = self._spout.metadata_type
         if not isinstance(meta, expected):
             raise ContractError(
-                f"{spout}.{method} returned {type(meta).__name__}, "
-                f"not its metadata_type {expected.__name__}"
+                f"{spout}.{method} returned {contracts.qualified(meta)}; it must return "
+                f"its metadata_type {expected.__name__}"
             )
         problem = _json_problem(meta)
         if problem is not None:
@@ -488,45 +563,54 @@ class TransactionalRunner:
         except BaseException as exc:  # reported to the coordinator thread, never lost
             self._events.put(_Event("process_failed", attempt, exc))
 
-    def _build_and_prepare(self, slot: _Slot) -> tuple[int, list[Any]]:
+    def _build_and_prepare(self, slot: _Slot) -> _Processed:
         spout: Any = self._spout
         attempt = slot.attempt
+        txid = attempt.txid
+        is_frame = self.engine.is_frame
         if self._kind is not SpoutKind.OPAQUE:
             self._check_fault(FaultPoint.AFTER_STORE_META, attempt, slot.number)
             self._check_fault(FaultPoint.EMIT, attempt, slot.number)
         if self._kind is SpoutKind.TRANSACTIONAL:
-            frames = [spout.emit_batch(attempt, slot.meta)]
+            emitted = spout.emit_batch(attempt, slot.meta)
+            frames = [
+                contracts.check_frame(emitted, is_frame, self._spout_name, "emit_batch", txid)
+            ]
         elif self._kind is SpoutKind.PARTITIONED:
             frames = [
-                spout.emit_partition_batch(attempt, p, slot.partitions[p])
+                contracts.check_frame(
+                    spout.emit_partition_batch(attempt, p, slot.partitions[p]),
+                    is_frame,
+                    self._spout_name,
+                    f"emit_partition_batch (partition {p})",
+                    txid,
+                )
                 for p in range(int(slot.meta["partitions"]))
             ]
         else:
             frames = [slot.frames[p] for p in sorted(slot.frames)]
-        for frame in frames:
-            if not self.engine.is_frame(frame):
-                raise ContractError(
-                    f"{type(spout).__name__} emitted a {type(frame).__name__} for txid "
-                    f"{attempt.txid}, not a DataFrame"
-                )
         began = time.perf_counter()
-        batch = self.engine.materialise(self.engine.union(frames))
-        records = self.engine.count(batch)
+        read = self.engine.materialise(frames, self._digest)
         slot.times["emit"] = time.perf_counter() - began
+        if read.records == 0 and not spout.commit_empty_batches:  # see _processed
+            return _Processed(0, [], read.digests)
         began = time.perf_counter()
-        streams: dict[tuple[str, str], Any] = {(SPOUT, DEFAULT_STREAM): batch}
+        streams: dict[tuple[str, str], Any] = {(SPOUT, DEFAULT_STREAM): read.batch}
         for node in self.topology.bolts:
-            out = node.bolt.process(attempt, streams[node.input])
-            if not isinstance(out, Mapping):
-                out = {DEFAULT_STREAM: out} if len(node.bolt.outputs) == 1 else out
-            if not isinstance(out, Mapping) or set(out) != set(node.bolt.outputs):
-                raise ContractError(
-                    f"bolt {node.name!r} returned streams "
-                    f"{sorted(out) if isinstance(out, Mapping) else type(out).__name__}, "
-                    f"but declares {list(node.bolt.outputs)}"
-                )
-            out = node.bolt.finish_batch(attempt, out)
-            for stream in node.bolt.outputs:
+            who = contracts.component("bolt", node.name, node.bolt)
+            outputs = tuple(node.bolt.outputs)
+            out = contracts.bolt_streams(
+                node.bolt.process(attempt, streams[node.input]),
+                outputs,
+                is_frame,
+                who,
+                "process",
+                txid,
+            )
+            out = contracts.bolt_streams(
+                node.bolt.finish_batch(attempt, out), outputs, is_frame, who, "finish_batch", txid
+            )
+            for stream in outputs:
                 streams[(node.name, stream)] = out[stream]
         self._check_fault(FaultPoint.PROCESS, attempt, slot.number)
         prepared = [
@@ -534,7 +618,7 @@ class TransactionalRunner:
             for node in self.topology.committers
         ]
         slot.times["process"] = time.perf_counter() - began
-        return records, prepared
+        return _Processed(read.records, prepared, read.digests)
 
     # ------------------------------------------------------------------ 3. commit
 
@@ -585,9 +669,9 @@ class TransactionalRunner:
         """Commit to one sink; if that raised, read what the sink holds rather than guess:
         a txid it holds is not committed again (its reply was lost, not its write)."""
         try:
-            return committer.commit(attempt, prepared)
-        except LostLeadershipError:
-            raise
+            outcome = committer.commit(attempt, prepared)
+        except (LostLeadershipError, ConfigurationError):
+            raise  # step 7, or a refusal that every attempt would meet again
         except Exception as exc:
             # An opaque replay may emit another batch: only a fresh commit of this
             # attempt's own rows is exact, so the sink's txid settles nothing there.
@@ -617,6 +701,8 @@ class TransactionalRunner:
                 exc,
             )
             return CommitOutcome.SKIPPED
+        who = contracts.component("committer", name, committer)
+        return contracts.check_outcome(outcome, who, attempt.txid)
 
     # ------------------------------------------------------------------ 4. advance
 
@@ -652,6 +738,9 @@ class TransactionalRunner:
             for old in [t for t in table if t < txid]:
                 del table[old]
         self._failures.pop(txid, None)
+        self._attempts.pop(txid, None)
+        for done in [t for t in self._digests if t <= txid]:
+            del self._digests[done]
         if self.batch_size is not None and latency is not None:
             self.batch_size.on_commit(latency)
         self.stats.committed_txids += 1
@@ -687,10 +776,7 @@ class TransactionalRunner:
             log.debug("stale event ignored kind=%s attempt=%s", event.kind, event.attempt)
             return
         if event.kind == "processed":
-            slot.records, slot.prepared = event.payload
-            slot.state = "processed"
-            slot.processed_at = self.clock()
-            slot.deadline = None
+            self._processed(slot, event.payload)
         elif event.kind == "committed":
             try:
                 self._advance(slot, event.payload)
@@ -702,6 +788,91 @@ class TransactionalRunner:
             raise event.payload  # step 7 (a fenced sink, a leadership check): not a failure
         else:
             self._fail(slot.txid, event.payload, event.kind.split("_")[0])
+
+    def _processed(self, slot: _Slot, result: _Processed) -> None:
+        """A worker finished an attempt: check its batch against the first emit's digest,
+        retract it if empty, else it waits to commit (step 3)."""
+        txid = slot.txid
+        if result.digests is not None:
+            try:
+                self._check_digest(slot, result.digests)
+            except LostLeadershipError:
+                raise
+            except TransactionalError as exc:
+                self._fail(txid, exc, "process")
+                return
+        if result.records == 0 and not self._spout.commit_empty_batches:
+            self._retract(slot)
+            return
+        self._poll_interval = self.config.poll_interval_s  # data flows: poll at the base rate
+        slot.records, slot.prepared = result.records, result.prepared
+        slot.state = "processed"
+        slot.processed_at = self.clock()
+        slot.deadline = None
+
+    def _check_digest(self, slot: _Slot, digests: dict[int, Digest]) -> None:
+        """Step 2's determinism check: the first emit of a txid stores what it held; a
+        replay must hold the same, or sinks would mix two versions of one batch."""
+        txid = slot.txid
+        now = {str(p): [n, h] for p, (n, h) in sorted(digests.items())}
+        first = self._digests.get(txid)
+        if first is None:
+            self.store.record_digest(txid, now)
+            self._digests[txid] = now
+            return
+        changed = sorted(
+            (int(p) for p in set(first) | set(now) if first.get(p) != now.get(p)), key=int
+        )
+        if not changed:
+            return
+        lines = []
+        for p in changed:
+            before, after = first.get(str(p), [0, "0"]), now.get(str(p), [0, "0"])
+            where = "" if self._kind is SpoutKind.TRANSACTIONAL else f"partition {p}: "
+            lines.append(
+                f"{where}first emit {before[0]} records (checksum {before[1]}), this replay "
+                f"{after[0]} records (checksum {after[1]})"
+            )
+        raise NondeterministicSpoutError(
+            f"{self._spout_name} is not deterministic: the replay of txid {txid} "
+            f"(metadata {self._stored_meta(txid)!r}) differs from its first emit; "
+            + "; ".join(lines)
+            + ". Nothing of this replay reached a sink. Make emit_* return the same records "
+            "for the same metadata, or, if the source cannot, make it an "
+            "OpaquePartitionedTransactionalSpout with opaque-mode committers. (The check "
+            "can be switched off with RunnerConfig(check_determinism=False).)"
+        )
+
+    def _retract(self, slot: _Slot) -> None:
+        """An empty batch is not committed: no sink write, no Delta version, no txid per
+        idle poll. Its txid, and every one started after it, is forgotten by the store
+        and decided again at the next poll, which backs off while the source stays idle."""
+        txid = slot.txid
+        decision: Any
+        if self._kind is SpoutKind.TRANSACTIONAL:
+            decision = dump_meta(slot.meta)
+        else:
+            decision = {p: dump_meta(m) for p, m in slot.partitions.items()}
+        try:
+            self.store.retract(txid)
+        except LostLeadershipError:
+            raise
+        except CoordinatorError as exc:  # still stored: the txid replays, empty again
+            self._fail(txid, exc, "retract")
+            return
+        self._drop_from(txid, failed=False)
+        for table in (self._metas, self._partitions, self._digests):
+            for gone in [t for t in table if t >= txid]:
+                del table[gone]
+        for gone in [t for t in self._attempts if t >= txid]:
+            del self._attempts[gone]
+        self._first_started.pop(txid, None)
+        self._store_times.pop(txid, None)
+        self._next_txid = txid
+        self._idle = (txid, decision)
+        self.stats.empty_polls += 1
+        log.debug("empty batch retracted txid=%d", txid)
+        self._idle_poll(self.clock())
 
     def _fail(self, txid: int, exc: BaseException, phase: str) -> None:
         self._failures[txid] += 1
@@ -726,15 +897,18 @@ class TransactionalRunner:
             raise PoisonBatchError(txid, self._stored_meta(txid), exc, failures) from exc
         self._retry_at = self.clock() + self.config.backoff(failures)
 
-    def _drop_from(self, txid: int) -> None:
+    def _drop_from(self, txid: int, failed: bool = True) -> None:
         """Drop ``txid`` and every in-flight txid above it: cancel their Spark jobs and
-        tell the spout they failed (step 5; step 7 drops them all)."""
+        tell the spout they failed (step 5; step 7 drops them all; an empty batch drops
+        them without a failure)."""
         for t in sorted(t for t in self._slots if t >= txid):
             slot = self._slots.pop(t)
             self._cancel(slot)
             if self._committing is slot:
                 self._committing = None
-            _quietly(functools.partial(self._spout.fail, t, self._public_meta(slot)), "spout fail")
+            if failed:
+                meta = self._public_meta(slot)
+                _quietly(functools.partial(self._spout.fail, t, meta), "spout fail")
 
     def _stored_meta(self, txid: int) -> Any:
         meta = self._metas.get(txid)

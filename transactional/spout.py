@@ -31,22 +31,35 @@ class SpoutContext:
     runner manages batch sizes (``--batch-size auto``), the size to give a new txid."""
 
     def __init__(
-        self, spark: SparkSession, topology_id: str, batch_size: AdaptiveBatchSize | None = None
+        self,
+        spark: SparkSession,
+        topology_id: str,
+        batch_size: AdaptiveBatchSize | int | None = None,
     ) -> None:
         self.spark = spark
         self.topology_id = topology_id
-        self.adaptive_batch_size = batch_size
+        self.adaptive_batch_size = None if isinstance(batch_size, int) else batch_size
+        self.fixed_batch_size = batch_size if isinstance(batch_size, int) else None
 
     def batch_size(self, default: int) -> int:
-        """Records for the next new txid: the adaptive size if the runner has one, else
-        ``default`` (the spout's own fixed size). Replays never ask: their metadata is fixed."""
-        return self.adaptive_batch_size.current if self.adaptive_batch_size else default
+        """Records for the next new txid: the adaptive size if the runner has one, else the
+        size the run was given (``--batch-size N``), else ``default`` (the spout's own).
+        Replays never ask: their metadata is fixed."""
+        if self.adaptive_batch_size is not None:
+            return self.adaptive_batch_size.current
+        return self.fixed_batch_size if self.fixed_batch_size is not None else default
 
 
 class _SpoutBase(ABC, Generic[M]):
     kind: ClassVar[SpoutKind]
     #: The pydantic model of this spout's metadata; used to read it back from the store.
     metadata_type: type[M]
+    #: A batch that turns out to hold no records is not committed: the runner forgets
+    #: its txid and decides it again, from the same previous metadata, at a later poll
+    #: (an idle source leaves no txid, no metadata and no sink write behind). Set True
+    #: for a source whose ranges can hold no records and still be needed to move on (a
+    #: fixed-size range of a compacted log, say): its empty batches then commit.
+    commit_empty_batches: ClassVar[bool] = False
 
     def open(self, context: SpoutContext) -> None:
         """Called once before any other method."""
@@ -88,8 +101,10 @@ class TransactionalSpout(_SpoutBase[M]):
     def initialize_transaction(self, txid: int, prev_meta: M | None) -> M:
         """Decide the metadata of a new txid from the previous one.
 
-        Called exactly once per txid, on the driver, before anything is emitted for
-        it; the result is stored before emission and never changes afterwards.
+        Called once per txid, on the driver, before anything is emitted for it; the
+        result is stored before emission and never changes afterwards. (Called again for
+        the same txid only when its batch held no records and was not committed: see
+        ``commit_empty_batches``.)
         """
 
     @abstractmethod
@@ -124,7 +139,8 @@ class PartitionedTransactionalSpout(_SpoutBase[M]):
         """Decide the next range of ``partition`` after ``last_meta`` (None at first).
 
         Called on the driver once per partition of a new txid; the result is stored
-        before emission. An empty range is fine: empty batches commit too.
+        before emission. An empty range is fine; a txid whose partitions all hold no
+        records is not committed (see ``commit_empty_batches``).
         """
 
     @abstractmethod

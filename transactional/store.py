@@ -14,12 +14,15 @@ JsonValue = Any
 @dataclass(frozen=True)
 class StoredState:
     """Everything a runner needs to resume: ``currtx`` is the next txid to commit,
-    ``metas`` maps started-and-not-cleaned txids to their coordinator metadata and
-    ``partitions`` maps txid -> partition -> metadata."""
+    ``metas`` maps started-and-not-cleaned txids to their coordinator metadata,
+    ``partitions`` maps txid -> partition -> metadata and ``digests`` txid -> what its
+    first emit held (see ``StateStore.record_digest``)."""
 
     currtx: int = 1
     metas: Mapping[int, JsonValue] = field(default_factory=dict)
     partitions: Mapping[int, Mapping[int, JsonValue]] = field(default_factory=dict)
+    #: txid -> the digest of its first emit (``record_digest``), for uncommitted txids.
+    digests: Mapping[int, JsonValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -97,3 +100,19 @@ class StateStore(ABC):
         spouts) for it, set ``currtx = txid + 1`` and delete all metadata below ``txid``
         (its own is kept as the previous metadata of ``txid + 1``). Raise ``FencedError``
         if ``currtx`` is not ``txid`` or another runner took the fence."""
+
+    @abstractmethod
+    def record_digest(self, txid: int, digest: JsonValue) -> None:
+        """Store what the first emit of the started, uncommitted ``txid`` held (a record
+        count and a content checksum per partition), in one atomic, fenced write, so that
+        a replay can be checked against it. Refuse (``CoordinatorError``) if ``txid`` has
+        no metadata or already has a digest: like metadata, it never changes. ``advance``
+        deletes the digests of every txid up to the one it commits."""
+
+    @abstractmethod
+    def retract(self, txid: int) -> None:
+        """Forget the started, uncommitted txids from ``txid`` up: delete their metadata,
+        partition metadata and digests in one atomic, fenced write. The runner does this
+        when a started batch turned out empty: nothing of it reached a sink, and an idle
+        source must not leave a txid per poll behind. Raise ``FencedError`` if ``txid`` is
+        below ``currtx`` or another runner took the fence."""

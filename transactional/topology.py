@@ -10,6 +10,7 @@ from typing import Any
 
 from transactional.bolt import DEFAULT_STREAM, Bolt
 from transactional.committer import Committer
+from transactional.contracts import component
 from transactional.errors import TopologyValidationError
 from transactional.spout import (
     OpaquePartitionedTransactionalSpout,
@@ -144,6 +145,14 @@ class TopologyBuilder:
         for cnode in self._committers.values():
             for ref in cnode.inputs.values():
                 check(f"committer {cnode.name!r}", ref)
+            wanted = cnode.committer.input_names()
+            if wanted is not None and set(cnode.inputs) != set(wanted):
+                raise TopologyValidationError(
+                    f"{component('committer', cnode.name, cnode.committer)} reads "
+                    f"inputs {sorted(wanted)} but is wired with {sorted(cnode.inputs)}: pass "
+                    f"set_committer({cnode.name!r}, ..., inputs={{name: stream}}) with "
+                    "exactly those names"
+                )
             if spout.kind is SpoutKind.OPAQUE and cnode.committer.mode is not CommitMode.OPAQUE:
                 raise TopologyValidationError(
                     f"committer {cnode.name!r} is in {cnode.committer.mode.value} mode, but the "

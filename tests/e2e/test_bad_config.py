@@ -220,8 +220,9 @@ def run_library(spark: Any, spout: Any, store: StateStore, redis_url: str) -> An
 
 
 BROKEN = {
-    "list": "txid 1 cannot run (process): ContractError: LineSpout emitted a list for txid 1, "
-    "not a DataFrame",
+    "list": "txid 1 cannot run (process): ContractError: spout 'spout' "
+    "(tests.e2e.test_bad_config.LineSpout).emit_batch returned list, not a "
+    "pyspark.sql.DataFrame (classic, not Spark Connect) (txid 1)",
     "schema": "txid 1 cannot run (process): ContractError: ParseTweets reads the spout's "
     "columns raw STRING, error STRING (examples.tweets.lines.RECORD_SCHEMA), but the batch "
     "has line STRING: make the spout emit that schema",
@@ -287,10 +288,11 @@ class OddPartitions(PartitionedTransactionalSpout[Odd]):
 
 
 UNSERIALISABLE = {
-    OddSpout: "OddSpout.initialize_transaction returned Odd metadata that JSON cannot hold: "
+    OddSpout: "spout 'spout' (tests.e2e.test_bad_config.OddSpout).initialize_transaction "
+    "returned Odd metadata that JSON cannot hold: "
     "field 'weight' = nan (Out of range float values are not JSON compliant",
-    OddPartitions: "OddPartitions.emit_partition_batch_new returned Odd metadata that JSON "
-    "cannot hold: field 'tag' = b'\\xff\\x00' ('utf-8' codec can't decode byte 0xff",
+    OddPartitions: "spout 'spout' (tests.e2e.test_bad_config.OddPartitions)."
+    "emit_partition_batch_new returned Odd metadata that JSON cannot hold: field 'tag' = b'\\xff\\x00' ('utf-8' codec can't decode byte 0xff",
 }
 
 
@@ -340,7 +342,7 @@ def test_metadata_json_cannot_hold_is_refused_before_anything_is_stored(
         store.close()
     if backend == "zookeeper":
         assert zk_children(hosts, "lib") == {
-            "coordinator": ["currtx", "meta"],
+            "coordinator": ["currtx", "digest", "meta"],
             "coordinator/meta": [],
             "partition": [],
         }

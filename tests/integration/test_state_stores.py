@@ -202,6 +202,73 @@ def test_advance_of_another_txid_is_fenced(backend: Backend) -> None:
     assert store.read_state().currtx == 2
 
 
+def test_digests_are_stored_once_read_back_and_deleted_by_advance(backend: Backend) -> None:
+    store = leader(backend)
+    for txid in (1, 2, 3):
+        store.start_transaction(txid, meta(txid), {0: part(txid, 0)})
+    digest_1 = {"0": [10, "-123456789012345678901"], "1": [0, "0"]}
+    store.record_digest(1, digest_1)
+    store.record_digest(3, {"0": [4, "77"]})
+    with pytest.raises(CoordinatorError, match="digest of txid 1 is already stored"):
+        store.record_digest(1, {"0": [9, "9"]})
+    with pytest.raises(CoordinatorError, match="txid 4: it is not started"):
+        store.record_digest(4, {"0": [1, "1"]})
+    state = store.read_state()
+    assert state.digests == {1: digest_1, 3: {"0": [4, "77"]}}
+    assert backend.open().read_state().digests == state.digests
+    store.advance(1)
+    store.advance(2)
+    # A committed txid's digest is gone with it; uncommitted ones stay.
+    assert store.read_state().digests == {3: {"0": [4, "77"]}}
+    assert backend.open().read_state().digests == {3: {"0": [4, "77"]}}
+    store.advance(3)
+    assert store.read_state().digests == {}
+
+
+def test_retract_forgets_started_txids_from_one_up(backend: Backend) -> None:
+    store = leader(backend)
+    for txid in (1, 2, 3, 4):
+        store.start_transaction(txid, meta(txid), {0: part(txid, 0), 1: part(txid, 1)})
+    store.record_digest(3, {"0": [1, "5"]})
+    store.advance(1)
+    store.retract(3)
+    expected = StoredState(
+        currtx=2,
+        metas={1: meta(1), 2: meta(2)},
+        partitions={t: {0: part(t, 0), 1: part(t, 1)} for t in (1, 2)},
+    )
+    assert store.read_state() == expected
+    assert backend.open().read_state() == expected
+    with pytest.raises(
+        FencedError, match="cannot retract txid 1 of topology 'tweets': currtx is 2"
+    ):
+        store.retract(1)
+    # The retracted txids start again, with other metadata.
+    store.start_transaction(3, {"again": 3}, {0: part(30, 0)})
+    store.advance(2)
+    store.advance(3)
+    assert store.read_state() == StoredState(
+        currtx=4, metas={3: {"again": 3}}, partitions={3: {0: part(30, 0)}}
+    )
+
+
+def test_retract_and_record_digest_are_fenced(backend: Backend) -> None:
+    old = leader(backend)
+    old.start_transaction(1, meta(1), {})
+    old.start_transaction(2, meta(2), {})
+    backend.steal(old)
+    new = backend.open()
+    new.acquire_leadership(timeout=10)
+    before = new.read_state()
+    with pytest.raises(LostLeadershipError):
+        old.retract(1)
+    with pytest.raises(LostLeadershipError):
+        old.record_digest(2, {"0": [1, "1"]})
+    assert new.read_state() == before
+    new.retract(2)
+    assert new.read_state() == StoredState(currtx=1, metas={1: meta(1)}, partitions={})
+
+
 def test_identity_is_stored_once_and_mismatch_refused(backend: Backend) -> None:
     identity = TopologyIdentity(spout="examples.tweets.TweetSpout", kind="transactional")
     store = leader(backend)
@@ -346,7 +413,11 @@ def test_zookeeper_layout(zk_hosts: str) -> None:
                 "leader",
                 "partition",
             ]
-            assert sorted(client.get_children(f"{root}/coordinator")) == ["currtx", "meta"]
+            assert sorted(client.get_children(f"{root}/coordinator")) == [
+                "currtx",
+                "digest",
+                "meta",
+            ]
             assert sorted(client.get_children(f"{root}/coordinator/meta")) == [
                 "00000000000000000002",
                 "00000000000000000003",

@@ -118,7 +118,10 @@ def test_a_spout_emitting_something_other_than_a_frame_stops_at_once() -> None:
         make_runner(spout, MemoryCommitter(), store, max_pending=1).run(until_drained=True)
     assert [a.txid for a, _ in spout.emits] == [1]
     assert isinstance(info.value.cause, ContractError)
-    assert "NotAFrame emitted a dict for txid 1, not a DataFrame" in str(info.value)
+    assert (
+        "spout 'spout' (tests.unit.test_runner_errors.NotAFrame).emit_batch returned dict, "
+        "not a pyspark.sql.DataFrame (classic, not Spark Connect) (txid 1)"
+    ) in str(info.value)
     assert store.currtx == 1
 
 
@@ -142,7 +145,11 @@ def test_a_bolt_returning_undeclared_streams_stops_at_once() -> None:
         config=RunnerConfig(topology_id="t", max_pending=1, max_attempts=5),
         engine=InMemoryEngine(),
     )
-    with pytest.raises(BatchConfigurationError, match=r"bolt 'count' returned streams \['other'\]"):
+    with pytest.raises(
+        BatchConfigurationError,
+        match=r"bolt 'count' \(tests\.unit\.test_runner_errors\.WrongStreams\)\.process "
+        r"returned streams \['other'\] \(txid 1\): missing \['default'\], undeclared \['other'\]",
+    ):
         runner.run(until_drained=True)
     assert len(spout.emits) == 1
 
@@ -223,7 +230,10 @@ def test_metadata_json_cannot_hold_is_refused_before_it_is_stored(
         OddPartitioned: "emit_partition_batch_new",
         OddOpaque: "emit_partition_batch",
     }[kind]
-    assert message.startswith(f"txid 2 cannot run (start): ContractError: {kind.__name__}.{method}")
+    assert message.startswith(
+        "txid 2 cannot run (start): ContractError: spout 'spout' "
+        f"(tests.unit.test_runner_errors.{kind.__name__}).{method}"
+    )
     assert named in message
     assert isinstance(info.value.cause, ContractError)
     # Txid 1 committed; of txid 2 no metadata reached the store (the opaque kind stores

@@ -347,6 +347,8 @@ def play(s: Scenario) -> tuple[Checker, CheckedStore, list[CheckedCommitter]]:
 
 
 @pytest.mark.timeout(300)  # a runner that hangs fails here, not at the suite-wide limit
+# Random rules may name an attempt a random schedule never reaches: expected here.
+@pytest.mark.filterwarnings("ignore::transactional.testing.UnmetFaultWarning")
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)
 @given(scenarios())
 def test_invariants_hold_at_every_step_and_the_sinks_are_exact(s: Scenario) -> None:

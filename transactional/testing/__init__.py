@@ -13,7 +13,7 @@ the fixtures ``transactional_spark``, ``transactional_harness`` and
 """
 
 from transactional.faults import FaultPoint
-from transactional.testing.harness import HarnessRun, TopologyHarness
+from transactional.testing.harness import HarnessRun, TopologyHarness, UnmetFaultWarning
 from transactional.testing.memory import (
     CountingBolt,
     InMemoryEngine,
@@ -52,6 +52,7 @@ __all__ = [
     "Range",
     "SimulatedCrash",
     "TopologyHarness",
+    "UnmetFaultWarning",
     "counting_topology",
     "expected_counts",
     "partitions_have_more",

@@ -16,6 +16,7 @@ outside the run: a real sink (Redis, Delta) or a sink object the test holds.
 from __future__ import annotations
 
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +28,16 @@ from transactional.engine import Engine
 from transactional.faults import FaultPoint
 from transactional.runner import RunStats, TransactionalRunner
 from transactional.store import StateStore
-from transactional.testing.plan import SimulatedCrash
+from transactional.testing.plan import FaultPlan, FaultPlanError, SimulatedCrash
 from transactional.topology import Topology
 from transactional.types import TransactionAttempt
 
-__all__ = ["HarnessRun", "TopologyHarness"]
+__all__ = ["HarnessRun", "TopologyHarness", "UnmetFaultWarning"]
+
+
+class UnmetFaultWarning(UserWarning):
+    """A rule of a fault plan never fired: the test did not exercise what it names."""
+
 
 #: Fast retries and polls: a test waits on little but the work itself. The back-off is
 #: short but not zero: the runner sleeps until the next event or back-off deadline, and
@@ -67,6 +73,10 @@ class TopologyHarness:
     not given), reopened by every run as a restarted process would. ``engine`` replaces
     Spark for in-memory unit tests; otherwise ``spark`` is required. ``config`` sets
     ``RunnerConfig`` fields for every run (``run_until_drained`` can override them).
+
+    A run that drains with rules of its ``FaultPlan`` that never fired (a txid that
+    never came, an attempt that never happened) reports them: an ``UnmetFaultWarning``,
+    or, with ``strict=True``, a ``FaultPlanError`` once the run has ended.
     """
 
     def __init__(
@@ -78,6 +88,7 @@ class TopologyHarness:
         state_dir: str | Path | None = None,
         store: StateStore | None = None,
         engine: Engine | None = None,
+        strict: bool = False,
         **config: Any,
     ) -> None:
         if spark is None and engine is None:
@@ -88,6 +99,7 @@ class TopologyHarness:
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.store = store
         self.engine = engine
+        self.strict = strict
         self.config = {**TEST_DEFAULTS, **config}
         self.runs: list[HarnessRun] = []
 
@@ -118,7 +130,24 @@ class TopologyHarness:
             _join(runner)
             result.injected = life.injected
             self.runs.append(result)
+        if not result.crashed and isinstance(faults, FaultPlan):
+            self._report_unmet(faults)
         return result
+
+    def _report_unmet(self, plan: FaultPlan) -> None:
+        """Only after a run that drained: a run that crashed may leave later rules to
+        the run after it."""
+        unmet = plan.unmet()
+        if not unmet:
+            return
+        message = (
+            "fault plan rules that never fired, so the test did not exercise them: "
+            + "; ".join(unmet)
+            + ". Check the txids and attempt numbers against the run (HarnessRun.injected)"
+        )
+        if self.strict:
+            raise FaultPlanError(message)
+        warnings.warn(message, UnmetFaultWarning, stacklevel=3)
 
     def _open_store(self) -> StateStore:
         if self.store is not None:

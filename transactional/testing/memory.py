@@ -8,6 +8,7 @@ milliseconds, step by step.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 
 from transactional.bolt import Bolt
 from transactional.committer import Committer
+from transactional.engine import Materialised
 from transactional.errors import CommitError, CoordinatorError, FencedError
 from transactional.spout import (
     OpaquePartitionedTransactionalSpout,
@@ -52,14 +54,12 @@ class InMemoryEngine:
         self.cancelled: list[str] = []
         self.groups: list[str] = []
 
-    def union(self, frames: Sequence[list[Any]]) -> list[Any]:
-        return [row for frame in frames for row in frame]
-
-    def materialise(self, frame: list[Any]) -> list[Any]:
-        return list(frame)
-
-    def count(self, frame: list[Any]) -> int:
-        return len(frame)
+    def materialise(self, frames: Sequence[list[Any]], digest: bool) -> Materialised:
+        batch = [row for frame in frames for row in frame]
+        if not digest:
+            return Materialised(batch, len(batch))
+        digests = {p: (len(frame), _checksum(frame)) for p, frame in enumerate(frames)}
+        return Materialised(batch, len(batch), digests)
 
     @contextmanager
     def job_group(self, group: str) -> Iterator[None]:
@@ -77,6 +77,16 @@ class InMemoryEngine:
         return isinstance(value, list)
 
 
+def _checksum(rows: Iterable[Any]) -> str:
+    """Order-independent, like the Spark engine's: a sum of per-row hashes (stable
+    across processes, unlike ``hash``)."""
+    total = sum(
+        int.from_bytes(hashlib.blake2b(repr(row).encode(), digest_size=8).digest(), "big")
+        for row in rows
+    )
+    return str(total)
+
+
 # ---------------------------------------------------------------------- store
 
 
@@ -88,9 +98,11 @@ class InMemoryStateStore(StateStore):
         self.currtx = 1
         self.metas: dict[int, Any] = {}
         self.partitions: dict[int, dict[int, Any]] = {}
+        self.digests: dict[int, Any] = {}
         self.identity: TopologyIdentity | None = None
         self.advances: list[int] = []
         self.starts: list[int] = []
+        self.retracted: list[int] = []
         self.fail_advance: Callable[[int], bool] = lambda txid: False
         self.leader = False
 
@@ -118,6 +130,7 @@ class InMemoryStateStore(StateStore):
             self.currtx,
             dict(self.metas),
             {t: dict(p) for t, p in self.partitions.items()},
+            dict(self.digests),
         )
 
     def start_transaction(self, txid: int, meta: Any, partitions: Mapping[int, Any]) -> None:
@@ -139,7 +152,24 @@ class InMemoryStateStore(StateStore):
         for table in (self.metas, self.partitions):
             for old in [t for t in table if t < txid]:
                 del table[old]
+        for old in [t for t in self.digests if t <= txid]:
+            del self.digests[old]
         self.advances.append(txid)
+
+    def record_digest(self, txid: int, digest: Any) -> None:
+        self.check_leadership()
+        if txid not in self.metas or txid in self.digests or txid < self.currtx:
+            raise CoordinatorError(f"cannot record a digest for txid {txid}")
+        self.digests[txid] = digest
+
+    def retract(self, txid: int) -> None:
+        self.check_leadership()
+        if txid < self.currtx:
+            raise FencedError(f"cannot retract txid {txid}: currtx is {self.currtx}")
+        for table in (self.metas, self.partitions, self.digests):
+            for gone in [t for t in table if t >= txid]:
+                del table[gone]
+        self.retracted.append(txid)
 
 
 # ---------------------------------------------------------------------- spouts

@@ -130,14 +130,37 @@ class FaultPlan:
     """The faults of one test, checked by the runner at every step (``check``).
 
     ``injected`` lists ``(point, txid, number)`` of every fault raised, crashes included,
-    in the order they fired; ``crashed`` the crash rules already spent.
+    in the order they fired; ``crashed`` the crash rules already spent; ``unmet()`` the
+    rules that never fired (a plan that injects nothing proves nothing).
     """
 
     def __init__(self, rules: Iterable[FaultRule] = ()) -> None:
         self.rules: list[FaultRule] = list(rules)
         self.injected: list[tuple[FaultPoint, int, int]] = []
         self.crashed: list[FaultRule] = []
+        #: rule index -> the attempt numbers it fired on
+        self._fired: dict[int, set[int]] = {}
         self._lock = threading.Lock()  # checked from the worker and commit threads at once
+
+    def unmet(self) -> list[str]:
+        """Each rule that did not fire on every attempt it names (or, for a rule of every
+        attempt, never fired), as ``"<rule>: <what never came>"``."""
+        found = []
+        with self._lock:
+            for i, rule in enumerate(self.rules):
+                fired = self._fired.get(i, set())
+                if rule.attempts is None:
+                    if not fired:
+                        found.append(f"{rule}: never fired")
+                    continue
+                missing = sorted(rule.attempts - fired)
+                if missing:
+                    what = "attempt" if len(missing) == 1 else "attempts"
+                    found.append(
+                        f"{rule}: {what} {', '.join(map(str, missing))} of txid {rule.txid} "
+                        f"never reached {rule.point.value}"
+                    )
+        return found
 
     def fail(
         self, point: FaultPoint | str, txid: int, attempts: Iterable[int] | None = (1,)
@@ -176,8 +199,17 @@ class FaultPlan:
             )
             if crash is not None:
                 self.crashed.append(crash)
-            elif not any(not r.crash and r.matches(point, txid, number) for r in self.rules):
-                return
+                self._fired.setdefault(self.rules.index(crash), set()).add(number)
+            else:
+                hits = [
+                    i
+                    for i, r in enumerate(self.rules)
+                    if not r.crash and r.matches(point, txid, number)
+                ]
+                if not hits:
+                    return
+                for i in hits:
+                    self._fired.setdefault(i, set()).add(number)
             self.injected.append((point, txid, number))
         if crash is not None:
             raise SimulatedCrash(point, txid, number)
