@@ -28,6 +28,7 @@ from transactional.errors import (
     FencedError,
     LostLeadershipError,
     StoreUnavailableError,
+    UnknownTopologyError,
 )
 from transactional.store import JsonValue, StateStore, StoredState, TopologyIdentity
 
@@ -98,11 +99,14 @@ class SQLiteStateStore(StateStore):
             raise CoordinatorError("the state store is not open: call open(topology_id) first")
         return self._topology_id
 
-    def open(self, topology_id: str) -> None:
+    def open(self, topology_id: str, read_only: bool = False) -> None:
         if not topology_id:
             raise ConfigurationError("the topology id must not be empty")
         if self._conn is not None:
             raise CoordinatorError(f"the state store {self.path} is already open")
+        if read_only:
+            self._open_read_only(topology_id)
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Autocommit mode: every write below opens its own BEGIN IMMEDIATE.
@@ -120,6 +124,51 @@ class SQLiteStateStore(StateStore):
             ) from exc
         self._conn = conn
         self._topology_id = topology_id
+
+    def _open_read_only(self, topology_id: str) -> None:
+        known = self.topology_ids()  # raises if there is no such file
+        if topology_id not in known:
+            raise UnknownTopologyError(topology_id, f"the SQLite state store {self.path}", known)
+        self._conn = self._reader()
+        self._topology_id = topology_id
+
+    def _reader(self) -> sqlite3.Connection:
+        """A connection that cannot write, to a file that must exist."""
+        if not self.path.is_file():
+            raise ConfigurationError(
+                f"there is no SQLite state store at {self.path} (no such file); check "
+                "--state-dir: a run creates the store there"
+            )
+        # With no writer about (no WAL file), ``immutable`` keeps SQLite from creating its
+        # WAL index files beside the database: a look must leave the directory as it was.
+        idle = not self.path.with_name(self.path.name + "-wal").exists()
+        try:
+            conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro{'&immutable=1' if idle else ''}",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(
+                f"cannot read the SQLite state store {self.path}: {exc}; is it an SQLite database?"
+            ) from exc
+        return conn
+
+    def topology_ids(self) -> list[str]:
+        if not self.path.is_file():
+            raise ConfigurationError(
+                f"there is no SQLite state store at {self.path} (no such file); check "
+                "--state-dir: a run creates the store there"
+            )
+        with closing(self._reader()) as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            if "topology_identity" not in tables:
+                return []
+            rows = conn.execute("SELECT topology_id FROM topology_identity").fetchall()
+        return sorted(r[0] for r in rows)
 
     def close(self) -> None:
         self._release_lock()
@@ -308,9 +357,16 @@ class SQLiteStateStore(StateStore):
                 "ORDER BY txid, partition",
                 (self._tid,),
             ).fetchall()
-            digests = conn.execute(
-                "SELECT txid, digest FROM digest WHERE topology_id = ?", (self._tid,)
-            ).fetchall()
+            has_digests = conn.execute(  # a read-only look at a store older than digests
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'digest'"
+            ).fetchone()
+            digests = (
+                conn.execute(
+                    "SELECT txid, digest FROM digest WHERE topology_id = ?", (self._tid,)
+                ).fetchall()
+                if has_digests
+                else []
+            )
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback(conn)

@@ -50,6 +50,7 @@ from transactional.errors import (
     FencedError,
     LostLeadershipError,
     StoreUnavailableError,
+    UnknownTopologyError,
 )
 from transactional.store import JsonValue, StateStore, StoredState, TopologyIdentity
 
@@ -112,7 +113,7 @@ class ZooKeeperStateStore(StateStore):
             raise CoordinatorError("the state store is not open: call open(topology_id) first")
         return self._client
 
-    def open(self, topology_id: str) -> None:
+    def open(self, topology_id: str, read_only: bool = False) -> None:
         if not topology_id or "/" in topology_id or topology_id in (".", ".."):
             raise ConfigurationError(
                 f"topology id {topology_id!r} cannot name a ZooKeeper node: use a non-empty "
@@ -120,25 +121,19 @@ class ZooKeeperStateStore(StateStore):
             )
         if self._client is not None:
             raise CoordinatorError("the state store is already open")
-        try:
-            client = KazooClient(hosts=self.hosts, timeout=self.session_timeout)
-        except ValueError as exc:
-            raise ConfigurationError(
-                f"bad ZooKeeper connection string {self.hosts!r}: {exc}; "
-                "expected host:port[,host:port...][/chroot]"
-            ) from exc
-        client.add_listener(self._on_state)
-        try:
-            client.start(timeout=self.connect_timeout)
-        except KazooTimeoutError as exc:
-            client.close()
-            raise StoreUnavailableError(
-                f"cannot connect to ZooKeeper at {self.hosts} within {self.connect_timeout}s; "
-                "check that the servers are running and reachable from this machine, and "
-                "the connection string (host:port[,host:port...][/chroot])"
-            ) from exc
+        client = self._connect(self._on_state)
         self._client = client
         self._topology_id = topology_id
+        if read_only:
+            try:
+                known = self._children(client, _ROOT)
+            except BaseException:
+                self.close()
+                raise
+            if topology_id not in known:
+                self.close()
+                raise UnknownTopologyError(topology_id, f"ZooKeeper at {self.hosts}", known)
+            return
         try:
             client.ensure_path(self._path("coordinator", "meta"))
             client.ensure_path(self._path("coordinator", "digest"))
@@ -148,6 +143,47 @@ class ZooKeeperStateStore(StateStore):
             raise StoreUnavailableError(
                 f"cannot create {_ROOT}/{topology_id} in ZooKeeper at {self.hosts}: {exc!r}; "
                 "check that the chroot exists and that this client may create nodes"
+            ) from exc
+
+    def _connect(self, listener: Any = None) -> Any:
+        try:
+            client = KazooClient(hosts=self.hosts, timeout=self.session_timeout)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"bad ZooKeeper connection string {self.hosts!r}: {exc}; "
+                "expected host:port[,host:port...][/chroot]"
+            ) from exc
+        if listener is not None:
+            client.add_listener(listener)
+        try:
+            client.start(timeout=self.connect_timeout)
+        except KazooTimeoutError as exc:
+            client.close()
+            raise StoreUnavailableError(
+                f"cannot connect to ZooKeeper at {self.hosts} within {self.connect_timeout}s; "
+                "check that the servers are running and reachable from this machine, and "
+                "the connection string (host:port[,host:port...][/chroot])"
+            ) from exc
+        return client
+
+    def topology_ids(self) -> list[str]:
+        if self._client is not None:
+            return self._children(self._client, _ROOT)
+        client = self._connect()
+        try:
+            return self._children(client, _ROOT)
+        finally:
+            client.stop()
+            client.close()
+
+    def _children(self, client: Any, path: str) -> list[str]:
+        try:
+            return sorted(client.get_children(path))
+        except NoNodeError:
+            return []
+        except KazooException as exc:
+            raise StoreUnavailableError(
+                f"cannot list {path} in ZooKeeper at {self.hosts}: {exc!r}"
             ) from exc
 
     def close(self) -> None:

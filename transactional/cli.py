@@ -1,14 +1,25 @@
-"""The ``transactional`` command: run a user's topology, or look at a topology's state.
+"""The ``transactional`` command: run any topology, look at a topology's state.
 
-Settings come from flags, or from ``TRANSACTIONAL_*`` environment variables for the
-same names (``TRANSACTIONAL_ZOOKEEPER``, ``TRANSACTIONAL_STATE_DIR``,
-``TRANSACTIONAL_MASTER``, ``TRANSACTIONAL_CRASH_AT``); only this edge reads the environment.
+    transactional run MODULE:FACTORY --topology-id ID [options]
+    transactional status --topology-id ID [--state-dir DIR | --zookeeper HOSTS]
+    transactional list [--state-dir DIR | --zookeeper HOSTS]
+
+Exit codes: 0 done; 1 a batch failed ``--max-attempts`` times (or leadership was lost
+to another runner, or the store failed mid-run): the state is kept, fix the cause and
+run again to resume; 2 bad configuration or a broken contract, before anything of the
+failing txid is committed; 130 interrupted (Ctrl-C or SIGTERM), in-flight txids replay
+on the next run.
+
+Settings come from a ``--config`` TOML file, ``TRANSACTIONAL_*`` variables and flags,
+each overriding the one before (``transactional.settings``); only this edge reads the
+environment.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import logging
 import os
 import sys
@@ -16,10 +27,21 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from transactional.config import RunnerConfig
-from transactional.errors import ConfigurationError, TransactionalError
+from transactional.errors import (
+    ConfigurationError,
+    PoisonBatchError,
+    StoreUnavailableError,
+    TransactionalError,
+)
 from transactional.faults import FaultPoint, KillAt
+from transactional.interrupt import INTERRUPTED, stop_on_signals
+from transactional.settings import RunSettings, environment, load_settings, parse_conf
 from transactional.store import StateStore
+from transactional.topology import Topology
+
+log = logging.getLogger("transactional.cli")
+
+DONE, FAILED, REFUSED = 0, 1, 2
 
 
 def open_store(zookeeper: str | None, state_dir: str) -> StateStore:
@@ -46,101 +68,260 @@ def configure_logging(verbose: int) -> None:
     )
 
 
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(f"TRANSACTIONAL_{name}", default)
+def load_factory(spec: str) -> Any:
+    """``module:function``, imported as ``python -m`` would: the current directory first."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"{spec!r}: give the topology factory as module:function")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise ConfigurationError(
+                f"cannot import the topology module {module_name!r}: not found from {cwd} "
+                "or the installed packages; run from the directory that holds it, or install it"
+            ) from exc
+        raise ConfigurationError(
+            f"the topology module {module_name!r} failed to import: {exc}"
+        ) from exc
+    except Exception as exc:
+        raise ConfigurationError(
+            f"the topology module {module_name!r} failed to import: {type(exc).__name__}: {exc}"
+        ) from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigurationError(
+            f"{module_name!r} has no function {attr!r}; the factory is "
+            "module:function, returning a Topology"
+        )
+    return factory
 
 
-def _add_store_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--topology-id", required=True)
-    parser.add_argument("--zookeeper", default=_env("ZOOKEEPER"), help="ZooKeeper hosts")
+def _takes_spark(factory: Any, spec: str) -> bool:
+    try:
+        params = [
+            p
+            for p in inspect.signature(factory).parameters.values()
+            if p.default is inspect.Parameter.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return False
+    if len(params) > 1:
+        raise ConfigurationError(
+            f"topology factory {spec!r} takes {len(params)} arguments; it must take none "
+            "(recommended) or one, the SparkSession"
+        )
+    return len(params) == 1
+
+
+def _build(factory: Any, spec: str, *args: Any) -> Topology:
+    topology = factory(*args)
+    if not isinstance(topology, Topology):
+        raise ConfigurationError(
+            f"topology factory {spec!r} returned {type(topology).__name__}, not a Topology: "
+            "return TopologyBuilder()...build()"
+        )
+    return topology
+
+
+def _installed_spark_conf() -> dict[str, str]:
+    """What every installed committer package asks of a session (Delta's jars and
+    extensions), for a factory that needs the session before its committers exist."""
+    conf: dict[str, str] = {}
+    for ep in entry_points(group="transactional.spark_conf"):
+        conf.update(ep.load()())
+    return conf
+
+
+def _add_store_flags(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+    parser.add_argument("--zookeeper", metavar="HOSTS", help="ZooKeeper hosts (else SQLite)")
     parser.add_argument(
-        "--state-dir",
-        default=_env("STATE_DIR", ".transactional"),
-        help="directory of the embedded SQLite store (when no --zookeeper)",
+        "--state-dir", metavar="DIR", help="directory of the embedded SQLite store (.transactional)"
     )
 
 
-def _load_factory(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    if not attr:
-        raise ConfigurationError(f"{spec!r}: give the topology factory as module:function")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"cannot load topology factory {spec!r}: {exc}") from exc
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="transactional", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="transactional",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser(
-        "run", help="run a topology: FACTORY is module:function(spark) -> Topology"
-    )
-    run.add_argument("factory")
+    run = commands.add_parser("run", help="run a topology: FACTORY is module:function")
+    run.add_argument("factory", metavar="MODULE:FACTORY")
+    run.add_argument("--topology-id", metavar="ID")
     _add_store_flags(run)
-    run.add_argument("--master", default=_env("MASTER", "local[*]"), help="Spark master URL")
-    run.add_argument("--max-pending", type=int, default=2)
-    run.add_argument("--max-attempts", type=int, default=10)
-    run.add_argument("--until-drained", action="store_true")
+    run.add_argument("--config", metavar="FILE", help="a TOML file of settings")
+    run.add_argument("--master", help="Spark master URL (default local[*])")
+    run.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting (spark.*) or a runner setting (e.g. max_pending=4); repeatable",
+    )
+    run.add_argument("--batch-size", metavar="N|auto", help="records per new txid, or auto")
+    run.add_argument("--max-pending", metavar="K", help="txids in flight (default 2)")
+    run.add_argument("--max-attempts", metavar="N", help="failures of a txid before exit 1")
+    run.add_argument("--attempt-timeout", metavar="S", help="seconds per attempt (default 300)")
+    run.add_argument("--leader-timeout", metavar="S", help="seconds to wait for leadership")
+    run.add_argument("--poll-interval", metavar="S", help="idle poll interval (default 1)")
+    run.add_argument("--poll-max", metavar="S", help="idle poll back-off limit (default 30)")
+    run.add_argument(
+        "--no-determinism-check",
+        action="store_true",
+        help="do not store and compare each first emit's count and checksum",
+    )
+    run.add_argument(
+        "--until-drained",
+        action="store_true",
+        default=None,
+        help="stop once the source has nothing new and everything is committed",
+    )
     run.add_argument(
         "--crash-at",
-        default=_env("CRASH_AT"),
         metavar="POINT:TXID[,...]",
         help="SIGKILL the process (and its Spark JVM) when txid TXID reaches step POINT "
         f"({', '.join(p.value for p in FaultPoint)}); for crash tests",
     )
 
-    status = commands.add_parser("status", help="print currtx and the stored transactions")
+    status = commands.add_parser("status", help="print a topology's currtx and stored txids")
+    status.add_argument("--topology-id", metavar="ID", default=None)
     _add_store_flags(status)
+    listing = commands.add_parser("list", help="print the topology ids a state store holds")
+    _add_store_flags(listing)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)  # exits 2 on bad usage
     configure_logging(args.verbose)
     try:
+        if args.command == "run":
+            return _run(args)
         if args.command == "status":
             return _status(args)
-        return _run(args)
-    except TransactionalError as exc:
+        return _list(args)
+    except KeyboardInterrupt:  # before the run's own handlers are in place
+        print("interrupted before the run started; nothing was committed", file=sys.stderr)
+        return INTERRUPTED
+    except PoisonBatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return FAILED
+    except (ConfigurationError, StoreUnavailableError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return REFUSED
+    except TransactionalError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return FAILED
+
+
+def _store_location(args: argparse.Namespace) -> tuple[str | None, str]:
+    env = environment()
+    zookeeper = args.zookeeper or env.get("TRANSACTIONAL_ZOOKEEPER")
+    state_dir = args.state_dir or env.get("TRANSACTIONAL_STATE_DIR") or ".transactional"
+    return zookeeper, state_dir
 
 
 def _status(args: argparse.Namespace) -> int:
-    store = open_store(args.zookeeper, args.state_dir)
-    store.open(args.topology_id)
+    """Read-only: writes nothing anywhere, for an unknown topology id least of all."""
+    topology_id = args.topology_id or environment().get("TRANSACTIONAL_TOPOLOGY_ID")
+    if not topology_id:
+        raise ConfigurationError("give --topology-id ID (`transactional list` shows the ids)")
+    store = open_store(*_store_location(args))
+    store.open(topology_id, read_only=True)
     try:
         state = store.read_state()
     finally:
         store.close()
-    print(f"topology {args.topology_id}: currtx={state.currtx}")
+    print(f"topology {topology_id}: currtx={state.currtx}")
     for txid in sorted(state.metas):
         status = "committed" if txid < state.currtx else "started"
         print(f"  txid {txid} ({status}): {state.metas[txid]}")
         for p, meta in sorted(state.partitions.get(txid, {}).items()):
             print(f"    partition {p}: {meta}")
-    return 0
+    return DONE
+
+
+def _list(args: argparse.Namespace) -> int:
+    for topology_id in open_store(*_store_location(args)).topology_ids():
+        print(topology_id)
+    return DONE
+
+
+def _settings(args: argparse.Namespace) -> RunSettings:
+    conf = parse_conf(args.conf)
+    flags: dict[str, Any] = {
+        "topology_id": args.topology_id,
+        "master": args.master,
+        "zookeeper": args.zookeeper,
+        "state_dir": args.state_dir,
+        "batch_size": args.batch_size,
+        "until_drained": args.until_drained,
+        "crash_at": args.crash_at,
+        "max_pending": args.max_pending,
+        "max_attempts": args.max_attempts,
+        "attempt_timeout_s": args.attempt_timeout,
+        "leader_timeout_s": args.leader_timeout,
+        "poll_interval_s": args.poll_interval,
+        "poll_max_s": args.poll_max,
+        "check_determinism": False if args.no_determinism_check else None,
+    }
+    return load_settings(args.config, environment(), flags, conf)
+
+
+def _batch_size(settings: RunSettings) -> Any:
+    if settings.batch_size == "auto":
+        from transactional.flow import AdaptiveBatchSize
+
+        return AdaptiveBatchSize()
+    return settings.batch_size
 
 
 def _run(args: argparse.Namespace) -> int:
     from transactional.runner import TransactionalRunner
     from transactional.session import create_spark_session
 
-    crash = KillAt.parse(args.crash_at) if args.crash_at else None
-    factory = _load_factory(args.factory)
-    config = RunnerConfig(
-        topology_id=args.topology_id, max_pending=args.max_pending, max_attempts=args.max_attempts
+    settings = _settings(args)
+    config = settings.runner_config()
+    crash = KillAt.parse(settings.crash_at) if settings.crash_at else None
+    factory = load_factory(args.factory)
+    app = f"transactional-{settings.topology_id}"
+    if _takes_spark(factory, args.factory):
+        spark = create_spark_session(
+            settings.master, app, {**_installed_spark_conf(), **settings.spark}
+        )
+        topology = _build(factory, args.factory, spark)
+    else:
+        topology = _build(factory, args.factory)
+        needed: dict[str, str] = {}
+        for node in topology.committers:
+            needed.update(node.committer.spark_conf())
+        spark = create_spark_session(settings.master, app, {**needed, **settings.spark})
+    store = open_store(settings.zookeeper, settings.state_dir)
+    runner = TransactionalRunner(
+        topology, store, spark, config, faults=crash, batch_size=_batch_size(settings)
     )
-    store = open_store(args.zookeeper, args.state_dir)
-    spark = create_spark_session(args.master, f"transactional-{args.topology_id}")
-    topology = factory(spark)
-    stats = TransactionalRunner(topology, store, spark, config, faults=crash).run(
-        until_drained=args.until_drained
-    )
+    with stop_on_signals(runner.stop) as interrupted:
+        stats = runner.run(until_drained=settings.until_drained)
+    if interrupted.signal is not None:
+        print(
+            f"interrupted ({interrupted.name}): committed {stats.committed_txids} txids "
+            f"(last {stats.last_committed or 'none'}); txids in flight were abandoned and "
+            "replay on the next run",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
     print(
         f"committed {stats.committed_txids} txids, {stats.records} records, {stats.failures} failures"
     )
-    return 0
+    return DONE
 
 
 if __name__ == "__main__":

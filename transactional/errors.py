@@ -32,6 +32,19 @@ class CoordinatorError(TransactionalError):
     """The state store or the coordination around it failed."""
 
 
+class UnknownTopologyError(ConfigurationError):
+    """A read-only look at a topology id that the state store holds nothing for."""
+
+    def __init__(self, topology_id: str, where: str, known: list[str]) -> None:
+        self.topology_id = topology_id
+        self.known = known
+        listed = ", ".join(known) if known else "none"
+        super().__init__(
+            f"no topology {topology_id!r} in {where}; topologies there: {listed}. Check "
+            "--topology-id and the store's location (--state-dir or --zookeeper)"
+        )
+
+
 class LostLeadershipError(CoordinatorError):
     """This runner is no longer the leader of its topology id and must not commit."""
 

@@ -324,11 +324,16 @@ class TransactionalRunner:
         self._committer_thread = ThreadPoolExecutor(1, thread_name_prefix="txn-commit")
 
     def _close(self) -> None:
+        # A commit already running is let finish, and on a requested stop (Ctrl-C,
+        # SIGTERM) waited for, before the committers and the store close: cancelling it
+        # could leave one sink written and the next not, until a replay.
         for slot in self._slots.values():
-            self._cancel(slot)
-        for pool in (self._workers, self._committer_thread):
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+            if slot is not self._committing:
+                self._cancel(slot)
+        if self._workers is not None:
+            self._workers.shutdown(wait=False, cancel_futures=True)
+        if self._committer_thread is not None:
+            self._committer_thread.shutdown(wait=self._stop.is_set(), cancel_futures=True)
         for node in self.topology.committers:
             _quietly(node.committer.close, "committer close")
         _quietly(self._spout.close, "spout close")

@@ -50,9 +50,16 @@ class StateStore(ABC):
     """
 
     @abstractmethod
-    def open(self, topology_id: str) -> None:
+    def open(self, topology_id: str, read_only: bool = False) -> None:
         """Connect. Raise ``StoreUnavailableError`` (with the address to fix) if the store
-        cannot be reached."""
+        cannot be reached. ``read_only``: for looking at a topology's state (``transactional
+        status``): write nothing (create no file, table or node), and raise
+        ``UnknownTopologyError`` if the store holds no state for ``topology_id``."""
+
+    @abstractmethod
+    def topology_ids(self) -> list[str]:
+        """The topology ids this store holds state for, sorted; reads only, and needs no
+        ``open`` (a store that does not exist yet holds none)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -86,10 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="fraction of bad lines, for the dead letters (default: 0)",
     )
 
-    load = commands.add_parser("load", help="append JSON Lines files to Redis queues")
+    load = commands.add_parser("load", help="put JSON Lines files into Redis queues")
     load.add_argument("--input", required=True, metavar="PATH", help="a file or a directory")
     load.add_argument("--redis-url", required=True, metavar="URL")
     load.add_argument("--prefix", default="tweets", help="queue key prefix (default: tweets)")
+    load.add_argument(
+        "--append",
+        action="store_true",
+        help="add the lines to queues that already hold messages (else refused: the input "
+        "would be counted twice)",
+    )
 
     run = commands.add_parser(
         "run",
@@ -188,7 +194,7 @@ def _load(args: argparse.Namespace, out: TextIO) -> None:
     if not Path(args.input).exists():
         raise ConfigurationError(f"--input {args.input} does not exist: pass a file or directory")
     check_redis(args.redis_url)
-    loaded = load(args.input, args.redis_url, args.prefix)
+    loaded = load(args.input, args.redis_url, args.prefix, append=args.append)
     for partition, lines in loaded.items():
         print(kv("loaded", queue=f"{args.prefix}:{partition}", lines=lines), file=out)
 

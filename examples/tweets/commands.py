@@ -8,13 +8,9 @@ second with a message naming the flag to change, not after a JVM start.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
-import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -26,6 +22,7 @@ from examples.tweets.progress import ProgressListener, kv
 from examples.tweets.sinks import TABLE_KEYS, Summary, make_committer, read_summary, spark_conf
 from examples.tweets.topology import build_topology
 from transactional.errors import ConfigurationError
+from transactional.interrupt import stop_on_signals
 from transactional.types import CommitMode
 
 if TYPE_CHECKING:
@@ -262,29 +259,6 @@ def start_spark(master: str, sink: str, state_dir: Path) -> SparkSession:
     return create_spark_session(master, "tweets", conf)
 
 
-@contextlib.contextmanager
-def _stop_on_interrupt(runner: Any) -> Iterator[None]:
-    """First Ctrl-C: let the runner finish its step and stop cleanly (nothing is lost
-    either way, but a clean stop releases leadership at once). Second: abort."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        print("stopping after the current step; Ctrl-C again to abort", file=sys.stderr)
-        runner.stop()
-
-    signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 def fixed_batch_size(opts: RunOptions) -> int:
     """The spouts' own size: the flag's number, or the adaptive start under ``auto``."""
     return AUTO_INITIAL if opts.batch_size == "auto" else int(opts.batch_size)
@@ -352,8 +326,11 @@ def run(opts: RunOptions, out: TextIO) -> None:
                 topology, store, spark, config, faults=faults, listener=listener,
                 batch_size=adaptive_batch_size(opts),
             )  # fmt: skip
-            with _stop_on_interrupt(runner):
+            # Ctrl-C or SIGTERM: finish the step, abandon what is in flight (it replays).
+            with stop_on_signals(runner.stop) as interrupted:
                 stats = runner.run(until_drained=opts.until_drained)
+            if interrupted.signal is not None:
+                raise KeyboardInterrupt
         if crash is not None and crash.pending:
             targets = ",".join(f"{p.value}:{t}" for p, t in crash.pending)
             log.warning(kv("crash_not_reached", targets=targets, hint="txid committed before?"))

@@ -5,8 +5,10 @@ name order, as the file spouts number them): messages ``<prefix>:<p>:<i>`` holdi
 raw line bytes (without the newline), and the counter ``<prefix>:<p>:next_write``, the
 number of messages written so far.
 
-Loading **appends**: running it twice queues every line twice, under new indexes, as a
-producer that sent the same data again would. Messages and the counter move together
+Loading into queues that already hold messages is refused (``AlreadyLoaded``): a second
+load would queue every line again, silently doubling the input. ``append=True``
+(``load --append``) appends anyway, under new indexes, as a producer that sent the
+data again would. Messages and the counter move together
 in one MULTI/EXEC per chunk, with the counter WATCHed, so a reader never sees a counter
 ahead of its messages and two concurrent loaders never take the same indexes.
 """
@@ -22,8 +24,9 @@ import redis
 
 from examples.tweets.lines import counter_key, message_key
 from examples.tweets.sources import FilePartitionedSpout
+from transactional.errors import ConfigurationError
 
-__all__ = ["load"]
+__all__ = ["AlreadyLoaded", "load", "queued"]
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +71,38 @@ def _append(client: redis.Redis, prefix: str, partition: int, chunk: list[bytes]
                 continue
 
 
+class AlreadyLoaded(ConfigurationError):
+    """The queues hold messages already; loading again would count them twice."""
+
+
+def queued(client: redis.Redis, prefix: str) -> dict[int, int]:
+    """Messages written so far per queue of ``prefix`` (queues are numbered from 0)."""
+    found: dict[int, int] = {}
+    while (value := client.get(counter_key(prefix, len(found)))) is not None:
+        found[len(found)] = int(value)  # type: ignore[arg-type]
+    return found
+
+
 def load(
-    input_path: str | os.PathLike[str], redis_url: str, prefix: str = "tweets"
+    input_path: str | os.PathLike[str],
+    redis_url: str,
+    prefix: str = "tweets",
+    append: bool = False,
 ) -> dict[int, int]:
     """Append every line of ``input_path`` to its partition's queue; returns lines per
-    partition."""
+    partition. Refuses (``AlreadyLoaded``) if the queues hold messages, unless ``append``."""
     files = FilePartitionedSpout(input_path)
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=5)
     loaded: dict[int, int] = {}
     try:
+        held = {p: n for p, n in queued(client, prefix).items() if n}
+        if held and not append:
+            raise AlreadyLoaded(
+                f"the Redis queues {prefix}:* already hold {sum(held.values())} messages "
+                f"({', '.join(f'{prefix}:{p}: {n}' for p, n in held.items())}); loading "
+                "again would queue every line a second time. Pass --append to add them "
+                "anyway, or load into another --prefix"
+            )
         for partition, name in enumerate(files.names()):
             loaded[partition] = 0
             # An empty file still gets its counter: partitions are found by probing

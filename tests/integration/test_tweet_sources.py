@@ -264,7 +264,7 @@ def test_redis_partitioned_kinds(spark: Any, loaded: Path, redis_url: str, kind:
     extra.mkdir()
     for name in ("a", "b", "c", "d"):
         (extra / name).write_bytes(b"" if name != "d" else b"late\n")
-    load(extra, redis_url, prefix="q")  # appends "late" to a new queue 3
+    load(extra, redis_url, prefix="q", append=True)  # appends "late" to a new queue 3
     last = {p: m for metas in history for p, m in metas.items()}
     more, _ = _drive_partitioned(spout, last, opaque)
     assert more == {0: [], 1: [], 2: [], 3: [("late", None)]}

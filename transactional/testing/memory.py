@@ -106,8 +106,11 @@ class InMemoryStateStore(StateStore):
         self.fail_advance: Callable[[int], bool] = lambda txid: False
         self.leader = False
 
-    def open(self, topology_id: str) -> None:
+    def open(self, topology_id: str, read_only: bool = False) -> None:
         self.topology_id = topology_id
+
+    def topology_ids(self) -> list[str]:
+        return [] if self.identity is None else [getattr(self, "topology_id", "")]
 
     def close(self) -> None:
         self.leader = False

@@ -1,0 +1,304 @@
+"""``transactional`` as a user runs it: a factory from the current directory, settings
+from flags, a config file and the environment, the exit codes of the README's table,
+Ctrl-C and SIGTERM, and ``status``/``list`` that never write."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+from kazoo.client import KazooClient
+
+from coordinators import SQLiteStateStore
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "transactional.cli"]
+
+
+def buckets(total: int) -> dict[str, int]:
+    return dict(Counter(f"k{n % 7}" for n in range(total)))
+
+
+def held(url: str) -> dict[str, int]:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        return {k: int(v) for k, v in client.hgetall("buckets").items()}
+    finally:
+        client.close()
+
+
+def env(redis_url: str, **extra: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")}
+    clean.pop("PYTHONPATH", None)  # the factory is found from the current directory
+    return {**clean, "CLI_REDIS_URL": redis_url, **extra}
+
+
+def cli(
+    *args: str, cwd: Path = ROOT, environ: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def run_args(state: Path, *extra: str) -> list[str]:
+    return ["run", "tests.e2e.cli_topologies:numbers", "--topology-id", "numbers",
+            "--state-dir", str(state), "--master", "local[2]", "--until-drained", *extra]  # fmt: skip
+
+
+def currtx(state: Path, topology_id: str = "numbers") -> int:
+    store = SQLiteStateStore(state / "state.db")
+    store.open(topology_id, read_only=True)
+    try:
+        return store.read_state().currtx
+    finally:
+        store.close()
+
+
+def test_a_factory_from_the_current_directory_with_a_fixed_batch_size(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Run from a directory holding the user's module, without PYTHONPATH."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_topology.py").write_text(
+        "from tests.e2e.cli_topologies import numbers as build\n"
+    )
+    environ = env(redis_url, CLI_TOTAL="230", PYTHONPATH=str(ROOT))  # the tests package only
+    done = cli(
+        "run", "my_topology:build", "--topology-id", "numbers", "--state-dir",
+        str(tmp_path / "state"), "--master", "local[2]", "--until-drained",
+        "--batch-size", "100", cwd=project, environ=environ,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "committed 3 txids, 230 records, 0 failures"
+    assert held(redis_url) == buckets(230)
+    assert currtx(tmp_path / "state") == 4  # 100 + 100 + 30: --batch-size, not the default 50
+
+
+def test_a_module_that_cannot_be_found_or_is_not_a_factory_exits_2(
+    redis_url: str, tmp_path: Path
+) -> None:
+    missing = cli("run", "no_such_module:build", "--topology-id", "x", environ=env(redis_url))
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        f"error: cannot import the topology module 'no_such_module': not found from {ROOT} or "
+        "the installed packages; run from the directory that holds it, or install it"
+    ]
+    wrong = cli("run", "tests.e2e.cli_topologies:not_a_topology", "--topology-id", "x",
+                "--state-dir", str(tmp_path), environ=env(redis_url))  # fmt: skip
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip().splitlines() == [
+        "error: topology factory 'tests.e2e.cli_topologies:not_a_topology' returned dict, "
+        "not a Topology: return TopologyBuilder()...build()"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "environ", "line"),
+    [
+        (
+            ["--max-pending", "0"],
+            {},
+            "error: runner setting max_pending='0' (from --max-pending): Input should be greater "
+            "than or equal to 1",
+        ),
+        (
+            ["--conf", "max_pending=many"],
+            {},
+            "error: runner setting max_pending='many' (from --conf): Input should be a valid "
+            "integer, unable to parse string as an integer",
+        ),
+        (
+            [],
+            {"TRANSACTIONAL_POLL_INTERVAL_S": "-1"},
+            "error: runner setting poll_interval_s='-1' (from TRANSACTIONAL_POLL_INTERVAL_S): "
+            "Input should be greater than 0",
+        ),
+        (
+            ["--conf", "spark_sql=1"],
+            {},
+            "error: --conf 'spark_sql=1': 'spark_sql' is neither a Spark setting (spark.*) nor a "
+            "runner setting",
+        ),
+        (
+            ["--batch-size", "lots"],
+            {},
+            "error: setting batch_size='lots' (from --batch-size): expected a number or 'auto', "
+            "not 'lots'",
+        ),
+    ],
+    ids=["max-pending-0", "conf-not-int", "env-negative", "conf-unknown", "batch-size"],
+)
+def test_a_bad_setting_is_one_line_and_exit_2_before_anything_starts(
+    redis_url: str, tmp_path: Path, args: list[str], environ: dict[str, str], line: str
+) -> None:
+    done = cli(*run_args(tmp_path / "state", *args), environ=env(redis_url, **environ))
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.strip().startswith(line)
+    assert not (tmp_path / "state").exists()  # nothing was touched
+
+
+def test_a_config_file_under_env_under_flags(redis_url: str, tmp_path: Path) -> None:
+    config = tmp_path / "topology.toml"
+    config.write_text(
+        'topology_id = "numbers"\nmaster = "local[2]"\nbatch_size = 20\nuntil_drained = true\n'
+        f'state_dir = "{tmp_path / "from-file"}"\n'
+        "[runner]\nmax_pending = 3\n"
+        '[spark]\n"spark.sql.shuffle.partitions" = "2"\n'
+    )
+    environ = env(redis_url, CLI_TOTAL="90", TRANSACTIONAL_BATCH_SIZE="30")
+    done = cli("run", "tests.e2e.cli_topologies:numbers", "--config", str(config),
+               "--state-dir", str(tmp_path / "from-flag"), environ=environ)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    # batch 30 from the environment over the file's 20; the flag's state dir over the file's.
+    assert done.stdout.strip() == "committed 3 txids, 90 records, 0 failures"
+    assert currtx(tmp_path / "from-flag") == 4 and not (tmp_path / "from-file").exists()
+    assert held(redis_url) == buckets(90)
+
+
+def test_a_poison_batch_exits_1_and_the_fixed_rerun_resumes(redis_url: str, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    failing = cli(*run_args(state, "--max-attempts", "2", "--conf", "backoff_max_s=0.2"),
+                  environ=env(redis_url, CLI_TOTAL="200", CLI_FAIL_TXID="3"))  # fmt: skip
+    assert failing.returncode == 1, failing.stderr[-3000:]
+    assert "error: txid 3 failed on all 2 attempts; metadata=Range(start=100, count=50)" in (
+        failing.stderr
+    )
+    assert "RuntimeError: cannot bucket txid 3" in failing.stderr
+    assert "Traceback" not in failing.stderr
+    assert currtx(state) == 3 and held(redis_url) == buckets(100)
+    fixed = cli(*run_args(state), environ=env(redis_url, CLI_TOTAL="200"))
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert held(redis_url) == buckets(200)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_an_interrupt_stops_cleanly_with_130_and_the_rerun_is_exact(
+    redis_url: str, tmp_path: Path, signum: int
+) -> None:
+    state = tmp_path / "state"
+    total = 5000
+    args = ["run", "tests.e2e.cli_topologies:numbers", "--topology-id", "numbers",
+            "--state-dir", str(state), "--master", "local[2]", "--batch-size", "50",
+            "--max-pending", "1"]  # fmt: skip
+    proc = subprocess.Popen(
+        [*CLI, *args],
+        cwd=ROOT,
+        env=env(redis_url, CLI_TOTAL=str(total)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        deadline = time.monotonic() + 240
+        while int(client.get("transactional:numbers:sink:txid") or 0) < 2:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no commit within 240 s"
+            time.sleep(0.2)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        client.close()
+    assert proc.returncode == 130, err[-3000:]
+    lines = [line for line in err.splitlines() if "WARN" not in line and line.strip()]
+    name = signal.Signals(signum).name
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted ({name}): committed ")
+    assert lines[0].endswith("txids in flight were abandoned and replay on the next run")
+    assert "Traceback" not in err and out == ""
+    stopped_at = currtx(state)
+    assert 2 < stopped_at <= total // 50  # stopped mid-run, after its commits so far
+    done = cli(*run_args(state), environ=env(redis_url, CLI_TOTAL=str(total)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert held(redis_url) == buckets(total)
+
+
+# ---------------------------------------------------------------------- status and list
+
+
+def test_status_and_list_on_sqlite_never_write(redis_url: str, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    missing = cli("status", "--topology-id", "numbers", "--state-dir", str(state))
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == (
+        f"error: there is no SQLite state store at {state / 'state.db'} (no such file); check "
+        "--state-dir: a run creates the store there"
+    )
+    assert not state.exists()
+
+    done = cli(*run_args(state), environ=env(redis_url, CLI_TOTAL="120"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in state.iterdir())
+    unknown = cli("status", "--topology-id", "numbres", "--state-dir", str(state))
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == (
+        f"error: no topology 'numbres' in the SQLite state store {state / 'state.db'}; "
+        "topologies there: numbers. Check --topology-id and the store's location "
+        "(--state-dir or --zookeeper)"
+    )
+    known = cli("status", "--topology-id", "numbers", "--state-dir", str(state))
+    assert known.returncode == 0, known.stderr
+    assert known.stdout.splitlines()[:2] == [
+        "topology numbers: currtx=4",
+        "  txid 3 (committed): {'count': 20, 'start': 100}",
+    ]
+    listed = cli("list", "--state-dir", str(state))
+    assert (listed.returncode, listed.stdout) == (0, "numbers\n")
+    after = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in state.iterdir())
+    assert after == files  # status and list wrote nothing
+
+
+def zk_tree(hosts: str) -> list[str]:
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=30)
+    try:
+        found: list[str] = []
+
+        def walk(path: str) -> None:
+            for child in sorted(client.get_children(path)):
+                found.append(f"{path.rstrip('/')}/{child}")
+                walk(f"{path.rstrip('/')}/{child}")
+
+        walk("/")
+        return found
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_status_and_list_on_zookeeper_never_write(
+    redis_url: str, zk_hosts: str, tmp_path: Path
+) -> None:
+    empty = cli("list", "--zookeeper", zk_hosts)
+    assert (empty.returncode, empty.stdout) == (0, "")
+    before = zk_tree(zk_hosts)
+    unknown = cli("status", "--topology-id", "ghost", "--zookeeper", zk_hosts)
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == (
+        f"error: no topology 'ghost' in ZooKeeper at {zk_hosts}; topologies there: none. "
+        "Check --topology-id and the store's location (--state-dir or --zookeeper)"
+    )
+    assert zk_tree(zk_hosts) == before  # no znode created for the unknown id
+
+    done = cli(*run_args(tmp_path, "--zookeeper", zk_hosts), environ=env(redis_url, CLI_TOTAL="60"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    before = zk_tree(zk_hosts)
+    listed = cli("list", "--zookeeper", zk_hosts)
+    assert (listed.returncode, listed.stdout) == (0, "numbers\n")
+    known = cli("status", "--topology-id", "numbers", "--zookeeper", zk_hosts)
+    assert known.returncode == 0 and known.stdout.startswith("topology numbers: currtx=3\n")
+    again = cli("status", "--topology-id", "ghost", "--zookeeper", zk_hosts)
+    assert again.returncode == 2 and "topologies there: numbers." in again.stderr
+    assert zk_tree(zk_hosts) == before
