@@ -7,12 +7,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PACKAGES := zookeeper redis-server default-jre-headless
 
-.PHONY: demo test deps venv lint typecheck unit chaos bench clean
+.PHONY: demo test deps java venv lint typecheck unit chaos bench clean
 
+# PYTHONWARNINGS reaches pip's build backend: setuptools' notes on editable installs are
+# for packagers, not for someone running the demo.
 $(STAMP): pyproject.toml
+	@echo "installing the project and its dependencies into $(VENV) (first run: a few minutes)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	@PYTHONWARNINGS=ignore $(BIN)/pip install -q --upgrade pip
+	@PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -25,8 +28,14 @@ deps:
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PACKAGES); \
 	fi
 
-demo: venv
-	$(BIN)/python -m examples.tweets run --until-drained
+# Spark needs Java; the demo needs nothing else from the system.
+java:
+	@command -v java >/dev/null || { echo "installing Java (apt-get, first run)"; \
+		apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q default-jre-headless >/dev/null; }
+
+demo: java venv
+	@$(BIN)/python -m examples.tweets run --until-drained
 
 lint: venv
 	$(BIN)/ruff check transactional coordinators committers examples tests benchmarks
