@@ -2,7 +2,19 @@
 transactional and an opaque mode, with counters and an exactly-once dead-letter output."""
 
 from committers.base import CounterTable
-from committers.delta import DeltaCommitter, delta_spark_conf
-from committers.redis import RedisCommitter
+from committers.delta import DeltaCommitter
+from committers.delta_tables import delta_spark_conf
+from committers.keys import decode_key, encode_key
+from committers.redis import RedisCommitter, RedisSnapshot
+from committers.snapshot import DeltaSnapshot
 
-__all__ = ["CounterTable", "DeltaCommitter", "RedisCommitter", "delta_spark_conf"]
+__all__ = [
+    "CounterTable",
+    "DeltaCommitter",
+    "DeltaSnapshot",
+    "RedisCommitter",
+    "RedisSnapshot",
+    "decode_key",
+    "delta_spark_conf",
+    "encode_key",
+]

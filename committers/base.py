@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
+from committers.keys import key_types_of, supported, why_unsupported
+from committers.values import ValueType
 from transactional.committer import Committer, CommitterContext
-from transactional.errors import ConfigurationError
+from transactional.contracts import component
+from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode
 
 if TYPE_CHECKING:
@@ -30,15 +33,29 @@ class CounterTable:
     Increments, not totals, are what a batch carries, because only increments can be
     applied once per txid whatever the sink held before; the sink turns them into
     current counts.
+
+    ``value_type`` is the type the sink stores: ``"long"`` (default), ``"double"`` or
+    ``"decimal(p,s)"`` (``committers.values``); a batch whose value column it cannot
+    hold exactly is refused, never narrowed. ``key_types`` optionally declares key
+    column types (Spark names: ``"string"``, ``"long"``, ``"date"``...): a committer
+    refuses at construction a type it cannot key on, and Delta creates missing tables
+    with them (undeclared keys: STRING).
     """
 
     name: str
     keys: tuple[str, ...]
     value: str = "count"
+    value_type: str = "long"
+    key_types: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.keys, list):
             object.__setattr__(self, "keys", tuple(self.keys))
+        try:
+            declared = ValueType.parse(self.value_type)
+        except ValueError as exc:
+            raise ConfigurationError(f"counter table {self.name!r}: {exc}") from exc
+        object.__setattr__(self, "value_type", declared.name)
         if not _NAME.match(self.name):
             raise ConfigurationError(
                 f"counter table name {self.name!r} is not usable as a Redis key and a "
@@ -60,6 +77,23 @@ class CounterTable:
                 f"counter table {self.name!r}: key column(s) {sorted(clash)} clash with "
                 f"the sink's own columns {sorted(RESERVED_COLUMNS)}; rename them upstream"
             )
+        unknown = sorted(set(self.key_types) - set(self.keys))
+        if unknown:
+            raise ConfigurationError(
+                f"counter table {self.name!r}: key_types names {unknown}, which are not "
+                f"among its keys {list(self.keys)}"
+            )
+        try:
+            parsed = key_types_of(self.key_types)
+        except ValueError as exc:
+            raise ConfigurationError(f"counter table {self.name!r}: {exc}") from exc
+        # A plain (copied) dict, not a read-only proxy: committers must stay picklable.
+        object.__setattr__(self, "key_types", parsed)
+
+    @property
+    def declared(self) -> ValueType:
+        """``value_type``, parsed."""
+        return ValueType.parse(self.value_type)
 
 
 class CounterCommitter(Committer):
@@ -71,6 +105,9 @@ class CounterCommitter(Committer):
     mode undoes a txid by restoring what the sink held before it, which would also wipe
     another writer's changes made since.
     """
+
+    #: ``"redis"`` or ``"delta"``: which key types the sink supports (``committers.keys``).
+    sink: ClassVar[str]
 
     def __init__(
         self,
@@ -99,6 +136,27 @@ class CounterCommitter(Committer):
                 "a committer with no counters and no dead letters writes nothing"
             )
         self.context: CommitterContext | None = None
+        for table in self.counters.values():
+            for column, sql in table.key_types.items():
+                if not supported(sql, self.sink):
+                    raise ConfigurationError(
+                        f"{type(self).__name__}: counter table {table.name!r} declares key "
+                        f"column {column!r} as {sql}, which {self.sink} cannot key on: "
+                        f"{why_unsupported(sql)}"
+                    )
+
+    def input_names(self) -> frozenset[str]:
+        """The counter inputs and the dead-letter input: ``TopologyBuilder.build()``
+        refuses a wiring with other names, before anything runs."""
+        names = set(self.counters)
+        if self.dead_letters is not None:
+            names.add(self.dead_letters)
+        return frozenset(names)
+
+    def who(self) -> str:
+        """``committer 'counts' (committers.redis.RedisCommitter)``, for messages."""
+        name = "?" if self.context is None else self.context.name
+        return component("committer", name, self)
 
     def _context(self) -> CommitterContext:
         if self.context is None:
@@ -108,29 +166,61 @@ class CounterCommitter(Committer):
         return self.context
 
     def check_inputs(self, inputs: Mapping[str, DataFrame]) -> None:
-        """Refuse a batch whose streams do not match the configuration: a missing stream
-        would silently commit nothing for it, an unknown one would be silently dropped."""
-        expected = set(self.counters)
-        if self.dead_letters is not None:
-            expected.add(self.dead_letters)
+        """Refuse a batch the sink cannot store exactly, before anything is committed:
+        a missing stream would silently commit nothing for it, an unknown one would be
+        silently dropped, a value column wider than the declared type would be narrowed,
+        a key type the sink cannot tell apart would merge keys. Reads only schemas (no
+        Spark job), so it runs on every batch; it fails on the first.
+
+        The input names are also checked by ``TopologyBuilder.build()``
+        (``input_names``); this is the safety net for a committer driven directly."""
+        expected = self.input_names()
         if set(inputs) != expected:
-            raise ConfigurationError(
-                f"{type(self).__name__} expects inputs {sorted(expected)} but was given "
+            raise ContractError(
+                f"{self.who()} expects inputs {sorted(expected)} but was given "
                 f"{sorted(inputs)}: make set_committer(inputs=...) use the names passed "
                 "as counters= and dead_letters="
             )
         for input_name, table in self.counters.items():
-            columns = set(inputs[input_name].columns)
-            missing = [c for c in (*table.keys, table.value) if c not in columns]
+            schema = {f.name: f.dataType.simpleString() for f in inputs[input_name].schema}
+            missing = [c for c in (*table.keys, table.value) if c not in schema]
             if missing:
-                raise ConfigurationError(
-                    f"input {input_name!r} for counter table {table.name!r} lacks column(s) "
-                    f"{missing}; it has {sorted(columns)}"
+                raise ContractError(
+                    f"{self.who()}: input {input_name!r} for counter table {table.name!r} "
+                    f"lacks column(s) {missing}; it has {sorted(schema)}"
                 )
+            declared, given = table.declared, schema[table.value]
+            if not declared.accepts_sql(given):
+                fits = declared.suggestion(given)
+                fix = (
+                    f"Set CounterTable(..., value_type=...) to {fits} for a new table, or "
+                    "cast the column in the bolt to a type the table holds exactly"
+                    if fits
+                    else "Cast the column in the bolt to an integer, double or decimal type"
+                )
+                raise ContractError(
+                    f"{self.who()}: input {input_name!r} column {table.value!r} is {given}, "
+                    f"which counter table {table.name!r} (value_type={table.value_type!r}) "
+                    f"cannot store exactly; nothing was committed. {fix}"
+                )
+            for key in table.keys:
+                problem = self.key_problem(table, key, schema[key])
+                if problem is not None:
+                    raise ContractError(
+                        f"{self.who()}: input {input_name!r} key column {key!r} is "
+                        f"{schema[key]}: {problem}; nothing was committed"
+                    )
         if self.dead_letters is not None:
             columns = set(inputs[self.dead_letters].columns)
             if not {"raw", "reason"} <= columns:
-                raise ConfigurationError(
-                    f"dead-letter input {self.dead_letters!r} must have columns 'raw' and "
-                    f"'reason'; it has {sorted(columns)}"
+                raise ContractError(
+                    f"{self.who()}: dead-letter input {self.dead_letters!r} must have columns "
+                    f"'raw' and 'reason'; it has {sorted(columns)}"
                 )
+
+    def key_problem(self, table: CounterTable, column: str, sql: str) -> str | None:
+        """Why a batch key column of Spark type ``sql`` cannot key ``table`` (None: it
+        can). Default: the sink's supported key types."""
+        if supported(sql, self.sink):
+            return None
+        return f"{self.sink} cannot key on it ({why_unsupported(sql)})"

@@ -18,33 +18,50 @@ a leader paused in exactly that window may, when it resumes, rewrite the txid it
 committing over its successor's rewrite of it, in that one table. Where leaders can be
 paused for longer than their store session, prefer the Redis committer (fenced inside
 its script) for opaque spouts.
+
+Each table is its own atomic commit, so a reader of several tables may see them at
+different txids while a commit runs; ``DeltaCommitter.snapshot`` (``committers.snapshot``)
+gives every table as of one committed txid.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from committers.base import CounterCommitter, CounterTable
+from committers.delta_sql import (
+    OVERFLOW_MARK,
+    batch_overflow_error,
+    batch_sums,
+    checked_add,
+    checked_sums,
+    diagnosed,
+    keys_match,
+    merge_overflow_error,
+    merge_overflows,
+)
+from committers.delta_tables import brief, check_table_types, delta_spark_conf, ensure_table
+from committers.keys import exact_key_cast, supported, why_unsupported
+from committers.snapshot import ATTEMPT_SLOTS, DeltaSnapshot, latest_marker, read_snapshot
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, TransactionalError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from collections.abc import Sequence
+
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("committers.delta")
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
-ATTEMPT_SLOTS = 1_000_000
 DEAD_LETTERS_TABLE = "dead_letters"
 
 #: Spark sessions are cheap views of one SparkContext, each with its own SQL conf.
@@ -54,41 +71,11 @@ DEAD_LETTERS_TABLE = "dead_letters"
 _SCOPED_CONF = {
     # The source is a checkpointed, summed batch: Delta's own copy of it is waste.
     MATERIALIZE_SOURCE_CONF: "none",
+    # decimal(38,s) + decimal(38,s) keeps its s decimals (the default drops one); the
+    # sums are try_add/try_cast anyway, so an overflow is a null, never a rounding.
+    "spark.sql.decimalOperations.allowPrecisionLoss": "false",
+    "spark.sql.storeAssignmentPolicy": "ANSI",
 }
-
-
-#: Where Delta's jars are resolved (by Spark, from Maven Central) and then loaded from.
-DEFAULT_IVY_DIR = Path.home() / ".cache" / "transactional" / "ivy"
-
-
-def delta_spark_conf(ivy_dir: str | Path | None = None) -> dict[str, str]:
-    """Spark settings that load Delta; pass them to ``create_spark_session``.
-
-    The Maven coordinate follows ``delta.pip_utils.configure_spark_with_delta_pip``
-    (artifact suffixed with pyspark's major.minor), but as plain conf so it can be merged
-    with other settings and used by any session builder.
-    """
-    import pyspark
-
-    delta_version = importlib.metadata.version("delta-spark")
-    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
-    package = f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
-    # Resolve into a cache of our own: once Delta's jars are there, load them directly
-    # instead of asking Ivy again (which prints a resolution report on every start).
-    ivy = Path(ivy_dir) if ivy_dir else DEFAULT_IVY_DIR
-    jars = sorted((ivy / "jars").glob("*.jar"))
-    marker = f"io.delta_delta-spark_{spark_minor}_2.13-{delta_version}.jar"
-    if any(jar.name == marker for jar in jars):
-        location = {"spark.jars": ",".join(str(jar) for jar in jars)}
-    else:
-        location = {"spark.jars.packages": package, "spark.jars.ivy": str(ivy)}
-    return {
-        **location,
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        # The default (50) makes every snapshot of a tiny table cost 50 tasks.
-        "spark.databricks.delta.snapshotPartitions": "2",
-    }
 
 
 @dataclass(frozen=True)
@@ -101,29 +88,27 @@ class DeltaBatch:
     dead_letters: DataFrame | None = None
 
 
-def _brief(exc: BaseException) -> str:
-    """The first line of a (py4j) error: the Java stack stays on the chained cause."""
-    lines = str(exc).strip().splitlines() or [type(exc).__name__]
-    return lines[0][:400]
-
-
-def _keys_match(keys: tuple[str, ...]) -> str:
-    # Null-safe: a null key must match its own row, or every txid would insert a new one.
-    return " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-
-
 class DeltaCommitter(CounterCommitter):
     """One Delta table per ``CounterTable`` at ``<path>/<name>``: key columns, ``count``
-    (LONG), plus ``prev`` and ``txid`` in opaque mode; dead letters at
-    ``<path>/dead_letters`` as ``(raw, reason, txid)``. Missing tables are created at
-    open with STRING keys (create them beforehand for other key types: batches are cast
-    to the table's types). Needs a classic (py4j) SparkSession, not Spark Connect.
+    (the declared ``value_type``: BIGINT, DOUBLE or DECIMAL(p,s)), plus ``prev`` (the
+    same type) and ``txid`` in opaque mode; dead letters at ``<path>/dead_letters`` as
+    ``(raw, reason, txid)``. Missing tables are created at open with the declared
+    ``key_types`` (STRING for undeclared keys); an existing table keeps its own, and a
+    batch key is cast to the table's type only when that keeps distinct keys distinct.
+    Key types: string, integers, boolean, date, timestamp(_ntz), decimal, binary.
+    Needs a classic (py4j) SparkSession, not Spark Connect.
 
     Opaque mode keeps ``(count, prev, txid)`` per row. Re-committing txid t undoes every
     row whose txid is t, also rows absent from the new attempt (whenNotMatchedBySource),
     so a replay that dropped a key is exact: a row t created is deleted, a row t changed
     gets ``count = prev`` back and ``txid = 0`` ("from before t").
+
+    A sum that cannot be stored (beyond LONG, beyond the decimal's digits, a NaN or an
+    infinite double) fails the batch (``prepare``) or that table's MERGE (nothing of it
+    written) with a ``ContractError`` naming the key: see ``committers.delta_sql``.
     """
+
+    sink = "delta"
 
     def __init__(
         self,
@@ -146,6 +131,10 @@ class DeltaCommitter(CounterCommitter):
 
     # -- set-up ---------------------------------------------------------------------
 
+    def spark_conf(self) -> dict[str, str]:
+        """Delta's jars and SQL extensions (``delta_spark_conf``)."""
+        return delta_spark_conf()
+
     def location(self, table: str) -> str:
         return f"{self.path}/{table}"
 
@@ -167,25 +156,41 @@ class DeltaCommitter(CounterCommitter):
         spark = self._spark()
         opaque = self.mode is CommitMode.OPAQUE
         for table in self.counters.values():
-            columns = [(k, "STRING", True) for k in table.keys]
-            columns.append(("count", "LONG", False))
+            sql = table.declared.sql
+            columns = [(k, table.key_types.get(k, "string"), True) for k in table.keys]
+            columns.append(("count", sql, False))
             if opaque:
-                columns += [("prev", "LONG", True), ("txid", "LONG", False)]
-            schema = self._ensure_table(spark, table.name, columns)
+                columns += [("prev", sql, True), ("txid", "LONG", False)]
+            schema = ensure_table(spark, self.location(table.name), columns)
             if not opaque and "txid" in schema:
                 raise ConfigurationError(
                     f"Delta table {self.location(table.name)} has opaque-mode columns but "
-                    f"committer {context.name!r} is in transactional mode; use a new path"
+                    f"{self.who()} is in transactional mode; use a new path"
                 )
+            check_table_types(self.who(), self.location(table.name), table, schema, opaque)
             self._key_types[table.name] = {k: schema[k] for k in table.keys}
         if self.dead_letters is not None:
             columns = [("raw", "STRING", True), ("reason", "STRING", True), ("txid", "LONG", False)]
-            self._ensure_table(spark, DEAD_LETTERS_TABLE, columns)
+            ensure_table(spark, self.location(DEAD_LETTERS_TABLE), columns)
         for table in self.counters.values():
             session = spark.newSession()
             for key, value in _SCOPED_CONF.items():
                 session.conf.set(key, value)
             self._sessions[table.name] = session
+
+    def key_problem(self, table: CounterTable, column: str, sql: str) -> str | None:
+        """A batch key is cast to the table's key type only when distinct keys stay
+        distinct (``"01"`` and ``"1"`` cast to INT would merge)."""
+        if not supported(sql, "delta"):
+            return f"Delta cannot match it exactly ({why_unsupported(sql)})"
+        target = self._key_types.get(table.name, {}).get(column)
+        if target is None or exact_key_cast(sql, target):
+            return None
+        return (
+            f"Delta table {self.location(table.name)} keys it as {target}, and a cast "
+            f"from {sql} could merge distinct keys or fail: cast it to {target} in the "
+            "bolt, or use a new table created with key_types"
+        )
 
     def close(self) -> None:
         self._sessions.clear()
@@ -196,55 +201,30 @@ class DeltaCommitter(CounterCommitter):
             tables.append(DEAD_LETTERS_TABLE)
         return tables
 
-    def _ensure_table(
-        self, spark: Any, table: str, columns: list[tuple[str, str, bool]]
-    ) -> dict[str, str]:
-        from delta.tables import DeltaTable
-
-        location = self.location(table)
-        try:
-            builder = DeltaTable.createIfNotExists(spark).location(location)
-            for name, sql_type, nullable in columns:
-                builder = builder.addColumn(name, sql_type, nullable=nullable)
-            builder.execute()
-            fields = DeltaTable.forPath(spark, location).toDF().schema.fields
-        except Exception as exc:
-            raise ConfigurationError(
-                f"cannot create or read the Delta table at {location}: {_brief(exc)}. Check "
-                "that the path is writable and, if a table exists there, that it is a Delta table."
-            ) from exc
-        schema = {f.name: f.dataType.simpleString() for f in fields}
-        missing = [name for name, _, _ in columns if name not in schema]
-        if missing:
-            raise ConfigurationError(
-                f"Delta table {location} lacks column(s) {missing} (it has {sorted(schema)}): "
-                "it was created for another configuration or mode; use a new path"
-            )
-        return schema
-
     # -- the two phases -------------------------------------------------------------
 
     def prepare(self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]) -> DeltaBatch:
-        """Sum per key and materialise in the parallel phase: the MERGE then joins a
-        small, fixed source, and a replayed commit sees exactly the same rows."""
+        """Sum per key in the declared type and materialise in the parallel phase: the
+        MERGE then joins a small, fixed source, and a replayed commit sees exactly the
+        same rows. A sum the type cannot hold is a ``ContractError`` here, before any
+        commit."""
         from pyspark.sql import functions as F
 
+        if not self._key_types:
+            raise ConfigurationError("DeltaCommitter.prepare before open()")
         self.check_inputs(inputs)
         batch = DeltaBatch(attempt.txid)
         for input_name, table in self.counters.items():
-            types = self._key_types.get(table.name)
-            if types is None:
-                raise ConfigurationError("DeltaCommitter.prepare before open()")
-            summed = (
-                inputs[input_name]
-                .select(
-                    *[F.col(k).cast(types[k]).alias(k) for k in table.keys],
-                    F.col(table.value).alias("inc"),
-                )
-                .groupBy(*table.keys)
-                .agg(F.coalesce(F.sum("inc"), F.lit(0)).cast("long").alias("inc"))
-            )
-            batch.counters[table.name] = summed.localCheckpoint(eager=True)
+            sums, bad = batch_sums(inputs[input_name], table, self._key_types[table.name])
+            try:
+                checked = checked_sums(sums, bad, table).localCheckpoint(eager=True)
+            except Exception as exc:
+                if OVERFLOW_MARK not in str(exc):
+                    raise
+                rows = diagnosed(sums.where(bad).limit(5).collect)
+                who = self.who()
+                raise batch_overflow_error(who, attempt.txid, input_name, table, rows) from exc
+            batch.counters[table.name] = checked
         if self.dead_letters is not None:
             dead = inputs[self.dead_letters].select(
                 F.col("raw").cast("string"),
@@ -269,12 +249,14 @@ class DeltaCommitter(CounterCommitter):
             )
         leads = self._context().check_leadership
         outcomes: list[CommitOutcome] = []
+        done: list[str] = []
         try:
             for table in self.counters.values():
                 leads()  # right before each table's write: see the module's note on fencing
                 outcomes.append(
-                    self._commit_table(attempt.txid, table, prepared.counters[table.name])
+                    self._commit_table(attempt.txid, table, prepared.counters[table.name], done)
                 )
+                done.append(table.name)
             if self.dead_letters is not None and prepared.dead_letters is not None:
                 leads()
                 outcomes.append(self._commit_dead_letters(attempt.txid, prepared.dead_letters))
@@ -283,7 +265,7 @@ class DeltaCommitter(CounterCommitter):
         except Exception as exc:
             raise CommitError(
                 f"Delta commit of txid {attempt.txid} under {self.path} failed: "
-                f"{type(exc).__name__}: {_brief(exc)}. Retrying the commit is safe."
+                f"{type(exc).__name__}: {brief(exc)}. Retrying the commit is safe."
             ) from exc
         for outcome in (CommitOutcome.REAPPLIED, CommitOutcome.APPLIED):
             if outcome in outcomes:
@@ -311,7 +293,9 @@ class DeltaCommitter(CounterCommitter):
             raise CommitError(f"txid {txid} was rewritten {ATTEMPT_SLOTS} times; giving up")
         return recorded + 1, CommitOutcome.REAPPLIED
 
-    def _commit_table(self, txid: int, table: CounterTable, source: DataFrame) -> CommitOutcome:
+    def _commit_table(
+        self, txid: int, table: CounterTable, source: DataFrame, done: list[str]
+    ) -> CommitOutcome:
         from delta.tables import DeltaTable
 
         version, outcome = self._next_version(table.name, txid)
@@ -322,38 +306,47 @@ class DeltaCommitter(CounterCommitter):
         merge = (
             DeltaTable.forPath(spark, self.location(table.name))
             .alias("t")
-            .merge(source.alias("s"), _keys_match(table.keys))
+            .merge(source.alias("s"), keys_match(table.keys))
         )
+        null = f"CAST(NULL AS {table.declared.sql})"
         if self.mode is CommitMode.TRANSACTIONAL:
-            merge = merge.whenMatchedUpdate(set={"count": "t.`count` + s.inc"})
+            merge = merge.whenMatchedUpdate(set={"count": checked_add("t.`count`", table)})
             merge = merge.whenNotMatchedInsert(values={**keys, "count": "s.inc"})
         else:
             t = str(txid)
+            zero = f"CAST(0 AS {table.declared.sql})"
             merge = (
                 # Rows this txid wrote before: rebuild from prev (null: t created it).
                 merge.whenMatchedUpdate(
                     condition=f"t.txid = {t}",
-                    set={"count": "coalesce(t.prev, 0) + s.inc"},
+                    set={"count": checked_add(f"coalesce(t.prev, {zero})", table)},
                 )
                 .whenMatchedUpdate(
                     condition=f"t.txid < {t}",
-                    set={"prev": "t.`count`", "count": "t.`count` + s.inc", "txid": t},
+                    set={"prev": "t.`count`", "count": checked_add("t.`count`", table), "txid": t},
                 )
-                .whenNotMatchedInsert(
-                    values={**keys, "count": "s.inc", "prev": "CAST(NULL AS BIGINT)", "txid": t}
-                )
+                .whenNotMatchedInsert(values={**keys, "count": "s.inc", "prev": null, "txid": t})
                 # Rows the earlier attempt of t wrote that this attempt no longer has.
                 .whenNotMatchedBySourceDelete(condition=f"t.txid = {t} AND t.prev IS NULL")
                 .whenNotMatchedBySourceUpdate(
                     condition=f"t.txid = {t}",
-                    set={"count": "t.prev", "prev": "CAST(NULL AS BIGINT)", "txid": "0"},
+                    set={"count": "t.prev", "prev": null, "txid": "0"},
                 )
             )
         # Only this table's thread uses its session, and only for this MERGE.
         spark.conf.set(TXN_APP_ID_CONF, self._app_id(table.name))
         spark.conf.set(TXN_VERSION_CONF, str(version))
         began = time.perf_counter()
-        merge.execute()
+        try:
+            merge.execute()
+        except Exception as exc:
+            if OVERFLOW_MARK not in str(exc):
+                raise
+            opaque = txid if self.mode is CommitMode.OPAQUE else None
+            location = self.location(table.name)
+            spark = self._spark()
+            rows = diagnosed(lambda: merge_overflows(spark, location, source, table, opaque))
+            raise merge_overflow_error(self.who(), txid, location, table, rows, done) from exc
         log.debug(
             "merged table=%s txid=%d seconds=%.2f", table.name, txid, time.perf_counter() - began
         )
@@ -381,26 +374,24 @@ class DeltaCommitter(CounterCommitter):
 
     def recorded_version(self, table: str) -> int | None:
         """The marker version this committer last wrote to ``table``, from a fresh
-        snapshot (``forTableWithSnapshot`` updates the cached log first).
+        snapshot of the table (``committers.snapshot.latest_marker``)."""
+        return latest_marker(self._spark(), self.location(table), self._app_id(table))
 
-        The markers are read from the version's checksum (.crc) when Delta wrote them
-        there: milliseconds, where ``transactions()`` (and ``setTransactionsIfKnown``)
-        cost a Spark job of about a second on a fresh snapshot.
-        """
-        spark = self._spark()
-        app_id = self._app_id(table)
-        delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog
-        snapshot = delta_log.forTableWithSnapshot(spark._jsparkSession, self.location(table))._2()
-        checksum = snapshot.checksumOpt()
-        if checksum.isDefined() and checksum.get().setTransactions().isDefined():
-            markers = checksum.get().setTransactions().get()
-            for i in range(markers.size()):
-                marker = markers.apply(i)
-                if marker.appId() == app_id:
-                    return int(marker.version())
-            return None
-        found = snapshot.transactions().get(app_id)
-        return int(found.get()) if found.isDefined() else None
+    @staticmethod
+    def snapshot(
+        spark: SparkSession,
+        path: str,
+        topology_id: str,
+        committer_name: str,
+        tables: Sequence[str],
+        txid: int | None = None,
+        mode: CommitMode | str | None = None,
+    ) -> DeltaSnapshot:
+        """Every table in ``tables`` (counter table names, ``"dead_letters"``) under
+        ``path`` as of one committed txid of the committer ``committer_name`` of
+        ``topology_id``: see ``committers.snapshot.read_snapshot``."""
+        location = path.rstrip("/") if "://" in path else os.path.abspath(path)
+        return read_snapshot(spark, location, topology_id, committer_name, tables, txid, mode)
 
     def committed_txid(self) -> int | None:
         """The lowest txid over all tables (None if a table holds none): tables commit
@@ -411,7 +402,7 @@ class DeltaCommitter(CounterCommitter):
                 version = self.recorded_version(table)
             except Exception as exc:
                 raise CommitError(
-                    f"cannot read the txid marker of {self.location(table)}: {_brief(exc)}"
+                    f"cannot read the txid marker of {self.location(table)}: {brief(exc)}"
                 ) from exc
             if version is None:
                 return None

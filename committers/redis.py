@@ -1,126 +1,57 @@
-"""Counters and dead letters in Redis, each commit one atomic Lua script."""
+"""Counters and dead letters in Redis, each commit one atomic Lua script
+(``committers.redis_script``)."""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from committers.base import CounterCommitter, CounterTable
+from committers.keys import decode_key, encode_key, key_text
+from committers.redis_script import COMMIT_SCRIPT
+from committers.values import exact_sum, parse_text, value_text
 from transactional.committer import CommitterContext
-from transactional.errors import CommitError, ConfigurationError, FencedError
+from transactional.errors import CommitError, ConfigurationError, ContractError, FencedError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 if TYPE_CHECKING:
     import redis
     from pyspark.sql import DataFrame
 
-#: Undo-log value meaning "the field did not exist before this txid". Counts are integer
+__all__ = ["ABSENT", "RedisBatch", "RedisCommitter", "RedisSnapshot", "decode_key", "encode_key"]
+
+#: Undo-log value meaning "the field did not exist before this txid". Counts are number
 #: strings, so an empty string can never be a real previous value.
 ABSENT = ""
 
-#: Keys: 1 txid, 2 undo log, 3 undo dead-letter count, 4 mode, 5 dead-letter list,
-#: 6 fence, 7.. the counter hashes. Every check comes before the first write, because
-#: Redis does not roll a script back when a command fails half-way. The fence is checked
-#: first and raised by every commit that passes, a skipped one included: once a new
-#: leader has committed anything here, no commit of an earlier leader gets through.
-_COMMIT_SCRIPT = """
-local batch = cjson.decode(ARGV[1])
-local txid = tonumber(batch.txid)
-local opaque = batch.mode == 'opaque'
-local fence = tonumber(batch.fence)
-if fence then
-  local held = tonumber(redis.call('GET', KEYS[6]) or '0')
-  if fence < held then
-    return {'fenced', tostring(held)}
-  end
-end
-local stored_mode = redis.call('GET', KEYS[4])
-if stored_mode and stored_mode ~= batch.mode then
-  return {'mode', stored_mode}
-end
-local last = redis.call('GET', KEYS[1])
-local last_n = last and tonumber(last)
-if last_n and txid <= last_n and not opaque then
-  if fence then redis.call('SET', KEYS[6], batch.fence) end
-  return {'skipped', last}
-end
-if last_n and txid < last_n then
-  return {'behind', last}
-end
-for i = 5, #KEYS do
-  if i > 6 or (i == 5 and batch.dl) then
-    local want = 'hash'
-    if i == 5 then want = 'list' end
-    local kind = redis.call('TYPE', KEYS[i])['ok']
-    if kind ~= 'none' and kind ~= want then
-      return {'wrongtype', KEYS[i] .. ' is a ' .. kind .. ', not a ' .. want}
-    end
-  end
-end
-local status = 'applied'
-if opaque and last_n == txid then
-  local n = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if n > 0 then
-    local tail = redis.call('LRANGE', KEYS[5], -n, -1)
-    if #tail ~= n then return {'foreign', KEYS[5]} end
-    for _, item in ipairs(tail) do
-      local ok, d = pcall(cjson.decode, item)
-      if not ok or type(d) ~= 'table' or tonumber(d.txid) ~= txid then
-        return {'foreign', KEYS[5]}
-      end
-    end
-  end
-  local entries = redis.call('HGETALL', KEYS[2])
-  for i = 1, #entries, 2 do
-    local k, prev = entries[i], entries[i + 1]
-    local sep = string.find(k, '\\0', 1, true)
-    local h, f = string.sub(k, 1, sep - 1), string.sub(k, sep + 1)
-    if prev == batch.absent then
-      redis.call('HDEL', h, f)
-    else
-      redis.call('HSET', h, f, prev)
-    end
-  end
-  if n > 0 then redis.call('LTRIM', KEYS[5], 0, -n - 1) end
-  status = 'reapplied'
-end
-redis.call('DEL', KEYS[2])
-for _, c in ipairs(batch.counters) do
-  local h, fs = KEYS[c[1]], c[2]
-  for j = 1, #fs, 2 do
-    if opaque then
-      local prev = redis.call('HGET', h, fs[j])
-      redis.call('HSETNX', KEYS[2], h .. '\\0' .. fs[j], prev or batch.absent)
-    end
-    redis.call('HINCRBY', h, fs[j], fs[j + 1])
-  end
-end
-local pushed = #batch.dead
-for i = 1, pushed, 1000 do
-  redis.call('RPUSH', KEYS[5], unpack(batch.dead, i, math.min(i + 999, pushed)))
-end
-if opaque then redis.call('SET', KEYS[3], pushed) end
-redis.call('SET', KEYS[1], batch.txid)
-redis.call('SET', KEYS[4], batch.mode)
-if fence then redis.call('SET', KEYS[6], batch.fence) end
-return {status, last or ''}
-"""
-
-_INT64 = 2**63
+Number = int | float | Decimal
 
 
 @dataclass(frozen=True)
 class RedisBatch:
-    """What ``prepare`` hands to ``commit``: plain Python, already summed per field, so
-    the serial commit phase does no Spark work at all."""
+    """What ``prepare`` hands to ``commit``: plain Python, already summed per field
+    (hash -> encoded key -> sum in the table's value type), so the serial commit phase
+    does no Spark work at all."""
 
     txid: int
-    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    counters: dict[str, dict[str, Number]] = field(default_factory=dict)
     dead_letters: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RedisSnapshot:
+    """All of a committer's hashes and its dead letters as of one committed txid, read
+    in one MULTI/EXEC (every commit is one script, so no commit is half seen)."""
+
+    txid: int | None
+    tables: dict[str, dict[tuple[str | None, ...], Number]]
+    dead_letters: list[dict[str, Any]]
 
 
 def _redacted(url: str) -> str:
@@ -132,27 +63,25 @@ def _redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=user + netloc))
 
 
-def _as_int(value: Any, table: CounterTable) -> int:
-    number = int(value)
-    if number != value:
-        raise CommitError(
-            f"counter table {table.name!r}: increment {value!r} in column {table.value!r} is "
-            "not an integer; Redis counters are integers (HINCRBY)"
-        )
-    return number
-
-
 class RedisCommitter(CounterCommitter):
     """Adds counter increments into Redis hashes and appends dead letters to a list.
 
-    Layout: hash ``CounterTable.name``, field = the key values joined with ``':'`` (a
-    null key value is an empty string), value = the plain current count in both modes,
-    so readers need not know the mode. Dead letters are JSON strings
-    ``{"raw", "reason", "txid"}`` in the list ``dead_letters_key``. Bookkeeping lives
-    under ``namespace`` (default ``transactional:<topology id>:<committer name>``):
-    ``:txid`` (last committed txid), ``:mode``, ``:fence`` (the highest fence token
-    that committed, see ``CommitterContext``), and in opaque mode ``:undo`` and
-    ``:undo_dl``.
+    Layout: hash ``CounterTable.name``; field = the key, encoded by
+    ``committers.keys.encode_key`` (a single-column key is its plain value, a null is
+    ``\\N``; columns of a multi-column key are escaped and joined with ``:``;
+    ``decode_key`` reverses it); value = the plain current value in both modes, so
+    readers need not know the mode: an integer (``long``), the shortest text that reads
+    back as the double (``double``), or plain decimal text with exactly ``scale``
+    decimals (``decimal(p,s)``). Dead letters are JSON strings ``{"raw", "reason",
+    "txid"}`` in the list ``dead_letters_key``. Bookkeeping lives under ``namespace``
+    (default ``transactional:<topology id>:<committer name>``): ``:txid`` (last
+    committed txid), ``:mode``, ``:value_types`` (hash -> the value type it holds),
+    ``:fence`` (the highest fence token that committed, see ``CommitterContext``), and
+    in opaque mode ``:undo`` and ``:undo_dl``.
+
+    Key types: string, tinyint/smallint/int/bigint, boolean (``true``/``false``) and
+    date (``YYYY-MM-DD``); others are refused (declared in ``CounterTable.key_types``:
+    at construction; otherwise on the first batch).
 
     Opaque mode keeps one undo log instead of ``(curr, prev, txid)`` per field. The two
     are equivalent here because commits are serial and in txid order: only the last
@@ -163,6 +92,8 @@ class RedisCommitter(CounterCommitter):
     such field, including ones the new attempt no longer has (a replay that dropped
     records stays exact), trims the tail, then applies and records a new log.
     """
+
+    sink = "redis"
 
     def __init__(
         self,
@@ -181,46 +112,65 @@ class RedisCommitter(CounterCommitter):
         self.dead_letters_key = dead_letters_key
         self._client: redis.Redis | None = None
         self._script: Any = None
+        self._tables = {table.name: table for table in self.counters.values()}
 
-    def open(self, context: CommitterContext) -> None:
-        """Connect and check the namespace was not written in the other mode: an opaque
-        replay needs the undo log that only opaque commits keep."""
+    def _connect(self) -> redis.Redis:
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
+
+        # No retry inside redis-py: the runner retries the whole commit, and the txid
+        # check makes that exact; a hidden retry would only stretch timeouts.
+        return redis.Redis.from_url(
+            self.url,
+            socket_timeout=self.socket_timeout,
+            socket_connect_timeout=self.socket_timeout,
+            retry=Retry(NoBackoff(), 0),
+            decode_responses=True,
+        )
+
+    def open(self, context: CommitterContext) -> None:
+        """Connect and check the namespace was written in this mode (an opaque replay
+        needs the undo log that only opaque commits keep) and with these value types
+        (a hash of doubles summed as integers would fail at the first commit)."""
+        import redis
 
         self.context = context
         if self.namespace is None:
             self.namespace = f"transactional:{context.topology_id}:{context.name}"
         where = _redacted(self.url)
         try:
-            # No retry inside redis-py: the runner retries the whole commit, and the
-            # txid check makes that exact; a hidden retry would only stretch timeouts.
-            client = redis.Redis.from_url(
-                self.url,
-                socket_timeout=self.socket_timeout,
-                socket_connect_timeout=self.socket_timeout,
-                retry=Retry(NoBackoff(), 0),
-                decode_responses=True,
-            )
+            client = self._connect()
             client.ping()
-            stored = client.get(self._key("mode"))
+            stored_mode: str | None = client.get(self._key("mode"))  # type: ignore[assignment]
+            held_types: dict[str, str] = client.hgetall(self._key("value_types"))  # type: ignore[assignment]
+            committed = client.exists(self._key("txid"))
         except (redis.RedisError, ValueError) as exc:
             raise ConfigurationError(
-                f"committer {context.name!r} cannot use Redis at {where}: {exc}. Check that "
+                f"{self.who()} cannot use Redis at {where}: {exc}. Check that "
                 "redis-server is running there and that the URL's host, port, database "
                 "and password are right."
             ) from exc
-        stored_mode = None if stored is None else str(stored)  # decode_responses=True
         if stored_mode is not None and stored_mode != self.mode.value:
             client.close()
             raise ConfigurationError(
                 f"Redis namespace {self.namespace!r} was committed in {stored_mode} mode, "
-                f"but committer {context.name!r} is in {self.mode.value} mode; switching "
-                "would lose exactly-once. Use a new namespace (or topology id)."
+                f"but {self.who()} is in {self.mode.value} mode; switching would lose "
+                "exactly-once. Use a new namespace (or topology id)."
             )
+        for table in self.counters.values():
+            # Namespaces committed before value types were recorded held integers only.
+            held = held_types.get(table.name, "long" if committed else None)
+            if held is not None and held != table.value_type:
+                client.close()
+                raise ConfigurationError(
+                    f"Redis hash {table.name!r} holds {held} values (namespace "
+                    f"{self.namespace!r}), but {self.who()} declares value_type="
+                    f"{table.value_type!r}: declare {held!r}, or use a new hash name and "
+                    "namespace for the new type"
+                )
         self._client = client
-        self._script = client.register_script(_COMMIT_SCRIPT)
+        self._script = client.register_script(COMMIT_SCRIPT)
 
     def close(self) -> None:
         if self._client is not None:
@@ -231,26 +181,40 @@ class RedisCommitter(CounterCommitter):
         return f"{self.namespace}:{suffix}"
 
     def prepare(self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]) -> RedisBatch:
-        """Bring the batch to the driver, summed per field: the script needs the values,
-        and summing here keeps the one atomic call as short as possible."""
+        """Bring the batch to the driver, summed per field in the declared type (exactly,
+        see ``committers.values.exact_sum``): the script needs the values, and summing
+        here keeps the one atomic call as short as possible. A sum that cannot be stored
+        is a ``ContractError`` here, before anything is committed."""
         self.check_inputs(inputs)
         batch = RedisBatch(attempt.txid)
         for input_name, table in self.counters.items():
-            frame = inputs[input_name].select(*table.keys, table.value).toArrow()
-            key_columns = [frame.column(k).to_pylist() for k in table.keys]
-            sums: dict[str, int] = defaultdict(int)
-            for row, value in enumerate(frame.column(table.value).to_pylist()):
-                if value is None:
-                    continue
-                key = ":".join("" if col[row] is None else str(col[row]) for col in key_columns)
-                sums[key] += _as_int(value, table)
-            overflow = [k for k, v in sums.items() if abs(v) >= _INT64]
-            if overflow:
-                raise CommitError(
-                    f"counter table {table.name!r}: increments for {overflow[:5]} overflow "
-                    "a 64-bit Redis integer"
+            frame = inputs[input_name].select(*table.keys, table.value)
+            types = {f.name: f.dataType.simpleString() for f in frame.schema}
+            arrow = frame.toArrow()
+            texts = [key_text(types[k]) for k in table.keys]
+            columns = [arrow.column(k).to_pylist() for k in table.keys]
+            grouped: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+            for row, value in enumerate(arrow.column(table.value).to_pylist()):
+                if value is not None:
+                    grouped[tuple(col[row] for col in columns)].append(value)
+            declared = table.declared
+            sums: dict[str, Number] = {}
+            refused: list[str] = []
+            for raw_key, values in grouped.items():
+                key = tuple(text(v) for text, v in zip(texts, raw_key, strict=True))
+                try:
+                    sums[encode_key(key)] = exact_sum(values, declared)
+                except ValueError as exc:
+                    refused.append(f"{dict(zip(table.keys, key, strict=True))} {exc}")
+            if refused:
+                raise ContractError(
+                    f"{self.who()}: txid {attempt.txid}, input {input_name!r}: Redis hash "
+                    f"{table.name!r} (value_type={table.value_type!r}) cannot store the "
+                    f"batch: key {'; key '.join(refused[:5])}. Nothing was committed; "
+                    "filter or fix those records in a bolt (or send them to dead letters), "
+                    "or use a wider value_type for a new hash"
                 )
-            batch.counters[table.name] = dict(sums)
+            batch.counters[table.name] = sums
         if self.dead_letters is not None:
             frame = inputs[self.dead_letters].select("raw", "reason").toArrow()
             for raw, reason in zip(
@@ -261,8 +225,9 @@ class RedisCommitter(CounterCommitter):
         return batch
 
     def commit(self, attempt: TransactionAttempt, prepared: RedisBatch) -> CommitOutcome:
-        """One script call: check the txid, undo (opaque replay), apply, record the txid.
-        A lost reply is safe to retry: the script sees its own txid and skips or redoes."""
+        """One script call: check the txid, check every new value, undo (opaque replay),
+        apply, record the txid. A lost reply is safe to retry: the script sees its own
+        txid and skips or redoes."""
         import redis
 
         if self._client is None or self._script is None:
@@ -274,11 +239,25 @@ class RedisCommitter(CounterCommitter):
             )
         hashes = list(prepared.counters)
         keys = [self._key(s) for s in ("txid", "undo", "undo_dl", "mode")]
-        keys += [self.dead_letters_key, self._key("fence"), *hashes]
-        counters = [
-            [7 + i, [x for f, inc in prepared.counters[h].items() for x in (f, str(inc))]]
-            for i, h in enumerate(hashes)
-        ]
+        keys += [self.dead_letters_key, self._key("fence"), self._key("value_types"), *hashes]
+        counters = []
+        for i, name in enumerate(hashes):
+            declared = self._tables[name].declared
+            fields = [
+                x
+                for f, inc in prepared.counters[name].items()
+                for x in (f, value_text(inc, declared))
+            ]
+            counters.append(
+                {
+                    "k": 8 + i,
+                    "kind": declared.kind,
+                    "type": declared.name,
+                    "p": declared.precision,
+                    "s": declared.scale,
+                    "f": fields,
+                }
+            )
         # Read at each commit: the runner raises it when it takes leadership back.
         token = None if self.context is None else self.context.fence_token
         payload: dict[str, Any] = {
@@ -312,7 +291,34 @@ class RedisCommitter(CounterCommitter):
                 "and this runner must stop. (If the state store was reset, reset this "
                 "namespace too: tokens start again with the store.)"
             )
+        if status == "refused":
+            raise ContractError(self._refused_values(attempt.txid, json.loads(detail)))
+        if status == "valuetype":
+            name, held = json.loads(detail)
+            raise ConfigurationError(
+                f"{self.who()}: Redis hash {name!r} holds {held} values, but its counter "
+                f"table declares value_type={self._tables[name].value_type!r}; nothing was "
+                f"written for txid {attempt.txid}. Declare {held!r}, or use a new hash name"
+            )
         raise CommitError(self._refusal(attempt.txid, status, detail))
+
+    def _refused_values(self, txid: int, refused: list[list[str]]) -> str:
+        problems = []
+        for name, encoded, why, base, inc in refused:
+            table = self._tables[name]
+            key = dict(zip(table.keys, decode_key(encoded, len(table.keys)), strict=True))
+            stored = repr(base) if base else "nothing"
+            if why == "overflow":
+                problem = f"holds {stored}; adding {inc} goes beyond {table.value_type}"
+            else:
+                problem = f"holds {stored}, which is not a {table.value_type} value"
+            problems.append(f"hash {name!r} key {key} {problem}")
+        return (
+            f"{self.who()} refused txid {txid}: {'; '.join(problems)}. Nothing was written "
+            "(every value is checked before the first write). A sum beyond the type is not "
+            "stored wrapped or rounded: use a wider value_type for a new hash; a value "
+            "another writer put in the hash must be removed"
+        )
 
     def _refusal(self, txid: int, status: str, detail: str) -> str:
         if status == "behind":
@@ -346,3 +352,52 @@ class RedisCommitter(CounterCommitter):
                 f"cannot read the committed txid from Redis at {_redacted(self.url)}: {exc}"
             ) from exc
         return None if value is None else int(value)
+
+    # -- reading ----------------------------------------------------------------------
+
+    @contextmanager
+    def _reader(self) -> Iterator[redis.Redis]:
+        if self._client is not None:
+            yield self._client
+            return
+        client = self._connect()
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def _decoded(self, table: CounterTable, fields: Mapping[str, str]) -> dict[Any, Number]:
+        declared = table.declared
+        return {decode_key(f, len(table.keys)): parse_text(v, declared) for f, v in fields.items()}
+
+    def read(self, table: str) -> dict[tuple[str | None, ...], Number]:
+        """The current values of counter table ``table`` (its name), keyed by the key
+        columns' texts (None: null), each value as Python's exact type (int, float,
+        Decimal). One HGETALL: a consistent view of that hash. Needs no ``open``."""
+        if table not in self._tables:
+            raise ConfigurationError(f"no counter table {table!r}; have {sorted(self._tables)}")
+        with self._reader() as client:
+            fields: dict[str, str] = client.hgetall(table)  # type: ignore[assignment]
+        return self._decoded(self._tables[table], fields)
+
+    def read_all(self) -> RedisSnapshot:
+        """Every counter table, the dead letters and the committed txid, in one
+        MULTI/EXEC: all as of one committed txid. Needs ``open`` or a ``namespace``."""
+        if self.namespace is None:
+            raise ConfigurationError(
+                "RedisCommitter.read_all needs the namespace: open() the committer or pass "
+                "namespace= (default transactional:<topology id>:<committer name>)"
+            )
+        names = list(self._tables)
+        with self._reader() as client:
+            pipe = client.pipeline(transaction=True)
+            pipe.get(self._key("txid"))
+            for name in names:
+                pipe.hgetall(name)
+            pipe.lrange(self.dead_letters_key, 0, -1)
+            txid, *hashes, dead = pipe.execute()
+        return RedisSnapshot(
+            None if txid is None else int(txid),
+            {n: self._decoded(self._tables[n], h) for n, h in zip(names, hashes, strict=True)},
+            [json.loads(item) for item in dead] if self.dead_letters is not None else [],
+        )

@@ -2,8 +2,9 @@
 
 The committers live in ``committers`` and are imported inside the functions, so that
 generating or loading data never needs them (nor Delta's jars). Layouts read here are
-the committers' documented ones: Redis hashes named after the tables (field = key
-values joined by ``:``) and a ``dead_letters`` list; Delta tables at
+the committers' documented ones: Redis hashes named after the tables (field = the key
+as ``committers.encode_key`` writes it, read back with ``decode_key``) and a
+``dead_letters`` list; Delta tables at
 ``<path>/<table>`` with a ``count`` column (the current value in both modes) and
 ``<path>/dead_letters``.
 """
@@ -105,12 +106,19 @@ def read_summary(
 def _read_redis(url: str, n: int, tables: tuple[str, ...]) -> Summary:
     import redis
 
+    from committers import decode_key
+
     client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5)
     try:
         summary = Summary()
         for table in tables:
+            keys = TABLE_KEYS[table]
             fields = client.hgetall(table)
-            counts = [(str(k), int(v)) for k, v in fields.items()]  # type: ignore[union-attr]
+            # Labelled as the Delta reader does (concat_ws: the columns joined by ':').
+            counts = [
+                (":".join(c for c in decode_key(str(k), keys) if c is not None), int(v))
+                for k, v in fields.items()  # type: ignore[union-attr]
+            ]
             summary.tops[table] = _top([kv for kv in counts if kv[1]], n)
         summary.dead_letters = int(client.llen(DEAD_LETTERS_KEY))  # type: ignore[arg-type]
         return summary

@@ -44,7 +44,7 @@ from tests.reference import Expected, expected_counts
 from tests.servers import RedisServer
 from transactional.faults import FaultPoint
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 SPOUTS = ("transactional", "partitioned", "opaque")
 #: 120 lines: 4 txids for every kind (the partitioned kinds' batch is per partition).

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 
+from committers import decode_key
 from examples.tweets.cli import main as demo
 from tests.reference import Expected, expected_counts
 
@@ -60,9 +61,11 @@ def redis_contents(url: str) -> Expected:
     got = Expected()
     got.hashtags = Counter({k: int(v) for k, v in client.hgetall("hashtags").items()})
     got.users = Counter({k: int(v) for k, v in client.hgetall("users").items()})
-    # Fields are `user:hashtag`; kept as one string, compared with the expected pairs
-    # joined the same way (a user may itself contain ':').
-    got.pairs = Counter({k: int(v) for k, v in client.hgetall("users_hashtags").items()})
+    # Fields are (user, hashtag) keys as committers.encode_key writes them (a ':' in a
+    # user is escaped, so pairs never merge): decoded, compared with the expected pairs.
+    got.pairs = Counter(
+        {decode_key(k, 2): int(v) for k, v in client.hgetall("users_hashtags").items()}
+    )
     got.dead_letters = [json.loads(v)["raw"] for v in client.lrange("dead_letters", 0, -1)]
     return got
 

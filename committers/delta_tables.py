@@ -1,0 +1,99 @@
+"""Setting up Delta for the committer: the Spark settings that load it, and creating
+or checking each table, so that a wrong path, mode or type fails at open rather than
+at the first commit."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+from typing import Any
+
+from committers.base import CounterTable
+from committers.keys import supported, why_unsupported
+from transactional.errors import ConfigurationError
+from transactional.jars import DEFAULT_IVY_DIR, resolved_jars
+
+__all__ = ["DEFAULT_IVY_DIR", "brief", "check_table_types", "delta_spark_conf", "ensure_table"]
+
+
+def delta_spark_conf(ivy_dir: str | Path | None = None) -> dict[str, str]:
+    """Spark settings that load Delta; pass them to ``create_spark_session``.
+
+    The Maven coordinate follows ``delta.pip_utils.configure_spark_with_delta_pip``
+    (artifact suffixed with pyspark's major.minor), but as plain conf so it can be merged
+    with other settings and used by any session builder.
+    """
+    import pyspark
+
+    delta_version = importlib.metadata.version("delta-spark")
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    package = f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
+    # Resolved once, quietly, into a cache of our own (transactional.jars); sessions load
+    # the jars directly instead of asking Ivy, which prints its report at every start.
+    jars = resolved_jars([package], ivy_dir or DEFAULT_IVY_DIR)
+    return {
+        "spark.jars": ",".join(str(jar) for jar in jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # The default (50) makes every snapshot of a tiny table cost 50 tasks.
+        "spark.databricks.delta.snapshotPartitions": "2",
+    }
+
+
+def brief(exc: BaseException) -> str:
+    """The first line of a (py4j) error: the Java stack stays on the chained cause."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return lines[0][:400]
+
+
+def ensure_table(spark: Any, location: str, columns: list[tuple[str, str, bool]]) -> dict[str, str]:
+    """Create the table at ``location`` if missing; its columns' Spark types by name."""
+    from delta.tables import DeltaTable
+
+    try:
+        builder = DeltaTable.createIfNotExists(spark).location(location)
+        for name, sql_type, nullable in columns:
+            builder = builder.addColumn(name, sql_type, nullable=nullable)
+        builder.execute()
+        fields = DeltaTable.forPath(spark, location).toDF().schema.fields
+    except Exception as exc:
+        raise ConfigurationError(
+            f"cannot create or read the Delta table at {location}: {brief(exc)}. Check "
+            "that the path is writable and, if a table exists there, that it is a Delta table."
+        ) from exc
+    schema = {f.name: f.dataType.simpleString() for f in fields}
+    missing = [name for name, _, _ in columns if name not in schema]
+    if missing:
+        raise ConfigurationError(
+            f"Delta table {location} lacks column(s) {missing} (it has {sorted(schema)}): "
+            "it was created for another configuration or mode; use a new path"
+        )
+    return schema
+
+
+def check_table_types(
+    who: str, location: str, table: CounterTable, schema: dict[str, str], opaque: bool
+) -> None:
+    """An existing table keeps its types: values are never converted in place, and a
+    key type the MERGE cannot match exactly would merge or split keys."""
+    for column in ("count", "prev") if opaque else ("count",):
+        if schema[column] != table.declared.sql:
+            raise ConfigurationError(
+                f"Delta table {location} stores {column!r} as {schema[column]}, but "
+                f"{who} declares value_type={table.value_type!r} ({table.declared.sql}) "
+                "for it: declare the table's type, or use a new table for the new type "
+                "(values are never converted in place)"
+            )
+    for key in table.keys:
+        if not supported(schema[key], "delta"):
+            raise ConfigurationError(
+                f"Delta table {location} key column {key!r} is {schema[key]}, which {who} "
+                f"cannot match exactly: {why_unsupported(schema[key])}"
+            )
+        declared = table.key_types.get(key)
+        if declared is not None and declared != schema[key]:
+            raise ConfigurationError(
+                f"Delta table {location} key column {key!r} is {schema[key]}, but counter "
+                f"table {table.name!r} declares key_types[{key!r}]={declared!r}: declare "
+                "the table's type, or use a new table"
+            )

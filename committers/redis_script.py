@@ -1,0 +1,259 @@
+"""The Lua script of one Redis commit: check, then write, atomically.
+
+Redis runs a script alone (no other command interleaves), but does not roll it back
+when a command fails half-way: writes made before the failure stay. So the script runs
+in two passes. The first only reads: the fence, the mode, the txid, key types, the
+value type recorded for each hash, and every new value, computed exactly and checked
+(a LONG overflow, a non-finite double, a decimal needing more digits than declared, a
+stored value that is not of the hash's type). Only when all pass does the second pass
+write: undo (opaque replay), apply, record. Nothing in the second pass can fail on data.
+
+Values, per hash type (``batch.counters[i].kind``):
+
+- ``long``: ``HINCRBY``. The new value is checked first: in doubles when both numbers
+  are below 2^62 in magnitude (their sum cannot reach 2^63), else exactly, in decimal
+  digit strings.
+- ``double``: the sum of the stored double and the increment, one IEEE 754 addition in
+  Lua (whose numbers are C doubles), stored with ``HSET`` as the shortest of ``%.15g``,
+  ``%.16g``, ``%.17g`` that reads back as the same double. Not ``HINCRBYFLOAT``: it adds
+  in long double and prints 17 digits after the point, so it rounds differently from a
+  double sum and turns an increment below 1e-17 into nothing.
+- ``decimal``: exact addition of decimal digit strings with the hash's scale, stored
+  with ``HSET`` as plain text with exactly ``scale`` digits after the point.
+"""
+
+from __future__ import annotations
+
+__all__ = ["COMMIT_SCRIPT"]
+
+#: Keys: 1 txid, 2 undo log, 3 undo dead-letter count, 4 mode, 5 dead-letter list,
+#: 6 fence, 7 value types (hash name -> declared type), 8.. the counter hashes. The fence
+#: is checked first and raised by every commit that passes, a skipped one included:
+#: once a new leader has committed anything here, no commit of an earlier leader gets
+#: through.
+COMMIT_SCRIPT = r"""
+local batch = cjson.decode(ARGV[1])
+local txid = tonumber(batch.txid)
+local opaque = batch.mode == 'opaque'
+local fence = tonumber(batch.fence)
+if fence then
+  local held = tonumber(redis.call('GET', KEYS[6]) or '0')
+  if fence < held then
+    return {'fenced', tostring(held)}
+  end
+end
+local stored_mode = redis.call('GET', KEYS[4])
+if stored_mode and stored_mode ~= batch.mode then
+  return {'mode', stored_mode}
+end
+local last = redis.call('GET', KEYS[1])
+local last_n = last and tonumber(last)
+if last_n and txid <= last_n and not opaque then
+  if fence then redis.call('SET', KEYS[6], batch.fence) end
+  return {'skipped', last}
+end
+if last_n and txid < last_n then
+  return {'behind', last}
+end
+for i = 5, #KEYS do
+  if i > 6 or (i == 5 and batch.dl) then
+    local want = 'hash'
+    if i == 5 then want = 'list' end
+    local kind = redis.call('TYPE', KEYS[i])['ok']
+    if kind ~= 'none' and kind ~= want then
+      return {'wrongtype', KEYS[i] .. ' is a ' .. kind .. ', not a ' .. want}
+    end
+  end
+end
+for _, c in ipairs(batch.counters) do
+  local held = redis.call('HGET', KEYS[7], KEYS[c.k])
+  if held and held ~= c.type then
+    return {'valuetype', cjson.encode({KEYS[c.k], held})}
+  end
+end
+
+-- Exact decimal arithmetic on digit strings: (sign, magnitude without leading zeros).
+local function dec_parse(text, scale)
+  local sign, body = 1, text
+  if string.sub(body, 1, 1) == '-' then sign, body = -1, string.sub(body, 2) end
+  local int, frac = string.match(body, '^(%d+)%.(%d+)$')
+  if not int then int, frac = string.match(body, '^(%d+)$'), '' end
+  if not int or #frac > scale then return nil end
+  local mag = string.gsub(int .. frac .. string.rep('0', scale - #frac), '^0+', '')
+  if mag == '' then sign = 1 end
+  return sign, mag
+end
+local function mag_cmp(a, b)
+  if #a ~= #b then return (#a < #b) and -1 or 1 end
+  if a == b then return 0 end
+  return (a < b) and -1 or 1
+end
+local function mag_add(a, b)
+  local out, carry, i, j = {}, 0, #a, #b
+  while i > 0 or j > 0 or carry > 0 do
+    local d = carry
+    if i > 0 then d = d + string.byte(a, i) - 48 end
+    if j > 0 then d = d + string.byte(b, j) - 48 end
+    if d >= 10 then d, carry = d - 10, 1 else carry = 0 end
+    out[#out + 1] = d
+    i, j = i - 1, j - 1
+  end
+  return (string.gsub(string.reverse(table.concat(out)), '^0+', ''))
+end
+local function mag_sub(a, b)
+  local out, borrow, i, j = {}, 0, #a, #b
+  while i > 0 do
+    local d = string.byte(a, i) - 48 - borrow
+    if j > 0 then d = d - (string.byte(b, j) - 48) end
+    if d < 0 then d, borrow = d + 10, 1 else borrow = 0 end
+    out[#out + 1] = d
+    i, j = i - 1, j - 1
+  end
+  return (string.gsub(string.reverse(table.concat(out)), '^0+', ''))
+end
+local function dec_add(sa, ma, sb, mb)
+  if sa == sb then return sa, mag_add(ma, mb) end
+  local c = mag_cmp(ma, mb)
+  if c == 0 then return 1, '' end
+  if c > 0 then return sa, mag_sub(ma, mb) end
+  return sb, mag_sub(mb, ma)
+end
+local function dec_format(sign, mag, scale)
+  if #mag <= scale then mag = string.rep('0', scale - #mag + 1) .. mag end
+  local text = mag
+  if scale > 0 then
+    text = string.sub(mag, 1, #mag - scale) .. '.' .. string.sub(mag, #mag - scale + 1)
+  end
+  if sign < 0 then text = '-' .. text end
+  return text
+end
+local function fits_long(sign, mag)
+  if #mag ~= 19 then return #mag < 19 end
+  local bound = '9223372036854775807'
+  if sign < 0 then bound = '9223372036854775808' end
+  return mag_cmp(mag, bound) <= 0
+end
+local function finite(x)
+  return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge
+end
+
+-- The new value of a field (nil and a reason if it cannot be stored). ``base`` is the
+-- stored text or nil (absent: zero).
+local function add(c, base, inc)
+  if c.kind == 'long' then
+    -- The text HINCRBY parses: no sign on zero, no leading zeros, 64 bits.
+    if base and base ~= '0' and not string.match(base, '^%-?[1-9]%d*$') then
+      return nil, 'stored'
+    end
+    local b, i = tonumber(base or '0'), tonumber(inc)
+    if math.abs(b) < 2^62 and math.abs(i) < 2^62 then return inc end
+    local sb, mb = dec_parse(base or '0', 0)
+    if not fits_long(sb, mb) then return nil, 'stored' end
+    local si, mi = dec_parse(inc, 0)
+    local s, m = dec_add(sb, mb, si, mi)
+    if not fits_long(s, m) then return nil, 'overflow' end
+    return inc
+  elseif c.kind == 'double' then
+    local b = 0
+    if base then b = tonumber(base) end
+    if not finite(b) then return nil, 'stored' end
+    local v = b + tonumber(inc)
+    if not finite(v) then return nil, 'overflow' end
+    if v == 0 then return '0' end
+    for _, fmt in ipairs({'%.15g', '%.16g', '%.17g'}) do
+      local text = string.format(fmt, v)
+      if tonumber(text) == v then return text end
+    end
+    return string.format('%.17g', v)
+  end
+  local sb, mb = 1, ''
+  if base then
+    sb, mb = dec_parse(base, c.s)
+    if not sb then return nil, 'stored' end
+  end
+  local si, mi = dec_parse(inc, c.s)
+  local s, m = dec_add(sb, mb, si, mi)
+  if #m > c.p then return nil, 'overflow' end
+  return dec_format(s, m, c.s)
+end
+
+local replay = opaque and last_n == txid
+local n = 0
+local entries, undo = {}, {}
+if replay then
+  n = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if n > 0 then
+    local tail = redis.call('LRANGE', KEYS[5], -n, -1)
+    if #tail ~= n then return {'foreign', KEYS[5]} end
+    for _, item in ipairs(tail) do
+      local ok, d = pcall(cjson.decode, item)
+      if not ok or type(d) ~= 'table' or tonumber(d.txid) ~= txid then
+        return {'foreign', KEYS[5]}
+      end
+    end
+  end
+  entries = redis.call('HGETALL', KEYS[2])
+  for i = 1, #entries, 2 do undo[entries[i]] = entries[i + 1] end
+end
+
+-- Pass 1: every new value, from what the field holds once this txid's earlier attempt
+-- is undone. No write before all are known to fit.
+local bad, new = {}, {}
+for ci, c in ipairs(batch.counters) do
+  local h, fs, out = KEYS[c.k], c.f, {}
+  for j = 1, #fs, 2 do
+    local base = undo[h .. '\0' .. fs[j]]
+    if base == nil then base = redis.call('HGET', h, fs[j]) or batch.absent end
+    if base == batch.absent then base = nil end
+    local value, why = add(c, base, fs[j + 1])
+    if value == nil and #bad < 5 then
+      bad[#bad + 1] = {h, fs[j], why, base or '', fs[j + 1]}
+    end
+    out[#out + 1] = value
+  end
+  new[ci] = out
+end
+if #bad > 0 then return {'refused', cjson.encode(bad)} end
+
+-- Pass 2: undo (opaque replay), apply, record.
+local status = 'applied'
+if replay then
+  for i = 1, #entries, 2 do
+    local k, prev = entries[i], entries[i + 1]
+    local sep = string.find(k, '\0', 1, true)
+    local h, f = string.sub(k, 1, sep - 1), string.sub(k, sep + 1)
+    if prev == batch.absent then
+      redis.call('HDEL', h, f)
+    else
+      redis.call('HSET', h, f, prev)
+    end
+  end
+  if n > 0 then redis.call('LTRIM', KEYS[5], 0, -n - 1) end
+  status = 'reapplied'
+end
+redis.call('DEL', KEYS[2])
+for ci, c in ipairs(batch.counters) do
+  local h, fs, out = KEYS[c.k], c.f, new[ci]
+  for j = 1, #fs, 2 do
+    if opaque then
+      local prev = redis.call('HGET', h, fs[j])
+      redis.call('HSETNX', KEYS[2], h .. '\0' .. fs[j], prev or batch.absent)
+    end
+    if c.kind == 'long' then
+      redis.call('HINCRBY', h, fs[j], fs[j + 1])
+    else
+      redis.call('HSET', h, fs[j], out[(j + 1) / 2])
+    end
+  end
+  redis.call('HSET', KEYS[7], h, c.type)
+end
+local pushed = #batch.dead
+for i = 1, pushed, 1000 do
+  redis.call('RPUSH', KEYS[5], unpack(batch.dead, i, math.min(i + 999, pushed)))
+end
+if opaque then redis.call('SET', KEYS[3], pushed) end
+redis.call('SET', KEYS[1], batch.txid)
+redis.call('SET', KEYS[4], batch.mode)
+if fence then redis.call('SET', KEYS[6], batch.fence) end
+return {status, last or ''}
+"""

@@ -1,0 +1,238 @@
+"""Reading all of a Delta committer's tables as of one committed txid.
+
+A txid's Delta commit is one atomic Delta commit per table, so a reader that loads the
+tables one after the other while a commit runs may see one table at txid t and another
+at t-1. Every table's commit carries the committer's txid marker (a ``txn`` action:
+app id ``<topology id>:<committer name>:<table>`` plus ``:opaque`` in opaque mode,
+version = the txid, or ``txid * ATTEMPT_SLOTS + n`` in opaque mode), and every txid
+writes every table (an empty batch too). So the version of a table "as of txid t" is
+the last Delta version whose marker is at most t, and time travel
+(``versionAsOf``) reads it.
+
+Which txids are safe to read: in transactional mode, a txid every table holds is final
+(a replay of it is skipped). In opaque mode, a replay of the last txid rewrites it,
+table by table, possibly with other contents; a txid is known final once some table
+holds a later one (the runner begins committing t+1 only after t is committed
+everywhere). So ``txid=None`` reads the latest final txid: the lowest txid over the
+tables in transactional mode; in opaque mode that same txid if some table is already
+ahead, else the one before it. An explicit ``txid`` must be held by every table; in
+opaque mode the latest such txid may still be rewritten by a replay (pass the state
+store's ``currtx - 1`` to read the txid the runner has committed).
+
+The markers are read from the table's JSON commit files (``_delta_log/<version>.json``),
+with plain Python on a local path (each file once: commit files never change) and with
+a Spark text read elsewhere (``s3://``...). Delta deletes JSON commits older than the
+log retention (``delta.logRetentionDuration``, default 30 days) once a checkpoint covers
+them, and VACUUM deletes the data files old versions need: a txid older than either
+cannot be read as a snapshot, and the error says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from transactional.errors import ConfigurationError
+from transactional.types import CommitMode
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["ATTEMPT_SLOTS", "DeltaSnapshot", "latest_marker", "read_snapshot", "txid_markers"]
+
+#: Opaque mode's marker version is ``txid * ATTEMPT_SLOTS + n`` (n: rewrites of txid).
+ATTEMPT_SLOTS = 1_000_000
+
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+
+#: (log dir, app id) -> {Delta version: (mtime_ns, size, marker version or None)}: each
+#: commit file is read once (a table recreated at the same path has other files).
+_seen: dict[tuple[str, str], dict[int, tuple[int, int, int | None]]] = {}
+_seen_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class DeltaSnapshot:
+    """Tables as of one committed ``txid``: ``versions`` maps each table to the Delta
+    version that holds that txid, and ``table(name)`` reads it (time travel)."""
+
+    txid: int
+    versions: Mapping[str, int]
+    path: str
+    spark: SparkSession
+
+    def location(self, table: str) -> str:
+        return f"{self.path}/{table}"
+
+    def table(self, name: str) -> DataFrame:
+        """The table ``name`` as of ``txid`` (for counters: the key columns and
+        ``count``, plus ``prev`` and ``txid`` in opaque mode)."""
+        if name not in self.versions:
+            raise ConfigurationError(
+                f"table {name!r} is not in this snapshot; it has {sorted(self.versions)}"
+            )
+        return (
+            self.spark.read.format("delta")
+            .option("versionAsOf", self.versions[name])
+            .load(self.location(name))
+        )
+
+
+def _local_dir(location: str) -> Path | None:
+    if location.startswith("file:"):
+        return Path(urlsplit(location).path)
+    return None if "://" in location else Path(location)
+
+
+def _read_marker(path: Path, app_id: str) -> int | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:  # removed by log cleanup since listed
+        return None
+    for line in text.splitlines():
+        if '"txn"' in line:
+            txn = json.loads(line).get("txn")
+            if txn and txn.get("appId") == app_id:
+                return int(txn["version"])
+    return None
+
+
+def txid_markers(spark: SparkSession, location: str, app_id: str) -> list[tuple[int, int]]:
+    """``(Delta version, marker version)`` of every JSON commit of the table at
+    ``location`` that carries ``app_id``'s marker, in version order."""
+    local = _local_dir(location)
+    if local is None:
+        return _markers_with_spark(spark, location, app_id)
+    log_dir = local / "_delta_log"
+    if not log_dir.is_dir():
+        raise ConfigurationError(f"no Delta table at {location}: nothing was committed there")
+    with _seen_lock:
+        seen = _seen.setdefault((str(log_dir), app_id), {})
+        versions = {}
+        for path in log_dir.iterdir():
+            match = _COMMIT_FILE.match(path.name)
+            if match is None:
+                continue
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # removed by log cleanup since listed
+                continue
+            version = int(match.group(1))
+            cached = seen.get(version)
+            if cached is None or cached[:2] != (stat.st_mtime_ns, stat.st_size):
+                cached = (stat.st_mtime_ns, stat.st_size, _read_marker(path, app_id))
+                seen[version] = cached
+            versions[version] = cached[2]
+    return sorted((v, m) for v, m in versions.items() if m is not None)
+
+
+def _markers_with_spark(spark: SparkSession, location: str, app_id: str) -> list[tuple[int, int]]:
+    from pyspark.sql import functions as F
+
+    lines = spark.read.text(f"{location}/_delta_log/*.json").select(
+        F.input_file_name().alias("file"),
+        F.get_json_object("value", "$.txn.appId").alias("app"),
+        F.get_json_object("value", "$.txn.version").alias("version"),
+    )
+    out = []
+    for row in lines.where(F.col("app") == app_id).collect():
+        match = _COMMIT_FILE.match(row["file"].rsplit("/", 1)[-1])
+        if match is not None:
+            out.append((int(match.group(1)), int(row["version"])))
+    return sorted(out)
+
+
+def latest_marker(spark: SparkSession, location: str, app_id: str) -> int | None:
+    """The marker version ``app_id`` last wrote to the table at ``location``, from a
+    fresh snapshot (``forTableWithSnapshot`` updates the cached log first): what the
+    committer reads before each write, so it must be exact and cheap.
+
+    The markers are read from the version's checksum (.crc) when Delta wrote them
+    there: milliseconds, where ``transactions()`` (and ``setTransactionsIfKnown``) cost
+    a Spark job of about a second on a fresh snapshot.
+    """
+    delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog  # type: ignore[union-attr]
+    snapshot = delta_log.forTableWithSnapshot(spark._jsparkSession, location)._2()
+    checksum = snapshot.checksumOpt()
+    if checksum.isDefined() and checksum.get().setTransactions().isDefined():
+        markers = checksum.get().setTransactions().get()
+        for i in range(markers.size()):
+            marker = markers.apply(i)
+            if marker.appId() == app_id:
+                return int(marker.version())
+        return None
+    found = snapshot.transactions().get(app_id)
+    return int(found.get()) if found.isDefined() else None
+
+
+def read_snapshot(
+    spark: SparkSession,
+    path: str,
+    topology_id: str,
+    committer_name: str,
+    tables: Sequence[str],
+    txid: int | None = None,
+    mode: CommitMode | str | None = None,
+) -> DeltaSnapshot:
+    """The tables ``tables`` (names under ``path``) as of one committed txid of the
+    committer ``committer_name`` of topology ``topology_id``: the latest final one
+    (``txid=None``), or ``txid``. ``mode`` (None: found from the markers) is the
+    committer's. Raises ``ConfigurationError`` when no such txid is there to read."""
+    if not tables:
+        raise ConfigurationError("a snapshot of no tables: name the tables to read")
+    prefix = f"{topology_id}:{committer_name}"
+    markers = {t: _table_markers(spark, path, prefix, t, mode) for t in tables}
+    opaque = any(is_opaque for is_opaque, _ in markers.values())
+    if any(is_opaque != opaque for is_opaque, _ in markers.values()):
+        raise ConfigurationError(f"the tables under {path} were written in different modes")
+    slots = ATTEMPT_SLOTS if opaque else 1
+    held = {t: found[-1][1] // slots for t, (_, found) in markers.items()}
+    lowest = min(held.values())
+    if txid is None:
+        txid = lowest if not opaque or max(held.values()) > lowest else lowest - 1
+        if txid < 1:
+            raise ConfigurationError(
+                f"no txid of {prefix} is known final under {path} yet (opaque mode: the "
+                f"tables hold txid {lowest}, final once the next one begins); pass "
+                "txid= to read it anyway"
+            )
+    elif txid > lowest or txid < 1:
+        raise ConfigurationError(
+            f"txid {txid} is not held by every table of {prefix} under {path}: they hold "
+            f"{dict(sorted(held.items()))}"
+        )
+    versions = {}
+    for table, (_, found) in markers.items():
+        before = [version for version, marker in found if marker // slots <= txid]
+        if not before:
+            raise ConfigurationError(
+                f"txid {txid} is older than the log of {path}/{table} keeps (its oldest "
+                f"commit file carries txid {found[0][1] // slots}): Delta removed the "
+                "commits before its log retention"
+            )
+        versions[table] = before[-1]
+    return DeltaSnapshot(txid, versions, path, spark)
+
+
+def _table_markers(
+    spark: SparkSession, path: str, prefix: str, table: str, mode: CommitMode | str | None
+) -> tuple[bool, list[tuple[int, int]]]:
+    """(opaque?, markers) of one table; the mode is found when not given."""
+    location = f"{path}/{table}"
+    modes = [CommitMode(mode)] if mode is not None else list(CommitMode)
+    for candidate in modes:
+        opaque = candidate is CommitMode.OPAQUE
+        found = txid_markers(spark, location, f"{prefix}:{table}" + (":opaque" if opaque else ""))
+        if found:
+            return opaque, found
+    raise ConfigurationError(
+        f"Delta table {location} holds no txid of committer {prefix!r}"
+        + ("" if mode is None else f" in {CommitMode(mode).value} mode")
+        + ": check the path, topology id and committer name"
+    )
