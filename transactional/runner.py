@@ -334,10 +334,28 @@ class TransactionalRunner:
             self._workers.shutdown(wait=False, cancel_futures=True)
         if self._committer_thread is not None:
             self._committer_thread.shutdown(wait=self._stop.is_set(), cancel_futures=True)
+        if self._stop.is_set() and self._committing is not None:
+            self._advance_finished_commit()
         for node in self.topology.committers:
             _quietly(node.committer.close, "committer close")
         _quietly(self._spout.close, "spout close")
         _quietly(self.store.close, "store close")
+
+    def _advance_finished_commit(self) -> None:
+        """On a requested stop, a commit that was running has finished by now: advance
+        past it if it succeeded, so the store does not replay a txid its sinks hold."""
+        committing = self._committing
+        while committing is not None:
+            try:
+                event = self._events.get_nowait()
+            except queue.Empty:
+                return
+            if event.kind == "committed" and event.attempt == committing.attempt:
+                try:
+                    self._handle(event)
+                except Exception as exc:  # it replays, and its sinks skip it
+                    log.warning("advance on stop failed txid=%d error=%r", committing.txid, exc)
+                return
 
     def _load_state(self, state: StoredState) -> list[int]:
         """Mirror the stored state (steps 6 and 7); returns the txids to replay."""

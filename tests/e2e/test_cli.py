@@ -219,7 +219,7 @@ def test_an_interrupt_stops_cleanly_with_130_and_the_rerun_is_exact(
     assert lines[0].endswith("txids in flight were abandoned and replay on the next run")
     assert "Traceback" not in err and out == ""
     stopped_at = currtx(state)
-    assert 2 < stopped_at <= total // 50  # stopped mid-run, after its commits so far
+    assert 2 < stopped_at <= total // 50  # stopped mid-run, advanced past its commits
     done = cli(*run_args(state), environ=env(redis_url, CLI_TOTAL=str(total)))
     assert done.returncode == 0, done.stderr[-3000:]
     assert held(redis_url) == buckets(total)

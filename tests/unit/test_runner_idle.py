@@ -219,3 +219,29 @@ def test_a_spout_that_needs_its_empty_batches_gets_them_committed() -> None:
     assert store.currtx == 4 and store.retracted == []
     assert sink.committed_sequence() == [1, 2, 3]
     assert sink.counts == Counter(data[:3] + data[6:])
+
+
+def test_a_stop_lets_a_running_commit_finish_and_advances_past_it() -> None:
+    """Ctrl-C while txid 2 is being written: the write completes, and the store moves
+    past it, so the next run neither replays it nor finds a sink ahead of the store."""
+    entered, release = threading.Event(), threading.Event()
+
+    class SlowSink(MemoryCommitter):
+        def commit(self, attempt: TransactionAttempt, prepared: Any) -> Any:
+            if attempt.txid == 2:
+                entered.set()
+                release.wait(30)
+            return super().commit(attempt, prepared)
+
+    data = [f"s{i % 3}" for i in range(12)]
+    store, sink = InMemoryStateStore(), SlowSink()
+    runner = runner_for(ListTransactionalSpout(data, 4), sink, store, max_pending=1)
+    thread = in_thread(runner)
+    assert entered.wait(30)
+    runner.stop()
+    time.sleep(0.2)  # the runner stops waiting on events; the commit is still running
+    release.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert sink.last_txid == 2 and store.currtx == 3 and runner.stats.last_committed == 2
+    assert sink.counts == Counter(data[:8])
