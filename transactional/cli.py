@@ -18,13 +18,18 @@ environment.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from transactional.errors import (
@@ -73,19 +78,30 @@ def load_factory(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigurationError(f"{spec!r}: give the topology factory as module:function")
+    top = module_name.partition(".")[0]
+    if top in sys.stdlib_module_names:
+        raise ConfigurationError(
+            f"the topology module {module_name!r} is named like Python's own module {top!r}, "
+            f"which it would hide from everything imported after it: rename {top}.py"
+        )
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
+        # The module itself (or a package on its dotted path) is missing, not something
+        # it imports: ``my_job`` importing a missing ``my`` is the module's own error.
+        if exc.name is not None and (
+            module_name == exc.name or module_name.startswith(exc.name + ".")
+        ):
             raise ConfigurationError(
                 f"cannot import the topology module {module_name!r}: not found from {cwd} "
                 "or the installed packages; run from the directory that holds it, or install it"
             ) from exc
         raise ConfigurationError(
-            f"the topology module {module_name!r} failed to import: {exc}"
+            f"the topology module {module_name!r} failed to import: {type(exc).__name__}: "
+            f"{exc}; install what it imports"
         ) from exc
     except Exception as exc:
         raise ConfigurationError(
@@ -93,9 +109,11 @@ def load_factory(spec: str) -> Any:
         ) from exc
     factory = getattr(module, attr, None)
     if not callable(factory):
+        # Where it came from: a module named like an installed one is that one.
+        origin = getattr(module, "__file__", None) or "a built-in module"
         raise ConfigurationError(
-            f"{module_name!r} has no function {attr!r}; the factory is "
-            "module:function, returning a Topology"
+            f"{module_name!r} (imported from {origin}) has no function {attr!r}; the factory "
+            "is module:function, returning a Topology"
         )
     return factory
 
@@ -137,7 +155,38 @@ def _installed_spark_conf() -> dict[str, str]:
     return conf
 
 
-def _add_store_flags(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+class _Standby(BaseException):
+    """Raised by the signal handler in a runner that is not leading (yet)."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """Until the run's own handlers are in place, SIGTERM is Ctrl-C (a KeyboardInterrupt,
+    as PySpark's SIGINT handler raises once a session exists): nothing has started, so
+    the command leaves at once with one line and exit 130, not killed by the signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _add_verbose(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
+    """``-v`` before or after the command (``transactional run ... -v``)."""
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=default, help="log INFO (-vv: DEBUG)"
+    )
+
+
+def _add_store_flags(parser: argparse.ArgumentParser) -> None:
+    _add_verbose(parser)
     parser.add_argument("--zookeeper", metavar="HOSTS", help="ZooKeeper hosts (else SQLite)")
     parser.add_argument(
         "--state-dir", metavar="DIR", help="directory of the embedded SQLite store (.transactional)"
@@ -150,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0)
+    _add_verbose(parser, default=0)
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run a topology: FACTORY is module:function")
@@ -169,8 +218,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batch-size", metavar="N|auto", help="records per new txid, or auto")
     run.add_argument("--max-pending", metavar="K", help="txids in flight (default 2)")
     run.add_argument("--max-attempts", metavar="N", help="failures of a txid before exit 1")
-    run.add_argument("--attempt-timeout", metavar="S", help="seconds per attempt (default 300)")
-    run.add_argument("--leader-timeout", metavar="S", help="seconds to wait for leadership")
+    run.add_argument(
+        "--attempt-timeout",
+        metavar="S|none",
+        help="seconds an attempt may process, and again commit (default 300; none: no limit)",
+    )
+    run.add_argument(
+        "--leader-timeout",
+        metavar="S|none",
+        help="seconds to wait for leadership, and to get it back (default none: no limit)",
+    )
     run.add_argument("--poll-interval", metavar="S", help="idle poll interval (default 1)")
     run.add_argument("--poll-max", metavar="S", help="idle poll back-off limit (default 30)")
     run.add_argument(
@@ -291,25 +348,42 @@ def _run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     config = settings.runner_config()
     crash = KillAt.parse(settings.crash_at) if settings.crash_at else None
-    factory = load_factory(args.factory)
-    app = f"transactional-{settings.topology_id}"
-    if _takes_spark(factory, args.factory):
-        spark = create_spark_session(
-            settings.master, app, {**_installed_spark_conf(), **settings.spark}
+    with _sigterm_as_ctrl_c():  # nothing started yet: a signal leaves at once
+        factory = load_factory(args.factory)
+        app = f"transactional-{settings.topology_id}"
+        if _takes_spark(factory, args.factory):
+            spark = create_spark_session(
+                settings.master, app, {**_installed_spark_conf(), **settings.spark}
+            )
+            topology = _build(factory, args.factory, spark)
+        else:
+            topology = _build(factory, args.factory)
+            needed: dict[str, str] = {}
+            for node in topology.committers:
+                needed.update(node.committer.spark_conf())
+            spark = create_spark_session(settings.master, app, {**needed, **settings.spark})
+        store = open_store(settings.zookeeper, settings.state_dir)
+        runner = TransactionalRunner(
+            topology, store, spark, config, faults=crash, batch_size=_batch_size(settings)
         )
-        topology = _build(factory, args.factory, spark)
-    else:
-        topology = _build(factory, args.factory)
-        needed: dict[str, str] = {}
-        for node in topology.committers:
-            needed.update(node.committer.spark_conf())
-        spark = create_spark_session(settings.master, app, {**needed, **settings.spark})
-    store = open_store(settings.zookeeper, settings.state_dir)
-    runner = TransactionalRunner(
-        topology, store, spark, config, faults=crash, batch_size=_batch_size(settings)
-    )
-    with stop_on_signals(runner.stop) as interrupted:
-        stats = runner.run(until_drained=settings.until_drained)
+
+    def leave_if_standby() -> None:
+        # A runner that holds no leadership (a standby waiting for it, possibly forever)
+        # has started nothing: it leaves at once instead of at the second signal. It is
+        # a BaseException, so it passes stop_on_signals and the runner's cleanup.
+        if store.fence_token() is None and runner.stats.committed_txids == 0:
+            raise _Standby
+
+    try:
+        with stop_on_signals(runner.stop, leave_if_standby) as interrupted:
+            stats = runner.run(until_drained=settings.until_drained)
+    except _Standby:
+        print(
+            f"interrupted ({interrupted.name}) while waiting for the leadership of topology "
+            f"{settings.topology_id}: this runner started and committed nothing",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
     if interrupted.signal is not None:
         print(
             f"interrupted ({interrupted.name}): committed {stats.committed_txids} txids "

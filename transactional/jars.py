@@ -6,19 +6,29 @@ here, one "host not found" error per artifact) straight to the terminal. So pack
 are resolved beforehand, in a child process whose output goes to a log file, against
 Maven Central only; sessions then load the resolved jars directly. A newcomer sees one
 line, or, when the resolution fails, the lines of the log that say why.
+
+Each set of packages gets a manifest listing exactly the jars its resolution retrieved:
+the jars directory is shared, so after an upgrade it also holds the previous version's
+jars, and loading every jar there would put two versions of a library on the classpath.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from transactional.errors import ConfigurationError
 
-#: Where packages are resolved to (``<dir>/jars``) and the resolution logged.
+__all__ = ["DEFAULT_IVY_DIR", "MAVEN_CENTRAL", "jar_name", "resolved_jars"]
+
+#: Where packages are resolved to (``<dir>/jars``), listed (``<dir>/resolved``) and the
+#: resolution logged (``<dir>/resolve.log``).
 DEFAULT_IVY_DIR = Path.home() / ".cache" / "transactional" / "ivy"
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 
@@ -32,19 +42,26 @@ _IVY_SETTINGS = """<ivysettings>
 </ivysettings>
 """
 
+# Spark puts the jars it resolved into spark.jars (file: URIs): exactly this resolution's.
 _RESOLVE = """
-import sys
+import os, sys
+from urllib.parse import unquote, urlparse
 from pyspark.sql import SparkSession
-packages, ivy, settings = sys.argv[1:4]
+packages, ivy, settings, manifest = sys.argv[1:5]
 session = (SparkSession.builder.master("local[1]").appName("resolve-packages")
            .config("spark.jars.packages", packages).config("spark.jars.ivy", ivy)
            .config("spark.jars.ivySettings", settings).config("spark.ui.enabled", "false")
            .getOrCreate())
+jars = [unquote(urlparse(uri).path) for uri in session.sparkContext.getConf().get("spark.jars", "").split(",") if uri]
 session.stop()
+with open(manifest + ".tmp", "w") as out:
+    out.write("".join(jar + "\\n" for jar in jars))
+os.replace(manifest + ".tmp", manifest)
 """
 
 #: Lines of Ivy's log that say why a resolution failed.
 _WHY = re.compile(r"not found|UNRESOLVED|unresolved|Exception|Error|FAILED|refused", re.IGNORECASE)
+_COORDINATE = re.compile(r"[^:\s/]+:[^:\s/]+:[^:\s/]+")
 
 
 def jar_name(coordinate: str) -> str:
@@ -56,21 +73,56 @@ def jar_name(coordinate: str) -> str:
 def resolved_jars(
     packages: Sequence[str], ivy_dir: str | Path | None = None, repository: str = MAVEN_CENTRAL
 ) -> list[Path]:
-    """The jars of ``packages`` (``group:artifact:version``) and their dependencies,
-    resolving them first if any is missing. Raises ``ConfigurationError`` with the
-    reason from Ivy's log (and the log's path) if the resolution fails."""
+    """The jars of ``packages`` (``group:artifact:version``) and of their dependencies,
+    resolving them first (one line on stderr, Ivy's report in ``<ivy_dir>/resolve.log``)
+    unless an earlier resolution left all of them in place. Raises ``ConfigurationError``
+    with the reason from Ivy's log (and the log's path) if the resolution fails."""
+    bad = [p for p in packages if not _COORDINATE.fullmatch(p)]
+    if bad or not packages:
+        raise ConfigurationError(
+            f"packages to resolve must be group:artifact:version, not {bad or list(packages)}"
+        )
     ivy = Path(ivy_dir) if ivy_dir else DEFAULT_IVY_DIR
-    jars = ivy / "jars"
-    if not all((jars / jar_name(p)).is_file() for p in packages):
-        _resolve(packages, ivy, repository)
-    return sorted(jars.glob("*.jar"))
+    manifest = ivy / "resolved" / f"{_key(packages)}.txt"
+    if (jars := _listed(manifest)) is not None:
+        return jars
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(ivy / ".lock"):  # two first runs at once resolve once
+        if (jars := _listed(manifest)) is None:
+            jars = _resolve(packages, ivy, repository, manifest)
+    return jars
 
 
-def _resolve(packages: Sequence[str], ivy: Path, repository: str) -> None:
-    ivy.mkdir(parents=True, exist_ok=True)
+def _key(packages: Sequence[str]) -> str:
+    """A file name for a set of packages: readable for one, a digest for many."""
+    name = "+".join(sorted(p.replace(":", "_") for p in packages))
+    return name if len(name) <= 120 else hashlib.sha256(name.encode()).hexdigest()[:32]
+
+
+def _listed(manifest: Path) -> list[Path] | None:
+    """The manifest's jars if it and every jar it lists exist, else None (resolve)."""
+    try:
+        jars = [Path(line) for line in manifest.read_text().splitlines() if line]
+    except FileNotFoundError:
+        return None
+    return jars if jars and all(jar.is_file() for jar in jars) else None
+
+
+@contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _resolve(packages: Sequence[str], ivy: Path, repository: str, manifest: Path) -> list[Path]:
     settings = ivy / "ivysettings.xml"
     settings.write_text(_IVY_SETTINGS.format(root=repository))
     log = ivy / "resolve.log"
+    manifest.unlink(missing_ok=True)
     print(
         f"resolving {', '.join(packages)} from {repository} (first run; log: {log})",
         file=sys.stderr,
@@ -78,14 +130,20 @@ def _resolve(packages: Sequence[str], ivy: Path, repository: str) -> None:
     )
     with open(log, "w") as out:
         done = subprocess.run(
-            [sys.executable, "-c", _RESOLVE, ",".join(packages), str(ivy), str(settings)],
+            [
+                sys.executable,
+                "-c",
+                _RESOLVE,
+                *map(str, (",".join(packages), ivy, settings, manifest)),
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             check=False,
         )
-    missing = [p for p in packages if not (ivy / "jars" / jar_name(p)).is_file()]
-    if done.returncode == 0 and not missing:
-        return
+    jars = _listed(manifest) if done.returncode == 0 else None
+    names = {jar.name for jar in jars or ()}
+    if jars is not None and all(jar_name(p) in names for p in packages):
+        return jars
     why = [
         line.strip() for line in log.read_text(errors="replace").splitlines() if _WHY.search(line)
     ]

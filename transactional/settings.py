@@ -25,7 +25,9 @@ Environment: ``TRANSACTIONAL_<NAME>`` for every top-level name (``TOPOLOGY_ID``,
 from __future__ import annotations
 
 import os
+import re
 import tomllib
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from transactional.config import RunnerConfig
 from transactional.errors import ConfigurationError
 
+#: The flags of ``transactional run`` whose names are not the setting's (for messages).
+FLAGS = {
+    "attempt_timeout_s": "--attempt-timeout",
+    "leader_timeout_s": "--leader-timeout",
+    "poll_interval_s": "--poll-interval",
+    "poll_max_s": "--poll-max",
+    "check_determinism": "--no-determinism-check",
+}
 #: RunnerConfig fields a run may set (the topology id is a top-level setting).
 RUNNER_FIELDS = tuple(name for name in RunnerConfig.model_fields if name != "topology_id")
 _TOP = (
@@ -74,7 +84,7 @@ class RunSettings(BaseModel):
             except ValueError:
                 raise ValueError(f"expected a number or 'auto', not {value!r}") from None
         if isinstance(value, int) and value < 1:
-            raise ValueError(f"must be at least 1, not {value}")
+            raise ValueError(f"expected a number of at least 1 or 'auto', not {value}")
         return value
 
     @field_validator("runner")
@@ -114,7 +124,7 @@ def load_settings(
         _put(values, origin, table, items, "--conf")
     for key, value in flags.items():
         if value is not None:
-            _put(values, origin, key, value, f"--{key.replace('_', '-')}")
+            _put(values, origin, key, value, FLAGS.get(key, f"--{key.replace('_', '-')}"))
     if "topology_id" not in values:
         raise ConfigurationError(
             "no topology id: give --topology-id ID (or TRANSACTIONAL_TOPOLOGY_ID, or "
@@ -161,6 +171,11 @@ def _read_file(path: Path) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigurationError(f"config file {path} cannot be read as TOML: {exc}") from None
     allowed = {*_TOP, "runner", "spark"}
+    misplaced = sorted(set(data) & set(RUNNER_FIELDS))
+    if misplaced:
+        raise ConfigurationError(
+            f"config file {path}: {misplaced} are runner settings: put them under [runner]"
+        )
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigurationError(
@@ -169,20 +184,75 @@ def _read_file(path: Path) -> dict[str, Any]:
     for table in ("runner", "spark"):
         if table in data and not isinstance(data[table], dict):
             raise ConfigurationError(f"config file {path}: [{table}] must be a table")
+    unknown = sorted(set(data.get("runner", {})) - set(RUNNER_FIELDS))
+    if unknown:
+        raise ConfigurationError(
+            f"config file {path}: unknown runner setting(s) {unknown} in [runner]; known: "
+            f"{list(RUNNER_FIELDS)}"
+        )
+    if "spark" in data:  # unquoted dotted keys are nested tables in TOML: flatten them
+        data["spark"] = _flatten(data["spark"])
+    not_spark = sorted(k for k in data.get("spark", {}) if not k.startswith("spark."))
+    if not_spark:
+        raise ConfigurationError(
+            f"config file {path}: {not_spark} in [spark] are not Spark settings: their names "
+            'start with "spark." (Hadoop\'s as "spark.hadoop.*")'
+        )
+    odd = sorted(
+        k for k, v in data.get("spark", {}).items() if not isinstance(v, (str, int, float, bool))
+    )
+    if odd:
+        raise ConfigurationError(
+            f"config file {path}: {odd} in [spark] must be a string, number or boolean "
+            '(a list of jars, packages...: one comma-separated string, "a,b")'
+        )
     return data
 
 
 def _put(values: dict[str, Any], origin: dict[str, str], key: str, value: Any, source: str) -> None:
     if key in ("runner", "spark"):
         for name, item in value.items():
-            values[key][name] = str(item) if key == "spark" else item
+            values[key][name] = _spark_value(item) if key == "spark" else _runner_value(name, item)
             origin[f"{key}.{name}"] = source
     elif key in RUNNER_FIELDS:
-        values["runner"][key] = value
+        values["runner"][key] = _runner_value(key, value)
         origin[f"runner.{key}"] = source
     else:
         values[key] = value
         origin[key] = source
+
+
+#: Runner fields that may be None (no limit), spelled "none" where a value is text.
+NULLABLE = frozenset(
+    name
+    for name, info in RunnerConfig.model_fields.items()
+    if type(None) in typing.get_args(info.annotation)
+)
+
+
+def _runner_value(name: str, value: Any) -> Any:
+    """``--attempt-timeout none`` (or ``"none"`` in TOML, which has no null): no limit."""
+    if name in NULLABLE and isinstance(value, str) and value.strip().lower() == "none":
+        return None
+    return value
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``spark.sql.shuffle.partitions = 8`` unquoted is ``{"spark": {"sql": ...}}``."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _spark_value(value: Any) -> str:
+    """Spark reads its settings as strings: TOML's ``true`` is Spark's ``"true"``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _describe(exc: ValidationError, what: str, origin: Mapping[str, str] | None = None) -> str:
@@ -194,6 +264,17 @@ def _describe(exc: ValidationError, what: str, origin: Mapping[str, str] | None 
         value = error.get("input")
         source = f" (from {where})" if where else ""
         message = str(error["msg"]).removeprefix("Value error, ")
+        if not path and isinstance(value, dict):  # a rule across fields: show each one named
+            fields = []
+            for field in dict.fromkeys(re.findall(r"[a-z_]+", message)):
+                if field in value:
+                    given = (origin or {}).get(f"runner.{field}")
+                    fields.append(f"{field}={value[field]!r}" + (f" from {given}" if given else ""))
+                elif field in RunnerConfig.model_fields:
+                    default = RunnerConfig.model_fields[field].default
+                    fields.append(f"{field}={default!r} by default")
+            lines.append(f"{what}s: {message} ({', '.join(fields)})")
+            continue
         shown = "" if isinstance(value, dict) else f"={value!r}"
         lines.append(f"{what} {name}{shown}{source}: {message}")
     return "; ".join(lines)

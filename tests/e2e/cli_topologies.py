@@ -1,17 +1,26 @@
 """Topologies for the ``transactional`` command's end-to-end tests, as a user writes them:
-factories with no argument, settings from the environment (``CLI_REDIS_URL``,
-``CLI_TOTAL`` numbers, ``CLI_FAIL_TXID``: a txid whose batch always fails,
-``CLI_IDLE``: after the numbers, keep polling instead of draining)."""
+settings from the environment (``CLI_REDIS_URL``, ``CLI_DELTA``: a directory of Delta
+tables, ``CLI_TOTAL`` numbers, ``CLI_FAIL_TXID``: a txid whose batch always fails).
+Without ``--until-drained`` a run keeps polling once the numbers are committed.
+
+The module imports only installed packages (``transactional``, ``committers``,
+pyspark), so a test may copy it into a directory of its own and run it from there,
+as a user's module. ``numbers_in_delta`` takes no argument (the CLI creates the
+session with its committer's Spark settings); ``numbers_in_delta_given_spark`` takes
+the session, the older form, which gets Delta's settings because delta-spark is
+installed."""
 
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from committers import CounterTable, RedisCommitter
+from committers import CounterTable, DeltaCommitter, RedisCommitter
 from transactional import Bolt, TopologyBuilder, TransactionalSpout
 from transactional.testing import Range
 from transactional.topology import Topology
@@ -57,11 +66,8 @@ class Buckets(Bolt):
         )
 
 
-def numbers() -> Topology:
+def _numbers_into(committer: Any) -> Topology:
     fail = os.environ.get("CLI_FAIL_TXID")
-    committer = RedisCommitter(
-        os.environ["CLI_REDIS_URL"], {"default": CounterTable("buckets", ("key",))}
-    )
     return (
         TopologyBuilder()
         .set_spout(Numbers(int(os.environ.get("CLI_TOTAL", "500"))))
@@ -69,6 +75,35 @@ def numbers() -> Topology:
         .set_committer("sink", committer, "bucket")
         .build()
     )
+
+
+def numbers() -> Topology:
+    """Bucket counts into the Redis hash ``buckets``."""
+    return _numbers_into(
+        RedisCommitter(os.environ["CLI_REDIS_URL"], {"default": CounterTable("buckets", ("key",))})
+    )
+
+
+def numbers_in_delta() -> Topology:
+    """Bucket counts into the Delta table ``$CLI_DELTA/buckets``."""
+    return _numbers_into(
+        DeltaCommitter(os.environ["CLI_DELTA"], {"default": CounterTable("buckets", ("key",))})
+    )
+
+
+def numbers_in_delta_given_spark(spark: SparkSession) -> Topology:
+    """The older factory form: the session exists before the topology does."""
+    if not isinstance(spark, SparkSession):
+        raise TypeError(f"expected the SparkSession, got {type(spark).__name__}")
+    return numbers_in_delta()
+
+
+def slow_to_build() -> Topology:
+    """Touches ``$CLI_READY``, then takes a minute to build: a signal meanwhile must
+    end the command at once (nothing has started)."""
+    Path(os.environ["CLI_READY"]).touch()
+    time.sleep(60)
+    return numbers()
 
 
 def not_a_topology() -> Any:

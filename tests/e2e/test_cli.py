@@ -5,6 +5,7 @@ Ctrl-C and SIGTERM, and ``status``/``list`` that never write."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from coordinators import SQLiteStateStore
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "transactional.cli"]
+TOPOLOGIES = Path(__file__).with_name("cli_topologies.py")
 
 
 def buckets(total: int) -> dict[str, int]:
@@ -30,7 +32,7 @@ def buckets(total: int) -> dict[str, int]:
 def held(url: str) -> dict[str, int]:
     client = redis.Redis.from_url(url, decode_responses=True)
     try:
-        return {k: int(v) for k, v in client.hgetall("buckets").items()}
+        return {str(k): int(v) for k, v in client.hgetall("buckets").items()}
     finally:
         client.close()
 
@@ -66,15 +68,15 @@ def currtx(state: Path, topology_id: str = "numbers") -> int:
 def test_a_factory_from_the_current_directory_with_a_fixed_batch_size(
     redis_url: str, tmp_path: Path
 ) -> None:
-    """Run from a directory holding the user's module, without PYTHONPATH."""
+    """Run from a directory holding the user's module, without PYTHONPATH: the module
+    is a copy of ``cli_topologies`` (it imports installed packages only)."""
     project = tmp_path / "project"
     project.mkdir()
-    (project / "my_topology.py").write_text(
-        "from tests.e2e.cli_topologies import numbers as build\n"
-    )
-    environ = env(redis_url, CLI_TOTAL="230", PYTHONPATH=str(ROOT))  # the tests package only
+    shutil.copy(TOPOLOGIES, project / "my_topology.py")
+    environ = env(redis_url, CLI_TOTAL="230")
+    assert "PYTHONPATH" not in environ
     done = cli(
-        "run", "my_topology:build", "--topology-id", "numbers", "--state-dir",
+        "run", "my_topology:numbers", "--topology-id", "numbers", "--state-dir",
         str(tmp_path / "state"), "--master", "local[2]", "--until-drained",
         "--batch-size", "100", cwd=project, environ=environ,
     )  # fmt: skip
@@ -100,6 +102,29 @@ def test_a_module_that_cannot_be_found_or_is_not_a_factory_exits_2(
         "error: topology factory 'tests.e2e.cli_topologies:not_a_topology' returned dict, "
         "not a Topology: return TopologyBuilder()...build()"
     ]
+    # The module is there but imports something missing: that import is what is named.
+    (tmp_path / "my_job.py").write_text("import my_missing_dependency\n")
+    broken = cli("run", "my_job:build", "--topology-id", "x", cwd=tmp_path, environ=env(redis_url))
+    assert broken.returncode == 2
+    assert broken.stderr.strip().splitlines() == [
+        "error: the topology module 'my_job' failed to import: ModuleNotFoundError: No module "
+        "named 'my_missing_dependency'; install what it imports"
+    ]
+    # A module named like one of Python's own would hide it: refused, naming both.
+    (tmp_path / "numbers.py").write_text("def build():\n    pass\n")
+    # (The installed ``transactional`` command: ``python -m`` itself would put the
+    # directory first, and Python would break before the CLI could say anything.)
+    shadowed = subprocess.run(
+        [str(Path(sys.executable).with_name("transactional")), "run", "numbers:build",
+         "--topology-id", "x"],
+        cwd=tmp_path, env=env(redis_url), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert shadowed.returncode == 2
+    assert shadowed.stderr.strip().splitlines() == [
+        "error: the topology module 'numbers' is named like Python's own module 'numbers', "
+        "which it would hide from everything imported after it: rename numbers.py"
+    ]
+    assert not (tmp_path / ".transactional").exists()
 
 
 @pytest.mark.parametrize(
@@ -135,12 +160,47 @@ def test_a_module_that_cannot_be_found_or_is_not_a_factory_exits_2(
             "error: setting batch_size='lots' (from --batch-size): expected a number or 'auto', "
             "not 'lots'",
         ),
+        (
+            ["--conf", "spark.sql.shuffle.partitions"],
+            {},
+            "error: --conf 'spark.sql.shuffle.partitions': expected key=value",
+        ),
+        (
+            ["--config", "{config}"],
+            {},
+            "error: config file {config}: unknown setting(s) ['max_pendng']; known: ",
+        ),
+        (
+            ["--config", "{config}", "--conf", "spark.sql.shuffle.partitions=2"],
+            {"CONFIG": "[runner]\nmax_pendng = 2\n"},
+            "error: config file {config}: unknown runner setting(s) ['max_pendng'] in [runner]; "
+            "known: ",
+        ),
+        (
+            ["--config", "{config}"],
+            {"CONFIG": "max_pending = \n"},
+            "error: config file {config} cannot be read as TOML: ",
+        ),
     ],
-    ids=["max-pending-0", "conf-not-int", "env-negative", "conf-unknown", "batch-size"],
+    ids=[
+        "max-pending-0",
+        "conf-not-int",
+        "env-negative",
+        "conf-unknown",
+        "batch-size",
+        "conf-malformed",
+        "file-unknown-key",
+        "file-unknown-runner-key",
+        "file-not-toml",
+    ],
 )
 def test_a_bad_setting_is_one_line_and_exit_2_before_anything_starts(
     redis_url: str, tmp_path: Path, args: list[str], environ: dict[str, str], line: str
 ) -> None:
+    config = tmp_path / "topology.toml"
+    config.write_text(environ.pop("CONFIG", "max_pendng = 2\n"))
+    args = [a.format(config=config) for a in args]
+    line = line.format(config=config)
     done = cli(*run_args(tmp_path / "state", *args), environ=env(redis_url, **environ))
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

@@ -1,0 +1,79 @@
+"""The README's ``my_topology.py`` (section "Running your own topology") runs as printed
+with ``transactional run``, from a directory of its own and without PYTHONPATH: killed
+at a crash point, run again, its Delta sums are exact against ``math.fsum``; ``status``
+and ``list`` then show it."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_cli import ROOT, cli, env
+
+pytestmark = pytest.mark.e2e
+README = ROOT / "README.md"
+BATCH = 4
+
+
+def readme_module() -> str:
+    section = README.read_text().split("## Running your own topology", 1)[1]
+    match = re.search(r"```python\n(# my_topology\.py\n.*?)```", section, re.S)
+    assert match, "the README lost its my_topology.py"
+    return match.group(1)
+
+
+def write_payments(directory: Path) -> tuple[dict[str, float], int]:
+    """Three files of JSON lines; amounts are multiples of 1/8, so every partial sum is
+    exact in a double whatever the order. Returns the sums and the longest file's size."""
+    rng = random.Random(5)
+    directory.mkdir()
+    amounts: dict[str, list[float]] = defaultdict(list)
+    longest = 0
+    for p in range(3):
+        lines = []
+        for _ in range(rng.randint(7, 13)):
+            account, amount = f"acct-{rng.randint(1, 5)}", rng.randint(-800, 8000) / 8
+            amounts[account].append(amount)
+            lines.append(json.dumps({"account": account, "amount": amount}))
+        (directory / f"part-{p}.jsonl").write_text("\n".join(lines) + "\n")
+        longest = max(longest, len(lines))
+    return {a: math.fsum(v) for a, v in amounts.items()}, longest
+
+
+def test_the_readme_module_runs_through_a_crash_and_is_exact(spark: Any, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_topology.py").write_text(readme_module())
+    expected, longest = write_payments(tmp_path / "payments")
+    environ = env(
+        "redis://unused",
+        PAYMENTS_INPUT=str(tmp_path / "payments"),
+        PAYMENTS_DELTA=str(tmp_path / "delta"),
+    )
+    assert "PYTHONPATH" not in environ
+    state = str(tmp_path / "state")
+    args = ["run", "my_topology:build", "--topology-id", "payments", "--state-dir", state,
+            "--master", "local[2]", "--until-drained", "--batch-size", str(BATCH)]  # fmt: skip
+
+    killed = cli(*args, "--crash-at", "after_sink_write:2", cwd=project, environ=environ)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    done = cli(*args, cwd=project, environ=environ)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    table = spark.read.format("delta").load(str(tmp_path / "delta" / "balances"))
+    assert table.schema["count"].dataType.simpleString() == "double"  # a counter column
+    assert {r["account"]: r["count"] for r in table.collect()} == expected
+
+    txids = -(-longest // BATCH)  # every txid takes up to BATCH lines of each file
+    status = cli("status", "--topology-id", "payments", "--state-dir", state, cwd=project)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[0] == f"topology payments: currtx={txids + 1}"
+    listed = cli("list", "--state-dir", state, cwd=project)
+    assert (listed.returncode, listed.stdout) == (0, "payments\n")

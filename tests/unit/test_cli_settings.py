@@ -1,0 +1,238 @@
+"""The settings of ``transactional run``: a config file, ``TRANSACTIONAL_*`` variables,
+``--conf`` items and flags, each overriding the one before; every bad setting is one
+``ConfigurationError`` line naming it, where it came from and what is allowed. Also the
+command itself refusing a bad setting with exit 2 before anything is created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from transactional.cli import build_parser, main
+from transactional.config import RunnerConfig
+from transactional.errors import ConfigurationError
+from transactional.settings import RUNNER_FIELDS, load_settings, parse_conf
+
+NO_FLAGS: dict[str, Any] = {}
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_file_then_env_then_conf_then_flags(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "t.toml",
+        'topology_id = "from-file"\nmaster = "local[3]"\nbatch_size = 20\n'
+        'state_dir = "file-dir"\n'
+        "[runner]\nmax_pending = 3\nmax_attempts = 7\nattempt_timeout_s = 60\n"
+        '[spark]\n"spark.sql.shuffle.partitions" = "8"\n',
+    )
+    env = {
+        "TRANSACTIONAL_BATCH_SIZE": "30",
+        "TRANSACTIONAL_MAX_PENDING": "4",
+        "TRANSACTIONAL_MAX_ATTEMPTS": "5",
+        "TRANSACTIONAL_STATE_DIR": "env-dir",
+        "OTHER_MAX_PENDING": "9",  # not ours
+    }
+    conf = parse_conf(["max_pending=5", "runner.max_attempts=6", "spark.sql.shuffle.partitions=2"])
+    flags = {"max_attempts": "8", "state_dir": None, "topology_id": "from-flag"}
+    settings = load_settings(config, env, flags, conf)
+
+    assert settings.topology_id == "from-flag"  # flag over file
+    assert settings.master == "local[3]"  # file only
+    assert settings.batch_size == 30  # env over file
+    assert settings.state_dir == "env-dir"  # env over file; a flag of None is not given
+    assert settings.spark == {"spark.sql.shuffle.partitions": "2"}  # --conf over file
+    assert settings.runner_config() == RunnerConfig(
+        topology_id="from-flag",
+        max_pending=5,  # --conf over env over file
+        max_attempts=8,  # flag over --conf over env over file
+        attempt_timeout_s=60,  # file only
+    )
+
+
+def test_defaults_are_the_runner_configs() -> None:
+    settings = load_settings(None, {}, {"topology_id": "t"})
+    assert (settings.master, settings.state_dir, settings.zookeeper) == (
+        "local[*]",
+        ".transactional",
+        None,
+    )
+    assert (settings.batch_size, settings.until_drained, settings.spark) == (None, False, {})
+    assert settings.runner_config() == RunnerConfig(topology_id="t")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("auto", "auto"), ("100", 100), (250, 250)], ids=["auto", "text", "int"]
+)
+def test_batch_size(raw: Any, expected: Any) -> None:
+    assert load_settings(None, {}, {"topology_id": "t", "batch_size": raw}).batch_size == expected
+
+
+def test_none_lifts_a_timeout_from_flags_env_and_file(tmp_path: Path) -> None:
+    config = write(tmp_path / "t.toml", '[runner]\nattempt_timeout_s = "none"\n')
+    from_file = load_settings(config, {}, {"topology_id": "t"}).runner_config()
+    assert from_file.attempt_timeout_s is None
+    env = {"TRANSACTIONAL_LEADER_TIMEOUT_S": "30", "TRANSACTIONAL_ATTEMPT_TIMEOUT_S": "None"}
+    flags = {"topology_id": "t", "leader_timeout_s": "none"}
+    config_ = load_settings(None, env, flags).runner_config()
+    assert (config_.attempt_timeout_s, config_.leader_timeout_s) == (None, None)
+    with pytest.raises(ConfigurationError) as bad:  # only where None means something
+        load_settings(None, {}, {"topology_id": "t", "max_pending": "none"})
+    assert str(bad.value).startswith("runner setting max_pending='none' (from --max-pending): ")
+
+
+def test_spark_table_keys_quoted_or_dotted_and_values_as_spark_reads_them(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "t.toml",
+        'topology_id = "t"\n[spark]\n"spark.ui.enabled" = false\n'
+        "spark.sql.shuffle.partitions = 8\nspark.sql.adaptive.enabled = true\n"
+        "spark.memory.fraction = 0.5\n",
+    )
+    assert load_settings(config, {}, NO_FLAGS).spark == {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.memory.fraction": "0.5",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("max_pendng = 2\n", "unknown setting(s) ['max_pendng']; known: ['batch_size', "),
+        ("max_pending = 2\n", "['max_pending'] are runner settings: put them under [runner]"),
+        ("[runner]\nmax_pendng = 2\n", "unknown runner setting(s) ['max_pendng'] in [runner]; "),
+        ("runner = 4\n", "[runner] must be a table"),
+        ("[spark]\nsql.shuffle.partitions = 8\n", "['sql.shuffle.partitions'] in [spark] are "),
+        ('[spark]\n"spark.jars" = ["a.jar"]\n', "['spark.jars'] in [spark] must be a string, "),
+    ],
+    ids=["unknown", "runner-at-top", "unknown-runner", "runner-not-table", "not-spark", "list"],
+)
+def test_a_bad_config_file_names_the_setting(tmp_path: Path, text: str, message: str) -> None:
+    config = write(tmp_path / "t.toml", text)
+    with pytest.raises(ConfigurationError) as bad:
+        load_settings(config, {}, {"topology_id": "t"})
+    assert str(bad.value).startswith(f"config file {config}: {message}")
+    assert "\n" not in str(bad.value)
+
+
+def test_a_config_file_that_is_missing_or_not_toml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError) as missing:
+        load_settings(str(tmp_path / "nope.toml"), {}, {"topology_id": "t"})
+    assert str(missing.value) == f"config file {tmp_path / 'nope.toml'} does not exist"
+    config = write(tmp_path / "t.toml", "max_pending = \n")
+    with pytest.raises(ConfigurationError) as broken:
+        load_settings(config, {}, {"topology_id": "t"})
+    assert str(broken.value).startswith(f"config file {config} cannot be read as TOML: ")
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        (["spark.ui.enabled"], "--conf 'spark.ui.enabled': expected key=value"),
+        (["=1"], "--conf '=1': expected key=value"),
+        (
+            ["maxpending=4"],
+            "--conf 'maxpending=4': 'maxpending' is neither a Spark setting (spark.*) nor a "
+            f"runner setting ({', '.join(RUNNER_FIELDS)})",
+        ),
+    ],
+    ids=["no-equals", "no-key", "unknown"],
+)
+def test_a_malformed_conf_item(items: list[str], message: str) -> None:
+    with pytest.raises(ConfigurationError) as bad:
+        parse_conf(items)
+    assert str(bad.value) == message
+
+
+def test_conf_values_keep_their_equals_signs() -> None:
+    conf = parse_conf(["spark.driver.extraJavaOptions=-Da=b -Dc=d", "poll_interval_s=0.5"])
+    assert conf == {
+        "spark": {"spark.driver.extraJavaOptions": "-Da=b -Dc=d"},
+        "runner": {"poll_interval_s": "0.5"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "message"),
+    [
+        (
+            {},
+            {"max_pending": "0"},
+            "runner setting max_pending='0' (from --max-pending): Input should be greater than "
+            "or equal to 1",
+        ),
+        (
+            {"TRANSACTIONAL_POLL_MAX_S": "0.5"},
+            {"poll_interval_s": "2"},
+            "runner settings: poll_max_s must be >= poll_interval_s (poll_max_s='0.5' from "
+            "TRANSACTIONAL_POLL_MAX_S, poll_interval_s='2' from --poll-interval)",
+        ),
+        (
+            {"TRANSACTIONAL_UNTIL_DRAINED": "maybe"},
+            {},
+            "setting until_drained='maybe' (from TRANSACTIONAL_UNTIL_DRAINED): Input should be "
+            "a valid boolean",
+        ),
+        (
+            {},
+            {"batch_size": "0"},
+            "setting batch_size='0' (from --batch-size): expected a number of at least 1 or "
+            "'auto', not 0",
+        ),
+        (
+            {},
+            {"poll_interval_s": "40"},
+            "runner settings: poll_max_s must be >= poll_interval_s (poll_max_s=30.0 by default, "
+            "poll_interval_s='40' from --poll-interval)",
+        ),
+    ],
+    ids=["max-pending-0", "poll-order", "bool", "batch-size-0", "poll-over-default"],
+)
+def test_a_bad_value_names_the_setting_and_its_source(
+    env: dict[str, str], flags: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as bad:
+        load_settings(None, env, {"topology_id": "t", **flags})
+    assert str(bad.value).startswith(message)
+    assert "\n" not in str(bad.value)
+
+
+def test_no_topology_id() -> None:
+    with pytest.raises(ConfigurationError) as bad:
+        load_settings(None, {}, {"max_pending": "2"})
+    assert str(bad.value).startswith("no topology id: give --topology-id ID")
+
+
+def test_run_refuses_max_pending_0_with_exit_2_and_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's bug: a pydantic traceback and exit 1. Nothing is imported or created."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "not_imported:build", "--topology-id", "t", "--max-pending", "0"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (
+        "error: runner setting max_pending='0' (from --max-pending): Input should be greater "
+        "than or equal to 1\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "verbose"),
+    [
+        (["run", "m:f"], 0),
+        (["-v", "run", "m:f"], 1),
+        (["run", "m:f", "-vv"], 2),
+        (["status", "-v", "--topology-id", "t"], 1),
+        (["list", "--verbose"], 1),
+    ],
+)
+def test_verbose_before_or_after_the_command(argv: list[str], verbose: int) -> None:
+    assert build_parser().parse_args(argv).verbose == verbose
