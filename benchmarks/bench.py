@@ -32,7 +32,7 @@ from benchmarks.cases import (
     structured_streaming,
 )
 from benchmarks.overheads import overheads_section
-from tests.servers import RedisServer, ZooKeeperServer
+from transactional.testing.servers import RedisServer, ZooKeeperServer
 
 WORK = Path(__file__).resolve().parent / ".work"
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -219,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sinks", default="redis,delta")
     parser.add_argument("--quick", action="store_true", help="100k tweets, one repetition")
     parser.add_argument("--no-overheads", action="store_true")
+    parser.add_argument(
+        "--only",
+        metavar="TEXT",
+        help="run only the cases whose name holds TEXT (e.g. 'max_pending=4'); the first "
+        "case run warms up",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.tweets, args.repeat = 100_000, 1
@@ -250,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                 framework(**env, max_pending=4, check_determinism=False),
                 framework(**env, max_pending=4, auto=True),
             ]
-            for i, case in enumerate(cases):
+            chosen = [c for c in cases if args.only is None or args.only in c.name]
+            for i, case in enumerate(chosen):
                 results.append(measure(case, args.repeat, progress, warm_up=i == 0))
         lines = table(results)
         print("\n".join(lines))

@@ -38,6 +38,8 @@ class Engine(Protocol):
     def is_frame(self, value: object) -> bool: ...
 
 
+#: The low 32 bits of a long.
+_LOW32 = 0xFFFFFFFF
 #: The partition tag carried through the checkpoint when digests are asked for.
 _PARTITION = "__transactional_partition"
 
@@ -64,15 +66,20 @@ class SparkEngine:
         tagged = _union([f.withColumn(_PARTITION, F.lit(p)) for p, f in enumerate(frames)])
         tagged = tagged.localCheckpoint(eager=True)
         batch = tagged.drop(_PARTITION)
+        # sum(h) as two sums of longs: of the high 32 bits (signed) and of the low 32
+        # bits; each fits a long for 2^31 rows, and hi * 2^32 + lo is sum(h) exactly.
+        # (A decimal sum gives the same number, slower: Spark adds decimals as BigDecimal.)
+        h = _row_hash(batch)
         rows = (
             tagged.groupBy(_PARTITION)
             .agg(
                 F.count(F.lit(1)).alias("n"),
-                F.sum(_row_hash(batch).cast("decimal(38,0)")).alias("h"),
+                F.sum(F.shiftright(h, 32)).alias("hi"),
+                F.sum(h.bitwiseAND(F.lit(_LOW32))).alias("lo"),
             )
             .collect()
         )
-        found = {int(r[_PARTITION]): (int(r["n"]), str(r["h"])) for r in rows}
+        found = {int(r[_PARTITION]): (int(r["n"]), str((r["hi"] << 32) + r["lo"])) for r in rows}
         digests = {p: found.get(p, (0, "0")) for p in range(len(frames))}
         return Materialised(batch, sum(n for n, _ in digests.values()), digests)
 
