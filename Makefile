@@ -50,7 +50,9 @@ unit: venv
 test: deps venv lint typecheck
 	$(BIN)/pytest -q -ra -m "not slow"
 
-# The longest suites (the SIGKILL crash matrix, ~15 min on 2 cores); CI runs it after `make test`.
+# The longest suites (the SIGKILL crash matrix, user topologies crashed and rerun through
+# `transactional run`, snapshots against a running writer: ~22 min on 2 cores); CI runs it
+# after `make test`.
 test-slow: deps venv
 	$(BIN)/pytest -q -ra -m slow
 

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from committers.base import CounterCommitter, CounterTable
 from committers.keys import decode_key, encode_key, key_text
@@ -18,6 +17,7 @@ from committers.redis_script import COMMIT_SCRIPT
 from committers.values import exact_sum, parse_text, value_text
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, ContractError, FencedError
+from transactional.secrets import redact_url
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 if TYPE_CHECKING:
@@ -52,15 +52,6 @@ class RedisSnapshot:
     txid: int | None
     tables: dict[str, dict[tuple[str | None, ...], Number]]
     dead_letters: list[dict[str, Any]]
-
-
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + netloc))
 
 
 class RedisCommitter(CounterCommitter):
@@ -138,7 +129,7 @@ class RedisCommitter(CounterCommitter):
         self.context = context
         if self.namespace is None:
             self.namespace = f"transactional:{context.topology_id}:{context.name}"
-        where = _redacted(self.url)
+        where = redact_url(self.url)
         try:
             client = self._connect()
             client.ping()
@@ -274,7 +265,7 @@ class RedisCommitter(CounterCommitter):
             status, detail = self._script(keys=keys, args=[json.dumps(payload)])
         except redis.RedisError as exc:
             raise CommitError(
-                f"Redis commit of txid {attempt.txid} at {_redacted(self.url)} failed: "
+                f"Redis commit of txid {attempt.txid} at {redact_url(self.url)} failed: "
                 f"{type(exc).__name__}: {exc}. Retrying the commit is safe."
             ) from exc
         if status == "applied":
@@ -349,7 +340,7 @@ class RedisCommitter(CounterCommitter):
             value = self._client.get(self._key("txid"))
         except redis.RedisError as exc:
             raise CommitError(
-                f"cannot read the committed txid from Redis at {_redacted(self.url)}: {exc}"
+                f"cannot read the committed txid from Redis at {redact_url(self.url)}: {exc}"
             ) from exc
         return None if value is None else int(value)
 

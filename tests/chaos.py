@@ -30,7 +30,7 @@ from typing import Any
 
 from tests.processes import DemoProcess, redis_txid, wait_session_gone
 from tests.reference import Expected, expected_counts, input_files, lines_of
-from tests.servers import RedisServer, ZooKeeperServer
+from transactional.testing.servers import RedisServer, ZooKeeperServer
 
 SPOUTS = ("transactional", "partitioned", "opaque")
 KINDS = ("sigkill", "redis restart", "zookeeper restart")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import RedisServer, ZooKeeperServer
+from transactional.testing.servers import RedisServer, ZooKeeperServer
 
 
 @pytest.fixture(scope="session")

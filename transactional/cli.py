@@ -28,7 +28,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from importlib.metadata import entry_points
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -41,27 +40,12 @@ from transactional.errors import (
 from transactional.faults import FaultPoint, KillAt
 from transactional.interrupt import INTERRUPTED, stop_on_signals
 from transactional.settings import RunSettings, environment, load_settings, parse_conf
-from transactional.store import StateStore
+from transactional.store import open_store
 from transactional.topology import Topology
 
 log = logging.getLogger("transactional.cli")
 
 DONE, FAILED, REFUSED = 0, 1, 2
-
-
-def open_store(zookeeper: str | None, state_dir: str) -> StateStore:
-    """The ZooKeeper store if hosts are given, else the embedded SQLite store."""
-    name = "zookeeper" if zookeeper else "sqlite"
-    found = {ep.name: ep for ep in entry_points(group="transactional.stores")}
-    if name not in found:
-        raise ConfigurationError(
-            f"no state store named {name!r} is installed; install the project with "
-            "`pip install -e .` so its entry points are registered"
-        )
-    store_cls = found[name].load()
-    if zookeeper:
-        return store_cls(zookeeper)  # type: ignore[no-any-return]
-    return store_cls(Path(state_dir) / "state.db")  # type: ignore[no-any-return]
 
 
 def configure_logging(verbose: int) -> None:

@@ -10,11 +10,12 @@ class, what it returned, and what it must return.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from transactional.errors import ContractError
-from transactional.types import BatchMetadata, CommitOutcome
+from transactional.types import BatchMetadata, CommitOutcome, dump_meta
 
 #: What the runner calls "a DataFrame", for messages.
 FRAME = "a pyspark.sql.DataFrame (classic, not Spark Connect)"
@@ -161,3 +162,48 @@ def check_outcome(value: object, who: str, txid: int) -> CommitOutcome:
             "txid already: fix the committer, then start again (it resumes at this txid)"
         )
     return value
+
+
+def check_metadata(meta: object, expected: type[BatchMetadata], who: str, method: str) -> None:
+    """Refuse metadata the store cannot hold *before* anything is stored: a replay
+    rebuilds the batch from the stored JSON alone, so it must load back unchanged."""
+    if not isinstance(meta, expected):
+        raise ContractError(
+            f"{who}.{method} returned {qualified(meta)}; it must return its metadata_type "
+            f"{expected.__name__}"
+        )
+    problem = _json_problem(meta)
+    if problem is not None:
+        raise ContractError(
+            f"{who}.{method} returned {expected.__name__} metadata that JSON cannot hold: "
+            f"{problem}. Metadata must be plain JSON values (no NaN or infinity, no bytes): "
+            f"change that field's type or value in {expected.__name__}"
+        )
+
+
+def _json_problem(meta: BatchMetadata) -> str | None:
+    """What keeps ``meta`` from a faithful JSON round trip, naming the field; None if
+    nothing does. One round trip on the way of every new txid; the field-by-field search
+    runs only when it failed, to name the culprit."""
+    try:
+        text = json.dumps(dump_meta(meta), allow_nan=False)
+    except (TypeError, ValueError) as exc:  # NaN, bytes that are not UTF-8, ...
+        for name in type(meta).model_fields:
+            try:
+                json.dumps(meta.model_dump(mode="json", include={name}), allow_nan=False)
+            except (TypeError, ValueError) as field_exc:
+                return f"field {name!r} = {_brief(getattr(meta, name))} ({field_exc})"
+        return f"it cannot be written as JSON {_brief(meta)} ({exc})"
+    try:
+        again = type(meta).model_validate(json.loads(text))
+    except (TypeError, ValueError) as exc:
+        return f"it does not load back from its JSON {_brief(meta)} ({exc})"
+    changed = [n for n in type(meta).model_fields if getattr(again, n) != getattr(meta, n)]
+    if changed:
+        return f"field(s) {changed} load back from JSON as different values"
+    return None
+
+
+def _brief(value: object, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -48,7 +48,7 @@ RANDOM_POINTS = (
 )
 
 
-class FaultPlan(Protocol):
+class FaultInjector(Protocol):
     def check(self, point: FaultPoint, attempt: TransactionAttempt, number: int) -> None:
         """Raise (or kill the process) if a fault is planned at ``point`` for the
         ``number``-th attempt (1-based, counted by this runner) of ``attempt.txid``."""
@@ -194,10 +194,10 @@ class KillAt:
         self.kill()
 
 
-class FaultPlans:
+class CombinedFaults:
     """Several plans as one: each is checked in turn at every point."""
 
-    def __init__(self, *plans: FaultPlan) -> None:
+    def __init__(self, *plans: FaultInjector) -> None:
         self.plans = plans
 
     def check(self, point: FaultPoint, attempt: TransactionAttempt, number: int) -> None:
@@ -205,9 +205,9 @@ class FaultPlans:
             plan.check(point, attempt, number)
 
 
-def combine(*plans: FaultPlan | None) -> FaultPlan | None:
+def combine(*plans: FaultInjector | None) -> FaultInjector | None:
     """The given plans as one (None when there is none)."""
     present = [p for p in plans if p is not None]
     if not present:
         return None
-    return present[0] if len(present) == 1 else FaultPlans(*present)
+    return present[0] if len(present) == 1 else CombinedFaults(*present)

@@ -6,7 +6,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
+
+from transactional.errors import ConfigurationError
 
 JsonValue = Any
 
@@ -123,3 +127,20 @@ class StateStore(ABC):
         when a started batch turned out empty: nothing of it reached a sink, and an idle
         source must not leave a txid per poll behind. Raise ``FencedError`` if ``txid`` is
         below ``currtx`` or another runner took the fence."""
+
+
+def open_store(zookeeper: str | None, state_dir: str) -> StateStore:
+    """The ZooKeeper store if hosts are given, else the embedded SQLite store in
+    ``state_dir`` (found through the ``transactional.stores`` entry points, so this
+    package never imports the stores themselves)."""
+    name = "zookeeper" if zookeeper else "sqlite"
+    found = {ep.name: ep for ep in entry_points(group="transactional.stores")}
+    if name not in found:
+        raise ConfigurationError(
+            f"no state store named {name!r} is installed; install the project with "
+            "`pip install -e .` so its entry points are registered"
+        )
+    store_cls = found[name].load()
+    if zookeeper:
+        return store_cls(zookeeper)  # type: ignore[no-any-return]
+    return store_cls(Path(state_dir) / "state.db")  # type: ignore[no-any-return]

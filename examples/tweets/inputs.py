@@ -11,10 +11,10 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from examples.tweets import lines
 from transactional.errors import ConfigurationError, EmitError
+from transactional.secrets import redact_url
 from transactional.spout import SpoutContext
 
 if TYPE_CHECKING:
@@ -134,15 +134,6 @@ class FileInput(SparkHolder):
         return frame(self.spark, rows, _FILE_SPLIT_SCHEMA, lines.read_file_splits)
 
 
-def redact(url: str) -> str:
-    """``url`` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 class RedisQueues(SparkHolder):
     """The queues ``load`` writes, seen from the driver."""
 
@@ -175,7 +166,7 @@ class RedisQueues(SparkHolder):
             self.client.ping()
         except redis.RedisError as e:
             raise ConfigurationError(
-                f"cannot reach Redis at {redact(self.url)} ({e}): start redis-server or fix the URL"
+                f"cannot reach Redis at {redact_url(self.url)} ({e}): start redis-server or fix the URL"
             ) from e
 
     def close(self) -> None:

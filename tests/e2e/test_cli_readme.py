@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.test_cli import ROOT, cli, env
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: a crash and a rerun
 README = ROOT / "README.md"
 BATCH = 4
 

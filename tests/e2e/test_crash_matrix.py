@@ -41,8 +41,8 @@ from tests.processes import (
 )
 from tests.processes import delta_txid as delta_sink_txid
 from tests.reference import Expected, expected_counts
-from tests.servers import RedisServer
 from transactional.faults import FaultPoint
+from transactional.testing.servers import RedisServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: a crash and a rerun
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -86,6 +86,7 @@ def snapshot(spark: Any, path: Path, txid: int | None = None) -> Any:
     return DeltaCommitter.snapshot(spark, str(path), "topo", "snap", ALL, txid=txid)
 
 
+@pytest.mark.slow  # make test-slow: snapshots taken against a writer for over a minute
 def test_every_snapshot_taken_while_a_writer_commits_is_one_txid(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -23,11 +23,11 @@ from coordinators import SQLiteStateStore, ZooKeeperStateStore
 from examples.tweets.cli import main as demo
 from tests.integration.topologies import BucketBolt, RangeSpout
 from tests.reference import expected_counts
-from tests.servers import RedisServer, ZooKeeperServer
 from transactional import RunnerConfig, TopologyBuilder, TransactionalRunner
 from transactional.committer import Committer, CommitterContext
 from transactional.errors import CommitError
 from transactional.store import StateStore
+from transactional.testing.servers import RedisServer, ZooKeeperServer
 from transactional.types import CommitOutcome, TransactionAttempt
 
 pytestmark = pytest.mark.integration

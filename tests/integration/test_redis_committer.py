@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from committers import CounterTable, RedisCommitter
-from tests.servers import free_port
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError
+from transactional.testing.servers import free_port
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,6 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinators import SQLiteStateStore, ZooKeeperStateStore
-from tests.servers import free_port
 from transactional.errors import (
     ConfigurationError,
     CoordinatorError,
@@ -24,6 +23,7 @@ from transactional.errors import (
     StoreUnavailableError,
 )
 from transactional.store import StateStore, StoredState, TopologyIdentity
+from transactional.testing.servers import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from transactional.config import RunnerConfig
 from transactional.errors import ConfigurationError, InjectedFault
 from transactional.faults import (
     CRASH_MARKER,
-    FaultPlans,
+    CombinedFaults,
     FaultPoint,
     KillAt,
     RandomFaults,
@@ -145,7 +145,7 @@ def test_combined_plans_check_each_in_turn() -> None:
     assert combine(None, crash) is crash
     rate = RandomFaults(0.5, seed=1)
     both = combine(rate, crash)
-    assert isinstance(both, FaultPlans) and both.plans == (rate, crash)
+    assert isinstance(both, CombinedFaults) and both.plans == (rate, crash)
     number = next(n for n in range(1, 50) if rate.planned(1, n) is None)
     both.check(FaultPoint.EMIT, TransactionAttempt(1, 1), number)  # rate passes, crash fires
     assert kills == [1]

@@ -72,7 +72,7 @@ def test_bad_bounds_are_refused_with_the_rule() -> None:
 
 def test_the_runner_feeds_the_size_and_new_txids_use_it() -> None:
     from transactional.faults import FaultPoint
-    from transactional.testing import FaultRule, FaultSchedule
+    from transactional.testing import FaultPlan, FaultRule
 
     data = [f"r{i % 5}" for i in range(100)]
     spout = SizedSpout(data, batch_size=1)
@@ -84,7 +84,7 @@ def test_the_runner_feeds_the_size_and_new_txids_use_it() -> None:
         InMemoryStateStore(),
         config=RunnerConfig(topology_id="t", max_pending=1, backoff_initial_s=0, backoff_max_s=0),
         engine=InMemoryEngine(),
-        faults=FaultSchedule([FaultRule(FaultPoint.PROCESS, 3)]),
+        faults=FaultPlan([FaultRule(FaultPoint.PROCESS, 3)]),
         batch_size=sizer,
     )
     runner.run(until_drained=True)

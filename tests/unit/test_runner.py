@@ -18,8 +18,8 @@ from transactional.errors import InjectedFault, PoisonBatchError
 from transactional.faults import FaultPoint
 from transactional.runner import TransactionalRunner
 from transactional.testing import (
+    FaultPlan,
     FaultRule,
-    FaultSchedule,
     InMemoryEngine,
     InMemoryStateStore,
     ListOpaqueSpout,
@@ -36,7 +36,7 @@ def make_runner(
     spout: Any,
     committer: MemoryCommitter,
     store: InMemoryStateStore | None = None,
-    faults: FaultSchedule | None = None,
+    faults: FaultPlan | None = None,
     listener: Any = None,
     **config: Any,
 ) -> TransactionalRunner:
@@ -156,7 +156,7 @@ def test_processing_failure_reruns_the_txid_and_all_above_with_new_attempts_same
 
     spout = Spout(data, 10)
     committer = MemoryCommitter()
-    faults = FaultSchedule([FaultRule(FaultPoint.PROCESS, 2)])
+    faults = FaultPlan([FaultRule(FaultPoint.PROCESS, 2)])
     make_runner(spout, committer, faults=faults, max_pending=3).run(until_drained=True)
 
     by_txid: dict[int, list[tuple[int, Range]]] = {}
@@ -199,7 +199,7 @@ def test_new_txids_wait_for_is_ready_and_replays_do_not_ask() -> None:
     data: list[str] = []
     spout = ListTransactionalSpout(data, 5)
     committer = MemoryCommitter()
-    faults = FaultSchedule([FaultRule(FaultPoint.PROCESS, 2)])
+    faults = FaultPlan([FaultRule(FaultPoint.PROCESS, 2)])
     runner = make_runner(spout, committer, faults=faults, max_pending=1)
     thread = threading.Thread(target=runner.run)
     thread.start()
@@ -222,9 +222,7 @@ def test_new_txids_wait_for_is_ready_and_replays_do_not_ask() -> None:
 def test_initialize_transaction_runs_once_per_txid_with_the_previous_metadata() -> None:
     data = records(60)
     spout = ListTransactionalSpout(data, 10)
-    faults = FaultSchedule(
-        [FaultRule(FaultPoint.EMIT, 2), FaultRule(FaultPoint.AFTER_SINK_WRITE, 4)]
-    )
+    faults = FaultPlan([FaultRule(FaultPoint.EMIT, 2), FaultRule(FaultPoint.AFTER_SINK_WRITE, 4)])
     committer = MemoryCommitter()
     make_runner(spout, committer, faults=faults).run(until_drained=True)
 
@@ -273,7 +271,7 @@ def test_restart_replays_stored_txids_with_stored_metadata_before_new_ones() -> 
     store = InMemoryStateStore()
     first = ListTransactionalSpout(data, 10)
     committer = MemoryCommitter()
-    poison = FaultSchedule([FaultRule(FaultPoint.AFTER_SINK_WRITE, 2, attempts=None)])
+    poison = FaultPlan([FaultRule(FaultPoint.AFTER_SINK_WRITE, 2, attempts=None)])
     with pytest.raises(PoisonBatchError):
         make_runner(first, committer, store, faults=poison, max_pending=2, max_attempts=1).run(
             until_drained=True
@@ -297,7 +295,7 @@ def test_partitioned_replay_reads_the_stored_ranges_and_new_partitions_only_late
     parts: list[list[Any]] = [records(6), ["p1-a"]]
     store = InMemoryStateStore()
     committer = MemoryCommitter()
-    poison = FaultSchedule([FaultRule(FaultPoint.PROCESS, 2, attempts=None)])
+    poison = FaultPlan([FaultRule(FaultPoint.PROCESS, 2, attempts=None)])
     first = ListPartitionedSpout(parts, 2)
     with pytest.raises(PoisonBatchError):
         make_runner(first, committer, store, faults=poison, max_pending=1, max_attempts=1).run(
@@ -336,7 +334,7 @@ def test_opaque_replay_may_differ_and_the_sink_is_still_exact() -> None:
 
     spout.emit_partition_batch = remember  # type: ignore[method-assign]
     committer = MemoryCommitter(CommitMode.OPAQUE)
-    faults = FaultSchedule([FaultRule(FaultPoint.AFTER_SINK_WRITE, 2)])
+    faults = FaultPlan([FaultRule(FaultPoint.AFTER_SINK_WRITE, 2)])
     make_runner(spout, committer, faults=faults, max_pending=2).run(until_drained=True)
 
     outcomes_2 = [o for a, o in committer.calls if a.txid == 2]
@@ -349,7 +347,7 @@ def test_poison_batch_stops_with_txid_meta_and_cause_and_resumes_after_the_fix()
     data = records(30)
     store = InMemoryStateStore()
     committer = MemoryCommitter()
-    poison = FaultSchedule([FaultRule(FaultPoint.EMIT, 2, attempts=None)])
+    poison = FaultPlan([FaultRule(FaultPoint.EMIT, 2, attempts=None)])
     with pytest.raises(PoisonBatchError) as info:
         make_runner(
             ListTransactionalSpout(data, 10), committer, store, faults=poison, max_attempts=3
@@ -375,7 +373,7 @@ def test_retries_back_off() -> None:
         return original(attempt, meta)
 
     spout.emit_batch = stamped  # type: ignore[method-assign]
-    faults = FaultSchedule([FaultRule(FaultPoint.PROCESS, 1, attempts=frozenset({1, 2}))])
+    faults = FaultPlan([FaultRule(FaultPoint.PROCESS, 1, attempts=frozenset({1, 2}))])
     committer = MemoryCommitter()
     make_runner(spout, committer, faults=faults, backoff_initial_s=0.1, backoff_max_s=1.0).run(
         until_drained=True

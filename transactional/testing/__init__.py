@@ -15,24 +15,25 @@ the fixtures ``transactional_spark``, ``transactional_harness`` and
 from transactional.faults import FaultPoint
 from transactional.testing.harness import HarnessRun, TopologyHarness, UnmetFaultWarning
 from transactional.testing.memory import (
-    CountingBolt,
     InMemoryEngine,
     InMemoryStateStore,
     ListOpaqueSpout,
     ListPartitionedSpout,
     ListTransactionalSpout,
-    MemoryCommitter,
     Range,
-    counting_topology,
-    expected_counts,
     partitions_have_more,
 )
 from transactional.testing.plan import (
     FaultPlan,
     FaultPlanError,
     FaultRule,
-    FaultSchedule,
     SimulatedCrash,
+)
+from transactional.testing.sinks import (
+    CountingBolt,
+    MemoryCommitter,
+    counting_topology,
+    expected_counts,
 )
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
     "FaultPlanError",
     "FaultPoint",
     "FaultRule",
-    "FaultSchedule",
     "HarnessRun",
     "InMemoryEngine",
     "InMemoryStateStore",

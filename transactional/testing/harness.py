@@ -27,7 +27,7 @@ from transactional.config import RunnerConfig
 from transactional.engine import Engine
 from transactional.faults import FaultPoint
 from transactional.runner import RunStats, TransactionalRunner
-from transactional.store import StateStore
+from transactional.store import StateStore, open_store
 from transactional.testing.plan import FaultPlan, FaultPlanError, SimulatedCrash
 from transactional.topology import Topology
 from transactional.types import TransactionAttempt
@@ -104,7 +104,7 @@ class TopologyHarness:
         self.runs: list[HarnessRun] = []
 
     def run_until_drained(
-        self, faults: _faults.FaultPlan | None = None, *, max_pending: int = 2, **config: Any
+        self, faults: _faults.FaultInjector | None = None, *, max_pending: int = 2, **config: Any
     ) -> HarnessRun:
         """Run until the spout has nothing more and everything is committed, or until a
         ``crash`` rule of ``faults`` fires (then ``result.crashed``; the store and sinks
@@ -127,7 +127,7 @@ class TopologyHarness:
         except SimulatedCrash:
             result.crash = life.crash
         finally:
-            _join(runner)
+            runner.join()  # the next run must not overlap this one's threads
             result.injected = life.injected
             self.runs.append(result)
         if not result.crashed and isinstance(faults, FaultPlan):
@@ -152,8 +152,6 @@ class TopologyHarness:
     def _open_store(self) -> StateStore:
         if self.store is not None:
             return self.store
-        from transactional.cli import open_store  # the entry point: the core never imports it
-
         if self.state_dir is None:
             self.state_dir = Path(tempfile.mkdtemp(prefix="transactional-harness-"))
         return open_store(None, str(self.state_dir))
@@ -164,7 +162,7 @@ class _ProcessLife:
     of any thread of this run meets the crash too, since a killed process takes no
     further step. A new run is a new life."""
 
-    def __init__(self, plan: _faults.FaultPlan | None) -> None:
+    def __init__(self, plan: _faults.FaultInjector | None) -> None:
         self.plan = plan
         self.crash: SimulatedCrash | None = None
         self.injected: list[tuple[FaultPoint, int, int]] = []
@@ -183,13 +181,3 @@ class _ProcessLife:
         except Exception:
             self.injected.append((point, attempt.txid, number))
             raise
-
-
-def _join(runner: TransactionalRunner) -> None:
-    """Wait for the run's worker and commit threads. A crashed or failed run returns
-    while they may still finish a step; the next run must not overlap them, as a new
-    process never overlaps a killed one."""
-    for name in ("_workers", "_committer_thread"):
-        pool = getattr(runner, name, None)
-        if pool is not None:
-            pool.shutdown(wait=True)

@@ -10,35 +10,27 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from transactional.bolt import Bolt
-from transactional.committer import Committer
 from transactional.engine import Materialised
-from transactional.errors import CommitError, CoordinatorError, FencedError
+from transactional.errors import CoordinatorError, FencedError
 from transactional.spout import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
     TransactionalSpout,
 )
 from transactional.store import StateStore, StoredState, TopologyIdentity
-from transactional.topology import Topology, TopologyBuilder
-from transactional.types import BatchMetadata, CommitMode, CommitOutcome, TransactionAttempt
+from transactional.types import BatchMetadata, TransactionAttempt
 
 __all__ = [
-    "CountingBolt",
     "InMemoryEngine",
     "InMemoryStateStore",
     "ListOpaqueSpout",
     "ListPartitionedSpout",
     "ListTransactionalSpout",
-    "MemoryCommitter",
     "Range",
-    "counting_topology",
-    "expected_counts",
     "partitions_have_more",
 ]
 
@@ -306,100 +298,3 @@ class ListOpaqueSpout(OpaquePartitionedTransactionalSpout[Range]):
 
 
 # ---------------------------------------------------------------------- bolt
-
-
-class CountingBolt(Bolt):
-    """Counts each distinct row value: ``[(value, count), ...]``."""
-
-    def process(self, attempt: TransactionAttempt, batch: list[Any]) -> list[tuple[Any, int]]:  # type: ignore[override]
-        return sorted(Counter(batch).items(), key=repr)
-
-
-# ---------------------------------------------------------------------- committer
-
-
-class MemoryCommitter(Committer):
-    """A key -> count sink following DESIGN.md section 6 in both modes.
-
-    Transactional mode keeps the last txid with the counts; opaque mode keeps
-    (curr, prev, txid) per key and undoes every key of a replayed txid.
-    """
-
-    def __init__(
-        self,
-        mode: CommitMode = CommitMode.TRANSACTIONAL,
-        fail: Callable[[TransactionAttempt], bool] | None = None,
-    ) -> None:
-        self.mode = mode  # type: ignore[misc]
-        self.fail = fail
-        self.last_txid = 0
-        self.counts: dict[Any, int] = {}
-        self.opaque: dict[Any, tuple[int, int | None, int]] = {}  # key -> (curr, prev, txid)
-        self.calls: list[tuple[TransactionAttempt, CommitOutcome | None]] = []
-        self.prepared: list[TransactionAttempt] = []
-
-    def prepare(self, attempt: TransactionAttempt, inputs: Mapping[str, Any]) -> Counter[Any]:
-        self.prepared.append(attempt)
-        total: Counter[Any] = Counter()
-        for rows in inputs.values():
-            for key, n in rows:
-                total[key] += n
-        return total
-
-    def commit(self, attempt: TransactionAttempt, prepared: Counter[Any]) -> CommitOutcome:
-        if self.fail is not None and self.fail(attempt):
-            self.calls.append((attempt, None))
-            raise CommitError(f"commit of {attempt} failed (injected)")
-        outcome = (
-            self._commit_opaque(attempt.txid, prepared)
-            if self.mode is CommitMode.OPAQUE
-            else self._commit_transactional(attempt.txid, prepared)
-        )
-        self.calls.append((attempt, outcome))
-        return outcome
-
-    def _commit_transactional(self, txid: int, batch: Counter[Any]) -> CommitOutcome:
-        if txid <= self.last_txid:
-            return CommitOutcome.SKIPPED
-        for key, n in batch.items():
-            self.counts[key] = self.counts.get(key, 0) + n
-        self.last_txid = txid
-        return CommitOutcome.APPLIED
-
-    def _commit_opaque(self, txid: int, batch: Counter[Any]) -> CommitOutcome:
-        if txid < self.last_txid:
-            raise CommitError(f"txid {txid} is older than the sink's {self.last_txid}")
-        outcome = CommitOutcome.APPLIED
-        for key, (_curr, prev, row_txid) in list(self.opaque.items()):
-            if row_txid == txid:
-                outcome = CommitOutcome.REAPPLIED
-                if prev is None:
-                    del self.opaque[key]
-                else:
-                    self.opaque[key] = (prev, None, 0)
-        for key, n in batch.items():
-            curr = self.opaque[key][0] if key in self.opaque else None
-            self.opaque[key] = ((curr or 0) + n, curr, txid)
-        self.last_txid = txid
-        self.counts = {key: curr for key, (curr, _p, _t) in self.opaque.items()}
-        return outcome
-
-    def committed_txid(self) -> int | None:
-        return self.last_txid or None
-
-    def committed_sequence(self) -> list[int]:
-        return [a.txid for a, outcome in self.calls if outcome is not None]
-
-
-def counting_topology(spout: Any, *committers: Committer) -> Topology:
-    """``spout`` -> ``CountingBolt`` ("count") -> the committers, in order ("sink", or
-    "sink0", "sink1", ... for several): the shape the runner's own tests use."""
-    builder = TopologyBuilder().set_spout(spout).set_bolt("count", CountingBolt())
-    for i, committer in enumerate(committers):
-        builder.set_committer("sink" if len(committers) == 1 else f"sink{i}", committer, "count")
-    return builder.build()
-
-
-def expected_counts(records: Iterable[Any]) -> dict[Any, int]:
-    """The answer a sink must hold: every record counted exactly once."""
-    return dict(Counter(records))

@@ -41,7 +41,7 @@ from transactional.errors import ConfigurationError, InjectedFault
 from transactional.faults import FaultPoint
 from transactional.types import TransactionAttempt
 
-__all__ = ["FaultPlan", "FaultPlanError", "FaultRule", "FaultSchedule", "SimulatedCrash"]
+__all__ = ["FaultPlan", "FaultPlanError", "FaultRule", "SimulatedCrash"]
 
 _CRASH = "crash@"
 _POINTS = ", ".join(p.value for p in FaultPoint)
@@ -227,10 +227,6 @@ class FaultPlan:
         return self.rules == other.rules
 
     __hash__ = None  # type: ignore[assignment]
-
-
-#: The earlier name of ``FaultPlan``, kept for existing tests.
-FaultSchedule = FaultPlan
 
 
 _Complaint = Callable[[str], "FaultPlanError"]

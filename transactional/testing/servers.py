@@ -34,16 +34,52 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float, what: s
     raise RuntimeError(f"{what} did not listen on port {port} within {timeout}s")
 
 
-class ZooKeeperServer:
+class _Server:
+    """A server process on a free loopback port, in its own directory and session (so a
+    SIGKILL takes all of it); ``stop`` and ``start`` again keep its data."""
+
+    name = "server"
+    start_timeout_s = 30.0
+
+    def __init__(self, prefix: str) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        log = open(self.dir / f"{self.name}.log", "ab")  # noqa: SIM115 - kept for its life
+        self.proc = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        _wait_port(self.port, self.proc, self.start_timeout_s, self.name)
+
+    def stop(self) -> None:
+        """SIGKILL: the server loses what it had not written, as in a power cut."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ZooKeeperServer(_Server):
     """A standalone ZooKeeper (Debian package ``zookeeper``); stop/start keep its data."""
+
+    name = "zookeeper"
+    start_timeout_s = 60.0
 
     def __init__(self, tick_ms: int = 500) -> None:
         if not ZOOKEEPER_JAR.exists():
             raise RuntimeError(
                 "ZooKeeper is not installed: run `make deps` (apt-get install zookeeper)"
             )
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="zk-"))
+        super().__init__("zk-")
         (self.dir / "data").mkdir()
         self.cfg = self.dir / "zoo.cfg"
         self.cfg.write_text(
@@ -51,87 +87,43 @@ class ZooKeeperServer:
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxSessionTimeout=60000\n"
             "minSessionTimeout=1000\n4lw.commands.whitelist=*\n"
         )
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def hosts(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> None:
-        classpath = f"{ZOOKEEPER_CONF}:{ZOOKEEPER_JAR}"
-        log = open(self.dir / "zookeeper.log", "ab")  # noqa: SIM115 - kept for the process's life
-        self.proc = subprocess.Popen(
-            [
-                "java",
-                "-Xmx256m",
-                "-Dzookeeper.log.dir=" + str(self.dir),
-                "-cp",
-                classpath,
-                "org.apache.zookeeper.server.ZooKeeperServerMain",
-                str(self.cfg),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        _wait_port(self.port, self.proc, 60, "ZooKeeper")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def command(self) -> list[str]:
+        return [
+            "java",
+            "-Xmx256m",
+            "-Dzookeeper.log.dir=" + str(self.dir),
+            "-cp",
+            f"{ZOOKEEPER_CONF}:{ZOOKEEPER_JAR}",
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(self.cfg),
+        ]
 
 
-class RedisServer:
+class RedisServer(_Server):
     """A ``redis-server`` on a free port; ``appendonly`` makes restarts keep the data."""
+
+    name = "redis"
 
     def __init__(self, appendonly: bool = False) -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError(
                 "Redis is not installed: run `make deps` (apt-get install redis-server)"
             )
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="redis-"))
+        super().__init__("redis-")
         self.appendonly = appendonly
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> None:
-        args = [
-            "redis-server",
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--dir",
-            str(self.dir),
-        ]
+    def command(self) -> list[str]:
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+        args += ["--save", "", "--dir", str(self.dir)]
         if self.appendonly:
-            args += ["--appendonly", "yes", "--appendfsync", "always"]
-        else:
-            args += ["--appendonly", "no"]
-        log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 - kept for the process's life
-        self.proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        _wait_port(self.port, self.proc, 30, "Redis")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+            return [*args, "--appendonly", "yes", "--appendfsync", "always"]
+        return [*args, "--appendonly", "no"]

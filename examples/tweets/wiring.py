@@ -1,0 +1,77 @@
+"""From checked options to the parts of a run: the input, the spout, the state store
+and the Spark session."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from examples.tweets import sources
+from examples.tweets.generate import generate
+from examples.tweets.options import RunOptions, fixed_batch_size
+from examples.tweets.progress import kv
+from examples.tweets.sinks import spark_conf
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from transactional.spout import AnySpout
+
+log = logging.getLogger("examples.tweets")
+
+#: The sample used when ``run`` gets no ``--input``: big enough to take a few dozen
+#: txids at the default batch size, with a few bad lines for the dead letters.
+SAMPLE = {"count": 20_000, "seed": 42, "partitions": 4, "bad_rate": 0.002}
+
+
+def sample_input(state_dir: Path) -> Path:
+    """The default input, generated once into the state directory (atomically, so an
+    interrupted first run never leaves a half-written sample to be read later)."""
+    target = state_dir / "sample"
+    if not target.is_dir():
+        staging = state_dir / f".sample-{os.getpid()}"
+        generate(staging, **SAMPLE)  # type: ignore[arg-type]
+        staging.rename(target)
+        log.info(kv("sample_generated", path=target, **SAMPLE))
+    return target
+
+
+def make_spout(opts: RunOptions, input_path: Path | None) -> AnySpout:
+    if opts.source == "redis":
+        assert opts.redis_url is not None
+        redis_kinds: dict[str, Callable[..., AnySpout]] = {
+            "transactional": sources.RedisTransactionalSpout,
+            "partitioned": sources.RedisPartitionedSpout,
+            "opaque": sources.RedisOpaqueSpout,
+        }
+        return redis_kinds[opts.spout](opts.redis_url, opts.prefix, fixed_batch_size(opts))
+    assert input_path is not None
+    file_kinds: dict[str, Callable[..., AnySpout]] = {
+        "transactional": sources.FileTransactionalSpout,
+        "partitioned": sources.FilePartitionedSpout,
+        "opaque": sources.FileOpaqueSpout,
+    }
+    return file_kinds[opts.spout](input_path, fixed_batch_size(opts))
+
+
+def make_store(opts: RunOptions) -> Any:
+    if opts.zookeeper:
+        from coordinators import ZooKeeperStateStore
+
+        return ZooKeeperStateStore(opts.zookeeper, session_timeout=opts.zk_session_timeout)
+    from coordinators import SQLiteStateStore
+
+    return SQLiteStateStore(Path(opts.state_dir) / "state.db")
+
+
+def start_spark(master: str, sink: str, state_dir: Path) -> SparkSession:
+    """One session for the run. Executors must run this interpreter (it has pyarrow and
+    this project), and Spark's own logging is cut to warnings from the JVM's start."""
+    from transactional.session import create_spark_session
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    conf = spark_conf(sink)
+    return create_spark_session(master, "tweets", conf)

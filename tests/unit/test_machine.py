@@ -1,0 +1,282 @@
+"""The state machine, one readable schedule a test: events in, exact commands out.
+
+No Spark, no thread, no sleep: time is a number given with each event. Each test is a
+step of DESIGN.md section 4 (or of the runtime's additions: idle polls, empty batches,
+lost leadership), written as the schedule a runner would meet.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from transactional.errors import (
+    AttemptTimeoutError,
+    ContractError,
+    FencedError,
+    LostLeadershipError,
+)
+from transactional.runtime.machine import Machine
+from transactional.runtime.messages import (
+    Acknowledge,
+    Advance,
+    Advanced,
+    Backoff,
+    Cancel,
+    Commit,
+    CommitBegan,
+    Committed,
+    Emit,
+    Failed,
+    Halt,
+    HaltReason,
+    LeadershipLost,
+    NotReady,
+    Opened,
+    Phase,
+    Processed,
+    Reacquire,
+    Replay,
+    Retract,
+    Retracted,
+    Started,
+    StopRequested,
+    Tick,
+    Verified,
+    Verify,
+)
+from transactional.runtime.state import InvariantError, Settings, SlotState
+from transactional.types import TransactionAttempt as A
+
+SETTINGS = Settings(
+    max_pending=3,
+    max_attempts=3,
+    attempt_timeout_s=10.0,
+    backoff_initial_s=1.0,
+    backoff_max_s=4.0,
+    poll_interval_s=1.0,
+    poll_max_s=4.0,
+    max_reelections=1,
+)
+
+
+def process(machine: Machine, attempt: A, now: float = 0.0, records: int = 5) -> list[object]:
+    out = machine.step(Processed(attempt, records, empty=False), now)
+    assert out == [Verify(attempt)]
+    return list(machine.step(Verified(attempt), now))
+
+
+def test_the_window_fills_one_start_at_a_time_and_commits_only_currtx() -> None:
+    machine = Machine(SETTINGS)
+    assert machine.step(Opened(1, frozenset()), 0.0) == [Emit(A(1, 1), 1)]
+    assert machine.step(Started(A(1, 1)), 0.0) == [Emit(A(2, 2), 1)]
+    assert machine.step(Started(A(2, 2)), 0.0) == [Emit(A(3, 3), 1)]
+    assert machine.step(Started(A(3, 3)), 0.0) == []  # max_pending=3: the window is full
+    # txid 2 is processed first: it waits, as txid 1 has not committed.
+    assert process(machine, A(2, 2)) == []
+    assert process(machine, A(1, 1)) == [Commit(A(1, 1), 1)]
+    assert process(machine, A(3, 3)) == []  # one commit at a time
+    assert machine.step(CommitBegan(A(1, 1)), 1.0) == []
+    assert machine.step(Committed(A(1, 1)), 2.0) == [Advance(A(1, 1))]
+    # Advanced: txid 1 acknowledged, txid 4 may start, and txid 2 commits.
+    assert machine.step(Advanced(A(1, 1)), 2.0) == [
+        Acknowledge(A(1, 1), 1, 5, queued_s=0.0),
+        Emit(A(4, 4), 1),
+    ]
+    assert machine.step(NotReady(4), 2.0) == [Commit(A(2, 2), 1)]
+    assert machine.currtx == 2 and machine.counts.committed_txids == 1
+
+
+def test_a_failure_drops_the_txid_and_every_one_above_then_replays_them_after_a_backoff() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)
+    for txid in (1, 2, 3):
+        machine.step(Started(A(txid, txid)), 0.0)
+    error = RuntimeError("executor lost")
+    out = machine.step(Failed(A(2, 2), error, Phase.PROCESS), 5.0)
+    assert out == [
+        Cancel(A(2, 2), failed=True),
+        Cancel(A(3, 3), failed=True),
+        Backoff(2, error, Phase.PROCESS, failures=1, retry_at=6.0),
+    ]
+    assert machine.step(Tick(), 5.5) == []  # backing off
+    # Stored metadata: replayed with new attempt ids, never decided again.
+    assert machine.step(Tick(), 6.0) == [Replay(A(2, 4), 2)]
+    assert machine.step(Started(A(2, 4)), 6.0) == [Replay(A(3, 5), 2)]
+    assert machine.step(Started(A(3, 5)), 6.0) == []
+    # The dropped attempt's late result is stale: ignored, and counted.
+    assert machine.step(Processed(A(2, 2), 5, empty=False), 6.0) == []
+    assert machine.counts.stale_ignored == 1 and machine.counts.failures == 1
+
+
+def test_a_txid_that_fails_max_attempts_times_halts_as_a_poison_batch() -> None:
+    machine = Machine(Settings(**{**SETTINGS.__dict__, "max_pending": 1}))
+    machine.step(Opened(1, frozenset()), 0.0)
+    now, attempt = 0.0, A(1, 1)
+    for failures in (1, 2):
+        machine.step(Started(attempt), now)
+        out = machine.step(Failed(attempt, ValueError("bad row"), Phase.PROCESS), now)
+        assert isinstance(out[-1], Backoff) and out[-1].failures == failures
+        now = out[-1].retry_at
+        (replay,) = machine.step(Tick(), now)
+        assert isinstance(replay, Replay) and replay.number == failures + 1
+        attempt = replay.attempt
+    machine.step(Started(attempt), now)
+    error = ValueError("bad row")
+    assert machine.step(Failed(attempt, error, Phase.PROCESS), now) == [
+        Cancel(attempt, failed=True),
+        Halt(HaltReason.POISON, error, 1, Phase.PROCESS, 3),
+    ]
+
+
+def test_a_contract_error_halts_at_its_first_occurrence() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)
+    error = ContractError("bolt 'count' returned None")
+    assert machine.step(Failed(A(1, 1), error, Phase.START), 0.0) == [
+        Halt(HaltReason.CONFIGURATION, error, 1, Phase.START, 1)
+    ]
+
+
+def test_a_start_that_failed_after_storing_its_metadata_is_replayed() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)
+    out = machine.step(Failed(A(1, 1), OSError("emit"), Phase.START, stored=True), 0.0)
+    assert isinstance(out[-1], Backoff)
+    assert machine.step(Tick(), out[-1].retry_at) == [Replay(A(1, 2), 2)]
+
+
+def test_an_attempt_past_its_deadline_fails_and_a_commit_deadline_starts_when_it_begins() -> None:
+    one = Settings(**{**SETTINGS.__dict__, "max_pending": 1})
+    machine = Machine(one)
+    machine.step(Opened(1, frozenset()), 0.0)
+    assert machine.step(Started(A(1, 1)), 0.0) == []
+    assert machine.step(Tick(), 9.9) == []
+    out = machine.step(Tick(), 10.0)
+    assert [type(c) for c in out] == [Cancel, Backoff]
+    assert isinstance(out[1], Backoff) and isinstance(out[1].error, AttemptTimeoutError)
+    assert out[1].phase is Phase.PROCESS
+
+    machine = Machine(one)
+    machine.step(Opened(1, frozenset()), 0.0)
+    machine.step(Started(A(1, 1)), 0.0)
+    assert process(machine, A(1, 1), now=9.0) == [Commit(A(1, 1), 1)]
+    # The commit thread takes it up only at 15 (behind a slow one): no deadline till then.
+    assert machine.step(Tick(), 20.0) == []
+    machine.step(CommitBegan(A(1, 1)), 15.0)
+    assert machine.step(Tick(), 24.9) == []
+    out = machine.step(Tick(), 25.0)
+    assert isinstance(out[-1], Backoff) and out[-1].phase is Phase.COMMIT
+
+
+def test_idle_polls_back_off_to_the_maximum_and_data_resets_the_interval() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)
+    asked = [0.0]
+    now = 0.0
+    for _ in range(5):
+        assert machine.step(NotReady(1), now) == []
+        now = machine.poll_at
+        (emit,) = machine.step(Tick(), now)
+        assert isinstance(emit, Emit) and emit.attempt.txid == 1 and emit.number == 1
+        asked.append(now)
+    gaps = [b - a for a, b in itertools.pairwise(asked)]
+    assert gaps == [1.0, 2.0, 4.0, 4.0, 4.0]  # doubling up to poll_max_s
+    assert machine.drained(now) is False  # a start is pending
+    attempt = emit.attempt
+    machine.step(Started(attempt), now)
+    machine.step(NotReady(2), now)
+    process(machine, attempt, now)
+    assert machine.poll_interval == 1.0  # a batch with records resets it
+
+
+def test_an_empty_batch_is_retracted_with_every_txid_above_it_and_polled_again() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)
+    machine.step(Started(A(1, 1)), 0.0)
+    machine.step(Started(A(2, 2)), 0.0)
+    machine.step(NotReady(3), 0.0)  # polls again at 1.0
+    assert machine.step(Processed(A(1, 1), 0, empty=True), 0.5) == [Verify(A(1, 1))]
+    assert machine.step(Verified(A(1, 1)), 0.5) == [Retract(A(1, 1))]
+    assert machine.step(Retracted(A(1, 1)), 0.5) == [
+        Cancel(A(1, 1), failed=False),
+        Cancel(A(2, 2), failed=False),
+    ]
+    assert machine.next_txid == 1 and not machine.stored and machine.counts.empty_polls == 1
+    assert machine.drained(0.5)
+    assert machine.step(Tick(), machine.poll_at) == [Emit(A(1, 4), 1)]  # decided again
+
+
+def test_lost_leadership_drops_everything_and_replays_the_stored_txids_first() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)
+    machine.step(Started(A(1, 1)), 0.0)
+    machine.step(Started(A(2, 2)), 0.0)
+    machine.step(NotReady(3), 0.0)
+    lost = LostLeadershipError("session expired")
+    assert machine.step(LeadershipLost(lost), 0.0) == [
+        Cancel(A(1, 1), failed=True),
+        Cancel(A(2, 2), failed=True),
+        Reacquire(lost),
+    ]
+    assert machine.step(Tick(), 1.0) == []  # nothing starts without the leadership
+    assert machine.step(Opened(1, frozenset({1, 2})), 1.0) == [Replay(A(1, 4), 2)]
+    assert machine.step(Started(A(1, 4)), 1.0) == [Replay(A(2, 5), 2)]
+    assert machine.step(Started(A(2, 5)), 1.0) == [Emit(A(3, 6), 1)]
+    assert machine.counts.reelections == 1
+
+
+def test_a_lost_leadership_reported_as_a_failure_is_no_failure_of_the_txid() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)
+    machine.step(Started(A(1, 1)), 0.0)
+    machine.step(NotReady(2), 0.0)
+    lost = LostLeadershipError("fenced write")
+    out = machine.step(Failed(A(1, 1), lost, Phase.ADVANCE), 0.0)
+    assert out == [Cancel(A(1, 1), failed=True), Reacquire(lost)]
+    assert machine.counts.failures == 0 and machine.failures[1] == 0
+
+
+def test_a_deposed_runner_and_one_that_lost_leadership_too_often_halt() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)
+    machine.step(NotReady(1), 0.0)
+    fenced = FencedError("a newer leader")
+    assert machine.step(LeadershipLost(fenced), 0.0) == [Halt(HaltReason.DEPOSED, fenced)]
+
+    machine = Machine(SETTINGS)  # max_reelections=1
+    machine.step(Opened(1, frozenset()), 0.0)
+    machine.step(NotReady(1), 0.0)
+    lost = LostLeadershipError("expired")
+    assert machine.step(LeadershipLost(lost), 0.0) == [Reacquire(lost)]
+    machine.step(Opened(1, frozenset()), 0.0)
+    machine.step(NotReady(1), 0.0)
+    assert machine.step(LeadershipLost(lost), 0.0) == [Halt(HaltReason.REELECTIONS, lost)]
+
+
+def test_a_stop_starts_nothing_and_commits_nothing_more() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)
+    machine.step(Started(A(1, 1)), 0.0)
+    machine.step(Started(A(2, 2)), 0.0)
+    machine.step(NotReady(3), 0.0)
+    assert machine.step(StopRequested(), 0.0) == []
+    assert process(machine, A(1, 1)) == []  # processed, but not committed
+    assert machine.slots[1].state is SlotState.PROCESSED
+    assert machine.step(Tick(), 5.0) == []  # and txid 3 is not asked for again
+
+
+def test_an_advance_of_a_txid_that_is_not_committing_is_a_bug() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)
+    machine.step(Started(A(1, 1)), 0.0)
+    with pytest.raises(InvariantError):
+        machine.step(Advanced(A(1, 1)), 0.0)
+
+
+def test_an_event_before_a_start_is_answered_is_a_bug() -> None:
+    machine = Machine(SETTINGS)
+    machine.step(Opened(1, frozenset()), 0.0)  # Emit(1) asked for
+    with pytest.raises(InvariantError, match="unanswered"):
+        machine.step(Tick(), 0.0)

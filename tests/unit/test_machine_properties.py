@@ -1,0 +1,345 @@
+"""The state machine under random schedules (hypothesis): no Spark, no thread, no sleep.
+
+A small world answers the machine's commands the way the executor would: starts,
+verifications, advances and retractions at once; processing and commits later, in an
+order hypothesis picks, with failures, timeouts, lost leadership, a deposed leader's
+write refused, new data arriving while the source was idle, and crashes after which a
+new machine resumes from the store. The world's store and sink check the protocol as it
+happens (metadata written once, commits in txid order with no gap); at the end the sink
+holds every record of the source that was decided, exactly once.
+
+The machine itself asserts its invariants after every step (``InvariantError``). A
+failing example shrinks to a short schedule, printed one step a line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from transactional.errors import (
+    AttemptTimeoutError,
+    ConfigurationError,
+    FencedError,
+    LostLeadershipError,
+)
+from transactional.runtime.machine import Machine
+from transactional.runtime.messages import (
+    Acknowledge,
+    Advance,
+    Advanced,
+    Backoff,
+    Cancel,
+    Command,
+    Commit,
+    CommitBegan,
+    Committed,
+    Emit,
+    Event,
+    Failed,
+    Halt,
+    HaltReason,
+    LeadershipLost,
+    NotReady,
+    Opened,
+    Phase,
+    Processed,
+    Reacquire,
+    Replay,
+    Retract,
+    Retracted,
+    Started,
+    Tick,
+    Verified,
+    Verify,
+)
+from transactional.runtime.state import Settings
+from transactional.types import TransactionAttempt
+
+EXAMPLES = 500
+
+
+class Boom(Exception):
+    """A transient failure the world injects."""
+
+
+@dataclass
+class Store:
+    """``currtx`` and each started txid's range ``(start, end)`` of the source."""
+
+    currtx: int = 1
+    metas: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def start(self, txid: int, meta: tuple[int, int]) -> None:
+        assert txid not in self.metas, f"metadata of txid {txid} written twice"
+        assert txid >= self.currtx
+        self.metas[txid] = meta
+
+    def advance(self, txid: int) -> None:
+        assert txid == self.currtx, f"advance of {txid} with currtx={self.currtx}"
+        self.currtx = txid + 1
+        self.metas = {t: m for t, m in self.metas.items() if t >= txid}
+
+    def retract(self, txid: int) -> None:
+        assert txid >= self.currtx
+        self.metas = {t: m for t, m in self.metas.items() if t < txid}
+
+
+@dataclass
+class Sink:
+    """An idempotent sink: it keeps its last txid with the data."""
+
+    last: int = 0
+    applied: list[int] = field(default_factory=list)  # source positions, in commit order
+    commits: list[int] = field(default_factory=list)
+
+    def commit(self, txid: int, meta: tuple[int, int]) -> None:
+        if txid <= self.last:
+            return  # a replay: skipped
+        assert txid == self.last + 1, f"commit of {txid} after {self.last}: a gap"
+        self.applied.extend(range(*meta))
+        self.last = txid
+        self.commits.append(txid)
+
+
+@dataclass
+class World:
+    """Answers the machine's commands; ``pending`` holds what a worker or the commit
+    thread will report later."""
+
+    batch: int
+    available: int
+    #: ``is_ready`` always says yes: a batch past the data is empty (and retracted).
+    always_ready: bool = False
+    store: Store = field(default_factory=Store)
+    sink: Sink = field(default_factory=Sink)
+    now: float = 0.0
+    pending: list[Event] = field(default_factory=list)
+    commits_queued: list[tuple[TransactionAttempt, bool]] = field(default_factory=list)
+    idle: tuple[int, tuple[int, int]] | None = None
+    cancelled: set[TransactionAttempt] = field(default_factory=set)
+    halted: Halt | None = None
+    log: list[str] = field(default_factory=list)
+
+    def decide(self, txid: int) -> tuple[int, int] | None:
+        prev = self.store.metas.get(txid - 1)
+        start = prev[1] if prev else self.sink_position(txid)
+        if start >= self.available and not self.always_ready:
+            return None  # is_ready says no
+        return (start, min(self.available, start + self.batch))
+
+    def sink_position(self, txid: int) -> int:
+        """Where txid starts when txid - 1's metadata was cleaned: after the sink's data."""
+        assert txid == self.store.currtx, f"no previous metadata for {txid}"
+        return len(self.sink.applied)
+
+    def answer(self, command: Command, fail: Callable[[str], bool]) -> list[Event]:
+        """What the executor reports at once for ``command``; later reports go to
+        ``pending``."""
+        self.log.append(f"  -> {command}")
+        match command:
+            case Emit(attempt, _):
+                meta = self.decide(attempt.txid)
+                if meta is None or self.idle == (attempt.txid, meta):
+                    return [NotReady(attempt.txid)]
+                if fail("before its metadata is stored"):
+                    return [Failed(attempt, Boom("start"), Phase.START)]
+                self.store.start(attempt.txid, meta)
+                if fail("after its metadata is stored"):
+                    return [Failed(attempt, Boom("emit"), Phase.START, stored=True)]
+                self.pending.append(Processed(attempt, meta[1] - meta[0], meta[0] == meta[1]))
+                return [Started(attempt)]
+            case Replay(attempt, _):
+                assert attempt.txid in self.store.metas, f"replay of unstored {attempt.txid}"
+                if fail("replay"):
+                    return [Failed(attempt, Boom("replay"), Phase.START)]
+                meta = self.store.metas[attempt.txid]
+                self.pending.append(Processed(attempt, meta[1] - meta[0], meta[0] == meta[1]))
+                return [Started(attempt)]
+            case Verify(attempt):
+                return [Verified(attempt)]
+            case Commit(attempt, _):
+                self.commits_queued.append((attempt, False))
+                return []
+            case Advance(attempt):
+                if fail("advance"):
+                    return [Failed(attempt, Boom("advance"), Phase.ADVANCE)]
+                self.store.advance(attempt.txid)
+                return [Advanced(attempt)]
+            case Retract(attempt):
+                meta = self.store.metas[attempt.txid]
+                self.store.retract(attempt.txid)
+                self.idle = (attempt.txid, meta)
+                return [Retracted(attempt)]
+            case Cancel(attempt, _):
+                self.cancelled.add(attempt)
+                return []
+            case Reacquire(_):
+                return [Opened(self.store.currtx, frozenset(self.store.metas))]
+            case Halt():
+                self.halted = command
+                return []
+            case Acknowledge() | Backoff():
+                return []
+        raise AssertionError(f"unknown command {command}")
+
+
+def run_commands(
+    machine: Machine, world: World, commands: list[Command], fail: Callable[[str], bool]
+) -> None:
+    """Carry out commands (and what they report at once) as the executor does."""
+    todo = list(commands)
+    while todo and world.halted is None:
+        command = todo.pop(0)
+        for event in world.answer(command, fail):
+            world.log.append(f"{event}")
+            todo.extend(machine.step(event, world.now))
+
+
+def commit_thread(world: World, attempt: TransactionAttempt, outcome: str) -> list[Event]:
+    """The commit thread takes up a queued commit: it applies, fails, or applies and
+    then reports a failure (a lost reply: the outcome is unknown to the runner)."""
+    meta = world.store.metas[attempt.txid]
+    if outcome == "fail":
+        return [CommitBegan(attempt), Failed(attempt, Boom("commit"), Phase.COMMIT)]
+    world.sink.commit(attempt.txid, meta)
+    if outcome == "lost reply":
+        return [CommitBegan(attempt), Failed(attempt, Boom("reply lost"), Phase.COMMIT)]
+    return [CommitBegan(attempt), Committed(attempt)]
+
+
+ACTIONS = ["tick", "worker", "commit", "data", "leadership", "crash", "fenced", "timeout"]
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    max_pending=st.integers(1, 4),
+    batch=st.integers(1, 5),
+    total=st.integers(0, 30),
+    steps=st.integers(10, 120),
+    data=st.data(),
+)
+def test_random_schedules_keep_every_invariant_and_count_each_record_once(
+    max_pending: int, batch: int, total: int, steps: int, data: st.DataObject
+) -> None:
+    config = Settings(
+        max_pending=max_pending,
+        max_attempts=4,
+        attempt_timeout_s=10.0,
+        backoff_initial_s=0.5,
+        backoff_max_s=2.0,
+        poll_interval_s=1.0,
+        poll_max_s=8.0,
+        max_reelections=100,
+    )
+    initially = data.draw(st.integers(0, total), label="available at start")
+    world = World(batch, initially, data.draw(st.booleans(), label="always ready"))
+
+    def fail(what: str) -> bool:
+        return data.draw(st.sampled_from([False, False, False, True]), label=f"fail {what}")
+
+    machine = Machine(config)
+    run_commands(machine, world, machine.step(Opened(1, frozenset()), world.now), fail)
+    crashes = 0
+
+    def restart(why: str) -> Machine:
+        world.log.append(f"restart ({why}) from currtx={world.store.currtx}")
+        world.pending.clear()
+        world.commits_queued.clear()
+        world.halted = None
+        world.idle = None
+        fresh = Machine(config)
+        opened = Opened(world.store.currtx, frozenset(world.store.metas))
+        run_commands(fresh, world, fresh.step(opened, world.now), fail)
+        return fresh
+
+    try:
+        for _ in range(steps):
+            action = data.draw(st.sampled_from(ACTIONS), label="action")
+            world.log.append(f"{action} at t={world.now}")
+            if action == "tick":
+                world.now += data.draw(st.sampled_from([0.0, 0.5, 1.0, 4.0, 11.0]), label="dt")
+                run_commands(machine, world, machine.step(Tick(), world.now), fail)
+            elif action == "worker" and world.pending:
+                event = world.pending.pop(data.draw(st.integers(0, len(world.pending) - 1)))
+                if data.draw(st.booleans(), label="worker fails") and isinstance(event, Processed):
+                    event = Failed(event.attempt, Boom("process"), Phase.PROCESS)
+                world.log.append(f"{event}")
+                run_commands(machine, world, machine.step(event, world.now), fail)
+            elif action == "commit" and world.commits_queued:
+                attempt, _ = world.commits_queued.pop(0)  # one commit thread: in order
+                if attempt.txid not in world.store.metas:
+                    continue  # retracted since (cannot happen for a queued commit)
+                outcome = data.draw(st.sampled_from(["ok", "ok", "fail", "lost reply"]))
+                for event in commit_thread(world, attempt, outcome):
+                    world.log.append(f"{event} ({outcome})")
+                    run_commands(machine, world, machine.step(event, world.now), fail)
+            elif action == "data" and world.available < total:
+                world.available = data.draw(st.integers(world.available + 1, total))
+            elif action == "leadership":
+                lost = LeadershipLost(LostLeadershipError("session expired"))
+                run_commands(machine, world, machine.step(lost, world.now), fail)
+            elif action == "fenced":
+                run_commands(
+                    machine,
+                    world,
+                    machine.step(LeadershipLost(FencedError("newer")), world.now),
+                    fail,
+                )
+                assert world.halted is not None and world.halted.reason is HaltReason.DEPOSED
+                machine = restart("deposed, started again")
+            elif action == "timeout":
+                world.now += config.attempt_timeout_s or 0
+                run_commands(machine, world, machine.step(Tick(), world.now), fail)
+            elif action == "crash" and crashes < 3:
+                crashes += 1
+                machine = restart("crash")
+            if world.halted is not None:
+                assert world.halted.reason is HaltReason.POISON, world.halted
+                assert isinstance(world.halted.error, Boom | AttemptTimeoutError)
+                machine = restart("poison batch: the operator removed the cause")
+
+        # Drain: no more faults; time passes, every worker and commit completes.
+        world.log.append("drain")
+        world.available = total
+        for _ in range(2000):
+            if world.pending:
+                event = world.pending.pop(0)
+                run_commands(machine, world, machine.step(event, world.now), never)
+            elif world.commits_queued:
+                attempt, _ = world.commits_queued.pop(0)
+                if attempt.txid in world.store.metas:
+                    for event in commit_thread(world, attempt, "ok"):
+                        run_commands(machine, world, machine.step(event, world.now), never)
+            elif machine.drained(world.now) and len(world.sink.applied) == total:
+                break
+            else:
+                world.now += machine.wait_time(world.now)
+                run_commands(machine, world, machine.step(Tick(), world.now), never)
+            assert world.halted is None, world.halted
+    finally:
+        note("\n".join(world.log[-300:]))  # the schedule, when an example fails
+    assert machine.drained(world.now), "did not drain"
+    assert world.sink.applied == list(range(total)), "records lost or counted twice"
+    assert world.sink.commits == list(range(1, len(world.sink.commits) + 1))
+    assert world.store.currtx == machine.currtx == world.sink.last + 1
+
+
+def never(what: str) -> bool:
+    return False
+
+
+def test_a_configuration_error_halts_at_once() -> None:
+    machine = Machine(Settings(max_pending=2))
+    out = machine.step(Opened(1, frozenset()), 0.0)
+    assert out == [Emit(TransactionAttempt(1, 1), 1)]
+    error = ConfigurationError("bad")
+    out = machine.step(Failed(TransactionAttempt(1, 1), error, Phase.START), 0.0)
+    assert out == [Halt(HaltReason.CONFIGURATION, error, 1, Phase.START, 1)]

@@ -1,0 +1,378 @@
+"""Carries out the state machine's commands on Spark and threads, and turns what came of
+them into events: the only place with threads and Spark job groups.
+
+Threads: the coordinator (the caller of ``run``) feeds the machine and carries out
+every command except two: processing (bolts and the committers' ``prepare``) runs on
+``max_pending`` worker threads, commits on one commit thread. Those report back through
+one queue; the coordinator feeds the reports to the machine in arrival order. Each
+attempt's Spark jobs run in a job group of their own, cancelled when the attempt is
+dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from transactional.engine import Digest, Engine
+from transactional.errors import (
+    BatchConfigurationError,
+    CoordinatorError,
+    LostLeadershipError,
+    PoisonBatchError,
+    TransactionalError,
+)
+from transactional.faults import FaultPoint
+from transactional.runtime import messages as m
+from transactional.runtime.commit import CommitSequence
+from transactional.runtime.drivers import Batch, SpoutDriver, job_group
+from transactional.runtime.leadership import LeaderSession
+from transactional.runtime.machine import Machine
+from transactional.runtime.pipeline import Pipeline
+from transactional.runtime.probes import Faults, Outcomes, Probe, RunStats
+from transactional.topology import Topology
+from transactional.types import CommitOutcome, TransactionAttempt
+
+log = logging.getLogger("transactional.runner")
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a worker or the commit thread hands the coordinator: an event, with what
+    the event itself does not carry (prepared results, digests, commit outcomes), or
+    ``crash``: the process going down (a ``BaseException`` that is not an ``Exception``:
+    ``SystemExit``, a simulated crash), which ends the run at once, as a kill would."""
+
+    event: m.Event | None
+    prepared: Sequence[Any] = ()
+    digests: dict[int, Digest] | None = None
+    outcomes: Sequence[CommitOutcome] = ()
+    crash: BaseException | None = None
+
+
+class Executor:
+    """Runs one topology's machine until stopped, drained or halted."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        machine: Machine,
+        driver: SpoutDriver,
+        session: LeaderSession,
+        engine: Engine,
+        faults: Faults,
+        probes: Sequence[Probe],
+        outcomes: Outcomes,
+        stats: RunStats,
+        stopping: threading.Event,
+        clock: Callable[[], float],
+    ) -> None:
+        self.topology = topology
+        self.machine = machine
+        self.driver = driver
+        self.session = session
+        self.engine = engine
+        self.faults = faults
+        self.probes = [*probes, outcomes]
+        self.outcomes = outcomes
+        self.stats = stats
+        self.stopping = stopping
+        self.clock = clock
+        self.sequence = CommitSequence(topology.committers, driver.replays_exactly, faults.check)
+        self.pipeline = Pipeline(topology, driver, engine, faults, self._measure)
+        self.reports: queue.Queue[Report] = queue.Queue()
+        self._results: dict[TransactionAttempt, Report] = {}
+        self._workers = ThreadPoolExecutor(machine.settings.max_pending, "txn-process")
+        self._committer = ThreadPoolExecutor(1, "txn-commit")
+
+    # ------------------------------------------------------------------ the loop
+
+    def wake(self) -> None:
+        """Interrupt the coordinator's wait (``stop`` from another thread)."""
+        self.reports.put(Report(None))
+
+    def turn(self, until_drained: bool) -> bool:
+        """One turn of the coordinator loop: due starts, commit, timeouts, then the next
+        report. True once drained."""
+        self.feed(m.Tick())
+        now = self.clock()
+        if until_drained and self.machine.drained(now):
+            return True
+        try:
+            report = self.reports.get(timeout=self.machine.wait_time(now))
+        except queue.Empty:
+            return False
+        self.receive(report)
+        return False
+
+    def receive(self, report: Report) -> None:
+        if report.crash is not None:
+            raise report.crash
+        if report.event is None:
+            return  # a wake-up
+        event = report.event
+        if isinstance(event, m.Processed) and self.machine.is_current(event.attempt):
+            self._results[event.attempt] = report
+        elif isinstance(event, m.Committed):
+            self.outcomes.committed(event.attempt, report.outcomes)
+        self.feed(event)
+
+    def feed(self, event: m.Event) -> None:
+        """Give the machine ``event`` and carry out its commands, and theirs, in order."""
+        events = [event]
+        while events:
+            event = events.pop(0)
+            now = self.clock()
+            for probe in self.probes:
+                probe.on_event(event, now)
+            commands = self.machine.step(event, now)
+            self.stats.count(self.machine.counts)
+            for command in commands:
+                for probe in self.probes:
+                    probe.on_command(command, now)
+                events.extend(self.execute(command))
+
+    # ------------------------------------------------------------------ commands
+
+    def execute(self, command: m.Command) -> list[m.Event]:
+        """Carry out one command; the events that came of it at once."""
+        match command:
+            case m.Emit(attempt, number) | m.Replay(attempt, number):
+                return self._start(command, attempt, number)
+            case m.Verify(attempt):
+                return self._verify(attempt)
+            case m.Commit(attempt, number):
+                return self._commit(attempt, number)
+            case m.Advance(attempt):
+                return self._guarded(attempt, m.Phase.ADVANCE, self._advance)
+            case m.Retract(attempt):
+                return self._guarded(attempt, m.Phase.RETRACT, self._retract)
+            case m.Acknowledge():
+                self._acknowledge(command)
+            case m.Cancel(attempt, failed):
+                self._cancel(attempt, failed)
+            case m.Reacquire(error):
+                return self._reacquire(error)
+            case m.Halt():
+                raise self._halt_error(command)
+        return []
+
+    def _start(
+        self, command: m.Emit | m.Replay, attempt: TransactionAttempt, number: int
+    ) -> list[m.Event]:
+        if self.stopping.is_set():  # start nothing more; the loop ends at its next check
+            return [m.NotReady(attempt.txid)]
+        try:
+            if isinstance(command, m.Replay):
+                batch: Batch | None = self.driver.replay(attempt, number)
+            else:
+                batch = self.driver.new_batch(attempt, number)
+        except Exception as exc:  # a user's spout raised: the same as any failure of txid
+            stored = self.driver.has_stored(attempt.txid)
+            return [m.Failed(attempt, exc, m.Phase.START, stored=stored)]
+        if batch is None:
+            return [m.NotReady(attempt.txid)]
+        for probe in self.probes:
+            probe.on_measure(attempt, "store", batch.store_s)
+        self._workers.submit(self._process, batch)
+        return [m.Started(attempt)]
+
+    def _verify(self, attempt: TransactionAttempt) -> list[m.Event]:
+        result = self._results.get(attempt)
+        batch = self.driver.batches[attempt.txid]
+        try:
+            self.driver.verify(batch, result.digests if result else None)
+        except TransactionalError as exc:  # lost leadership is routed by the machine
+            return [m.Failed(attempt, exc, m.Phase.PROCESS)]
+        return [m.Verified(attempt)]
+
+    def _commit(self, attempt: TransactionAttempt, number: int) -> list[m.Event]:
+        try:
+            self.session.check()  # a runner that lost leadership must not commit
+        except LostLeadershipError as lost:
+            return [m.LeadershipLost(lost)]
+        prepared = self._results.pop(attempt).prepared
+        self._committer.submit(self._commit_on_thread, attempt, number, prepared)
+        return []
+
+    def _guarded(
+        self, attempt: TransactionAttempt, phase: m.Phase, step: Callable[[Batch], m.Event]
+    ) -> list[m.Event]:
+        """A store write of the coordinator: a store failure fails the txid."""
+        try:
+            return [step(self.driver.batches[attempt.txid])]
+        except CoordinatorError as exc:  # lost leadership is routed by the machine
+            return [m.Failed(attempt, exc, phase)]
+
+    def _advance(self, batch: Batch) -> m.Event:
+        began = time.perf_counter()
+        self.driver.advance(batch)
+        for probe in self.probes:
+            probe.on_measure(batch.attempt, "advance", time.perf_counter() - began)
+        return m.Advanced(batch.attempt)
+
+    def _retract(self, batch: Batch) -> m.Event:
+        self.driver.retract(batch)
+        return m.Retracted(batch.attempt)
+
+    def _acknowledge(self, command: m.Acknowledge) -> None:
+        txid = command.attempt.txid
+        batch = self.driver.batches.pop(txid)
+        try:
+            self.faults.check(FaultPoint.AFTER_ADVANCE, command.attempt, command.number)
+            self.driver.acknowledge(batch)
+        except Exception as exc:  # the txid is committed; hooks are best-effort
+            log.warning("post-commit hook failed txid=%d error=%r", txid, exc)
+        self.outcomes.acknowledged(command)
+
+    def _cancel(self, attempt: TransactionAttempt, failed: bool) -> None:
+        self._results.pop(attempt, None)
+        quietly(lambda: self.engine.cancel(job_group(attempt)), "cancel job group")
+        if self.driver.batches.get(attempt.txid, None) is not None:
+            quietly(lambda: self.driver.drop(attempt.txid, failed), "spout fail")
+
+    def _reacquire(self, error: LostLeadershipError) -> list[m.Event]:
+        topology_id = self.session.topology_id
+        log.warning(
+            "leadership lost topology=%s currtx=%d error=%s: %s; in-flight txids dropped, "
+            "taking leadership back",
+            topology_id,
+            self.machine.currtx,
+            type(error).__name__,
+            error,
+        )
+        try:
+            state = self.session.reacquire()
+        except LostLeadershipError as exc:
+            log.error("deposed or cut off topology=%s; stopping: %s", topology_id, exc)
+            raise
+        if state is None:
+            return []  # asked to stop meanwhile
+        stored = self.driver.load(state)
+        log.warning(
+            "leadership taken back topology=%s currtx=%d replays=%s fence=%s",
+            topology_id,
+            state.currtx,
+            sorted(t for t in stored if t >= state.currtx),
+            self.session.token,
+        )
+        return [m.Opened(state.currtx, stored)]
+
+    def _halt_error(self, halt: m.Halt) -> BaseException:
+        error = halt.error
+        if halt.reason is m.HaltReason.DEPOSED:
+            log.error(
+                "deposed: another runner leads topology=%s; a write of this runner was "
+                "refused and it stops without writing anything more: %s",
+                self.session.topology_id,
+                error,
+            )
+            return error
+        if halt.reason is m.HaltReason.REELECTIONS:
+            settings = self.machine.settings
+            lost = LostLeadershipError(
+                f"lost the leadership of topology {self.session.topology_id!r} "
+                f"{self.machine.counts.reelections} times in this run (max_reelections="
+                f"{settings.max_reelections}); last: {error}. Check the state store's health"
+            )
+            lost.__cause__ = error
+            return lost
+        assert halt.txid is not None and halt.phase is not None
+        assert isinstance(error, Exception)
+        meta = self.driver.stored_meta(halt.txid)
+        if halt.reason is m.HaltReason.CONFIGURATION:
+            stop: BaseException = BatchConfigurationError(halt.txid, meta, error, halt.phase)
+        else:
+            stop = PoisonBatchError(halt.txid, meta, error, halt.failures)
+        stop.__cause__ = error
+        return stop
+
+    # ------------------------------------------------------------------ threads
+
+    def _process(self, batch: Batch) -> None:
+        """Worker thread: build the batch, read it once, run the bolts and ``prepare``."""
+        attempt = batch.attempt
+        try:
+            with self.engine.job_group(batch.group):
+                processed = self.pipeline.run(batch)
+            report = Report(processed.event, processed.prepared, processed.digests)
+        except Exception as exc:  # reported to the coordinator thread, never lost
+            report = Report(m.Failed(attempt, exc, m.Phase.PROCESS))
+        except BaseException as exc:
+            report = Report(None, crash=exc)
+        self.reports.put(report)
+
+    def _commit_on_thread(
+        self, attempt: TransactionAttempt, number: int, prepared: Sequence[Any]
+    ) -> None:
+        """Commit thread: the ordered commit of one txid (``commit.CommitSequence``)."""
+        self.reports.put(Report(m.CommitBegan(attempt)))
+        began = time.perf_counter()
+        try:
+            with self.engine.job_group(job_group(attempt)):
+                outcomes = self.sequence.commit(attempt, number, prepared)
+            self._measure(attempt, "commit", began)
+            self.stats.resolved_commits = self.sequence.resolved
+            report = Report(m.Committed(attempt), outcomes=outcomes)
+        except Exception as exc:
+            report = Report(m.Failed(attempt, exc, m.Phase.COMMIT))
+        except BaseException as exc:
+            report = Report(None, crash=exc)
+        self.reports.put(report)
+
+    def _measure(self, attempt: TransactionAttempt, step: str, began: float) -> None:
+        for probe in self.probes:
+            probe.on_measure(attempt, step, time.perf_counter() - began)
+
+    # ------------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Cancel what is in flight. A commit already running is let finish, and on a
+        requested stop (Ctrl-C, SIGTERM) waited for, and advanced past if it succeeded:
+        cancelling it could leave one sink written and the next not, until a replay."""
+        committing = self.machine.committing
+        for slot in list(self.machine.slots.values()):
+            if slot.txid != committing:
+                quietly(partial(self.engine.cancel, job_group(slot.attempt)), "cancel job group")
+        self._workers.shutdown(wait=False, cancel_futures=True)
+        stopped = self.stopping.is_set()
+        self._committer.shutdown(wait=stopped, cancel_futures=True)
+        if stopped and committing is not None:
+            self._advance_finished_commit(self.machine.slots[committing].attempt)
+
+    def join(self) -> None:
+        """Wait for the worker and commit threads to stop."""
+        self._workers.shutdown(wait=True)
+        self._committer.shutdown(wait=True)
+
+    def _advance_finished_commit(self, attempt: TransactionAttempt) -> None:
+        self.machine.stopping = True
+        while True:
+            try:
+                report = self.reports.get_nowait()
+            except queue.Empty:
+                return
+            event = report.event
+            if isinstance(event, m.CommitBegan):
+                continue
+            if isinstance(event, m.Committed) and event.attempt == attempt:
+                try:
+                    self.receive(report)
+                except Exception as exc:  # it replays, and its sinks skip it
+                    log.warning("advance on stop failed txid=%d error=%r", attempt.txid, exc)
+            if isinstance(event, m.Committed | m.Failed) and event.attempt == attempt:
+                return
+
+
+def quietly(fn: Callable[[], Any], what: str) -> None:
+    try:
+        fn()
+    except Exception as exc:
+        log.warning("%s failed error=%r", what, exc)

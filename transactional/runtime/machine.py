@@ -1,0 +1,394 @@
+"""The transaction state machine of DESIGN.md section 4, as pure code.
+
+``Machine.step(event, now)`` takes one typed event and the time, and returns the typed
+commands to carry out, in order. It holds the protocol's whole decision state (which
+txids are in flight and in what state, ``currtx``, failures, back-off and poll
+deadlines) and nothing else: no Spark, no threads, no I/O, no spout. The executor
+(``transactional.runtime.executor``) carries the commands out and reports what came of
+them as further events; the spout drivers hold the spout-kind specifics.
+
+A turn, after every event: start the next txid while the window
+``[currtx, currtx + max_pending)`` has room (one at a time: a start is answered by
+``Started``, ``NotReady`` or ``Failed`` before the next is asked for), then commit
+``currtx`` once it is processed, then fail the first attempt past its deadline.
+
+The invariants of DESIGN.md section 4 are asserted after every step
+(``invariants.check_invariants``): at most ``max_pending`` txids in flight, all inside the window;
+at most one commit running, and only of ``currtx``; commits advance one txid at a time
+with no gap; a txid whose metadata is stored is only ever replayed, never decided again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from transactional.errors import (
+    AttemptTimeoutError,
+    ConfigurationError,
+    FencedError,
+    LostLeadershipError,
+)
+from transactional.runtime.invariants import check_invariants
+from transactional.runtime.messages import (
+    Acknowledge,
+    Advance,
+    Advanced,
+    Backoff,
+    Cancel,
+    Command,
+    Commit,
+    CommitBegan,
+    Committed,
+    Emit,
+    Event,
+    Failed,
+    Halt,
+    HaltReason,
+    LeadershipLost,
+    NotReady,
+    Opened,
+    Phase,
+    Processed,
+    Reacquire,
+    Replay,
+    Retract,
+    Retracted,
+    Started,
+    StopRequested,
+    Tick,
+    Verified,
+    Verify,
+)
+from transactional.runtime.state import Counts, InvariantError, Settings, Slot, SlotState
+from transactional.types import TransactionAttempt
+
+
+@dataclass
+class Machine:
+    settings: Settings
+    currtx: int = 1
+    next_txid: int = 1
+    #: Txids whose metadata is in the store (at or above ``currtx``): replayed, never
+    #: decided again.
+    stored: set[int] = field(default_factory=set)
+    slots: dict[int, Slot] = field(default_factory=dict)
+    counts: Counts = field(default_factory=Counts)
+    failures: Counter[int] = field(default_factory=Counter)
+    #: Attempts of each uncommitted txid in this run, counting those dropped because a
+    #: lower txid failed: fault plans and logs number attempts by it.
+    attempts: Counter[int] = field(default_factory=Counter)
+    retry_at: float = 0.0
+    poll_at: float = 0.0
+    poll_interval: float = 0.0
+    not_ready: bool = False
+    stopping: bool = False
+    #: The txid whose start was asked for and not yet answered.
+    starting: int | None = None
+    committing: int | None = None
+    opened: bool = False
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        self.poll_interval = self.settings.poll_interval_s
+
+    # ------------------------------------------------------------------ the one entry
+
+    def step(self, event: Event, now: float) -> list[Command]:
+        """Handle ``event`` at time ``now``; the commands to carry out, in order."""
+        out: list[Command] = []
+        if self.starting is not None and not _answers(event, self.starting):
+            raise InvariantError(f"{event} while the start of txid {self.starting} is unanswered")
+        handler = _HANDLERS[type(event)]
+        handler(self, event, now, out)
+        # A command answered at once (by the executor, on this thread) continues the turn
+        # when its answer comes: nothing may start while it is unanswered.
+        if self.opened and not any(isinstance(c, _ANSWERED_AT_ONCE) for c in out):
+            self._turn(now, out)
+        check_invariants(self)
+        return out
+
+    # ------------------------------------------------------------------ queries
+
+    def drained(self, now: float) -> bool:
+        """Nothing new, nothing in flight, nothing to retry: ``until_drained`` may end."""
+        return (
+            self.not_ready
+            and not self.slots
+            and self.starting is None
+            and self.next_txid == self.currtx
+            and now >= self.retry_at
+        )
+
+    def is_current(self, attempt: TransactionAttempt) -> bool:
+        """Whether ``attempt`` is the current attempt of an in-flight txid."""
+        slot = self.slots.get(attempt.txid)
+        return slot is not None and slot.attempt == attempt
+
+    def wait_time(self, now: float) -> float:
+        """How long the executor may wait for an event before the next ``Tick``."""
+        deadlines = [s.deadline for s in self.slots.values() if s.deadline is not None]
+        if self.retry_at > now:
+            deadlines.append(self.retry_at)
+        if self.not_ready or self.poll_at > now:
+            deadlines.append(self.poll_at)
+        if self._room() and not self.not_ready and self.retry_at <= now and self.poll_at <= now:
+            deadlines.append(now)
+        wait = min(deadlines, default=now + 1.0) - now
+        return max(0.001, min(wait, 1.0))
+
+    # ------------------------------------------------------------------ handlers
+
+    def _opened(self, event: Opened, now: float, out: list[Command]) -> None:
+        self.currtx = self.next_txid = event.currtx
+        self.stored = {t for t in event.stored if t >= event.currtx}
+        self.retry_at = self.poll_at = 0.0
+        self.not_ready = False
+        self.starting = None
+        self.opened = True
+
+    def _tick(self, event: Tick, now: float, out: list[Command]) -> None:
+        pass  # the turn that follows every event does the work
+
+    def _stop(self, event: StopRequested, now: float, out: list[Command]) -> None:
+        self.stopping = True
+
+    def _started(self, event: Started, now: float, out: list[Command]) -> None:
+        attempt = event.attempt
+        if self.starting != attempt.txid:
+            raise InvariantError(f"started {attempt} while starting {self.starting}")
+        self.starting = None
+        deadline = None
+        if self.settings.attempt_timeout_s is not None:
+            deadline = now + self.settings.attempt_timeout_s
+        self.slots[attempt.txid] = Slot(attempt, self.attempts[attempt.txid], now, deadline)
+        self.stored.add(attempt.txid)
+        self.not_ready = False
+        self.next_txid += 1
+
+    def _not_ready(self, event: NotReady, now: float, out: list[Command]) -> None:
+        if self.starting != event.txid:
+            raise InvariantError(f"not ready {event.txid} while starting {self.starting}")
+        self.starting = None
+        self.attempts[event.txid] -= 1  # no attempt was made
+        self._idle_poll(now)
+
+    def _processed(self, event: Processed, now: float, out: list[Command]) -> None:
+        slot = self._current(event.attempt, SlotState.PROCESSING)
+        if slot is None:
+            return
+        slot.records, slot.empty = event.records, event.empty
+        slot.state = SlotState.VERIFYING
+        out.append(Verify(event.attempt))
+
+    def _verified(self, event: Verified, now: float, out: list[Command]) -> None:
+        slot = self._current(event.attempt, SlotState.VERIFYING)
+        if slot is None:
+            return
+        if slot.empty:
+            out.append(Retract(slot.attempt))
+            return
+        self.poll_interval = self.settings.poll_interval_s  # data flows: the base rate
+        slot.state = SlotState.PROCESSED
+        slot.processed_at = now
+        slot.deadline = None
+
+    def _retracted(self, event: Retracted, now: float, out: list[Command]) -> None:
+        slot = self._current(event.attempt, SlotState.VERIFYING)
+        if slot is None:
+            return
+        txid = slot.txid
+        self._drop_from(txid, out, failed=False)
+        for gone in [t for t in self.attempts if t >= txid]:
+            del self.attempts[gone]
+        self.stored = {t for t in self.stored if t < txid}
+        self.next_txid = txid
+        self.counts.empty_polls += 1
+        self._idle_poll(now)
+
+    def _commit_began(self, event: CommitBegan, now: float, out: list[Command]) -> None:
+        slot = self._current(event.attempt, SlotState.COMMITTING)
+        if slot is not None and self.settings.attempt_timeout_s is not None:
+            slot.deadline = now + self.settings.attempt_timeout_s
+
+    def _committed(self, event: Committed, now: float, out: list[Command]) -> None:
+        slot = self._current(event.attempt, SlotState.COMMITTING)
+        if slot is None:
+            return
+        slot.state = SlotState.ADVANCING
+        slot.deadline = None
+        out.append(Advance(slot.attempt))
+
+    def _advanced(self, event: Advanced, now: float, out: list[Command]) -> None:
+        slot = self._current(event.attempt, SlotState.ADVANCING)
+        if slot is None:
+            raise InvariantError(f"advanced {event.attempt}, which was not advancing")
+        txid = slot.txid
+        if txid != self.currtx or self.committing != txid:
+            raise InvariantError(f"advanced txid {txid} with currtx={self.currtx}")
+        del self.slots[txid]
+        self.committing = None
+        self.currtx = txid + 1
+        self.stored = {t for t in self.stored if t > txid}
+        self.failures.pop(txid, None)
+        self.attempts.pop(txid, None)
+        self.counts.committed_txids += 1
+        self.counts.records += slot.records
+        self.counts.last_committed = txid
+        out.append(Acknowledge(slot.attempt, slot.number, slot.records, slot.queued_s))
+
+    def _failed(self, event: Failed, now: float, out: list[Command]) -> None:
+        attempt = event.attempt
+        if event.phase is Phase.START:
+            if self.starting != attempt.txid:
+                raise InvariantError(f"start of {attempt} failed while starting {self.starting}")
+            self.starting = None
+            if event.stored:
+                self.stored.add(attempt.txid)
+        elif self._current(attempt, None) is None:
+            return
+        if isinstance(event.error, LostLeadershipError):  # step 7, not a failure of the txid
+            self._leadership_lost(LeadershipLost(event.error), now, out)
+            return
+        self._fail(attempt.txid, event.error, event.phase, now, out)
+
+    def _leadership_lost(self, event: LeadershipLost, now: float, out: list[Command]) -> None:
+        self._drop_from(min(self.slots, default=self.currtx), out, failed=True)
+        self.starting = None
+        self.opened = False
+        if isinstance(event.error, FencedError):
+            out.append(Halt(HaltReason.DEPOSED, event.error))
+            return
+        self.counts.reelections += 1
+        if self.counts.reelections > self.settings.max_reelections:
+            out.append(Halt(HaltReason.REELECTIONS, event.error))
+            return
+        out.append(Reacquire(event.error))
+
+    # ------------------------------------------------------------------ the turn
+
+    def _turn(self, now: float, out: list[Command]) -> None:
+        if self.starting is None and self._start_next(now, out):
+            return  # one start at a time: its answer continues the turn
+        self._maybe_commit(now, out)
+        self._check_timeouts(now, out)
+
+    def _room(self) -> bool:
+        return self.next_txid < self.currtx + self.settings.max_pending
+
+    def _start_next(self, now: float, out: list[Command]) -> bool:
+        if self.stopping or now < self.retry_at or not self._room():
+            return False
+        txid = self.next_txid
+        replay = txid in self.stored
+        if not replay and now < self.poll_at:
+            return False
+        self.attempts[txid] += 1
+        attempt = TransactionAttempt(txid, next(self._ids))
+        self.starting = txid
+        number = self.attempts[txid]
+        out.append(Replay(attempt, number) if replay else Emit(attempt, number))
+        return True
+
+    def _maybe_commit(self, now: float, out: list[Command]) -> None:
+        slot = self.slots.get(self.currtx)
+        if slot is None or slot.state is not SlotState.PROCESSED or self.committing is not None:
+            return
+        if self.stopping:
+            return  # a stop lets a running commit finish, and starts none
+        slot.state = SlotState.COMMITTING
+        slot.started = now
+        if slot.processed_at is not None:
+            slot.queued_s = now - slot.processed_at
+        slot.deadline = None  # starts when the commit thread takes it up (CommitBegan)
+        self.committing = slot.txid
+        out.append(Commit(slot.attempt, slot.number))
+
+    def _check_timeouts(self, now: float, out: list[Command]) -> None:
+        for slot in sorted(self.slots.values(), key=lambda s: s.txid):
+            if slot.deadline is not None and now >= slot.deadline:
+                committing = slot.state is SlotState.COMMITTING
+                phase = Phase.COMMIT if committing else Phase.PROCESS
+                error = AttemptTimeoutError(
+                    f"txid {slot.txid} attempt {slot.attempt.attempt_id} exceeded "
+                    f"{self.settings.attempt_timeout_s}s in {phase}; its Spark jobs were "
+                    "cancelled"
+                )
+                self._fail(slot.txid, error, phase, now, out)
+                return
+
+    # ------------------------------------------------------------------ helpers
+
+    def _current(self, attempt: TransactionAttempt, state: SlotState | None) -> Slot | None:
+        """The slot ``attempt`` is the current attempt of (in ``state``), else None:
+        the event is stale (a superseded or dropped attempt) and is ignored."""
+        slot = self.slots.get(attempt.txid)
+        if slot is None or slot.attempt != attempt or (state is not None and slot.state != state):
+            self.counts.stale_ignored += 1
+            return None
+        return slot
+
+    def _idle_poll(self, now: float) -> None:
+        """Nothing new: ask again after the poll interval, doubling it with every idle
+        poll in a row up to ``poll_max_s`` (a batch with records resets it)."""
+        self.not_ready = True
+        self.poll_at = now + self.poll_interval
+        self.poll_interval = min(self.settings.poll_max_s, self.poll_interval * 2)
+
+    def _fail(
+        self, txid: int, error: Exception, phase: Phase, now: float, out: list[Command]
+    ) -> None:
+        self.failures[txid] += 1
+        failures = self.failures[txid]
+        self.counts.failures += 1
+        self._drop_from(txid, out, failed=True)
+        self.next_txid = min(self.next_txid, txid)
+        self.not_ready = False
+        if isinstance(error, ConfigurationError):  # the same on every attempt
+            out.append(Halt(HaltReason.CONFIGURATION, error, txid, phase, failures))
+        elif failures >= self.settings.max_attempts:
+            out.append(Halt(HaltReason.POISON, error, txid, phase, failures))
+        else:
+            self.retry_at = now + self.settings.backoff(failures)
+            out.append(Backoff(txid, error, phase, failures, self.retry_at))
+
+    def _drop_from(self, txid: int, out: list[Command], failed: bool) -> None:
+        """Drop ``txid`` and every in-flight txid above it (step 5; step 7 drops all)."""
+        for t in sorted(t for t in self.slots if t >= txid):
+            slot = self.slots.pop(t)
+            if self.committing == t:
+                self.committing = None
+            out.append(Cancel(slot.attempt, failed))
+
+
+#: Commands whose outcome is the next event the machine hears (or that end the run).
+_ANSWERED_AT_ONCE = (Verify, Advance, Retract, Reacquire, Halt)
+
+
+def _answers(event: Event, txid: int) -> bool:
+    """Whether ``event`` answers the pending start of ``txid``: a start is answered
+    before anything else reaches the machine (the executor starts synchronously)."""
+    if isinstance(event, Started | Failed):
+        return event.attempt.txid == txid
+    return isinstance(event, NotReady) and event.txid == txid
+
+
+_Handler = Callable[[Machine, Any, float, list[Command]], None]
+_HANDLERS: dict[type, _Handler] = {
+    Opened: Machine._opened,
+    Tick: Machine._tick,
+    StopRequested: Machine._stop,
+    Started: Machine._started,
+    NotReady: Machine._not_ready,
+    Processed: Machine._processed,
+    Verified: Machine._verified,
+    Retracted: Machine._retracted,
+    CommitBegan: Machine._commit_began,
+    Committed: Machine._committed,
+    Advanced: Machine._advanced,
+    Failed: Machine._failed,
+    LeadershipLost: Machine._leadership_lost,
+}

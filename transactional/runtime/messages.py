@@ -1,0 +1,237 @@
+"""What the state machine hears and says: typed events in, typed commands out.
+
+Events report what happened (from the executor: a start answered, a worker's result, a
+commit done; or time passing); commands say what to do next. Both are immutable values,
+so a schedule of events is a readable test case (``tests/unit/test_machine*.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+
+from transactional.errors import LostLeadershipError
+from transactional.types import TransactionAttempt
+
+
+class Phase(StrEnum):
+    """The protocol step a failure happened in (named in logs and errors)."""
+
+    START = "start"
+    PROCESS = "process"
+    COMMIT = "commit"
+    ADVANCE = "advance"
+    RETRACT = "retract"
+
+
+@dataclass(frozen=True)
+class OfAttempt:
+    """A message about one attempt (the base of the messages that carry nothing else)."""
+
+    attempt: TransactionAttempt
+
+
+@dataclass(frozen=True)
+class OfNumberedAttempt:
+    """A message about one attempt and its number: the how-manyth attempt of its txid
+    in this run, 1-based (fault plans and logs count by it)."""
+
+    attempt: TransactionAttempt
+    number: int
+
+
+# ---------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Opened:
+    """Leadership is held and the stored state read (at start, or taken back after a
+    loss): ``currtx`` and the txids with stored metadata, which are replayed first."""
+
+    currtx: int
+    stored: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed (a wait ended): deadlines may be due."""
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """Start nothing more (Ctrl-C, SIGTERM, ``runner.stop()``)."""
+
+
+class Started(OfAttempt):
+    """The attempt of an ``Emit`` or ``Replay`` is out: its metadata is stored (a new
+    txid) and a worker processes it."""
+
+
+@dataclass(frozen=True)
+class NotReady:
+    """The spout has nothing new for ``txid`` (``is_ready`` said no, or it decided the
+    batch that was last found empty): nothing was stored."""
+
+    txid: int
+
+
+@dataclass(frozen=True)
+class Processed:
+    """A worker finished the attempt: ``records`` read; ``empty``: not to be committed."""
+
+    attempt: TransactionAttempt
+    records: int
+    empty: bool
+
+
+class Verified(OfAttempt):
+    """The attempt's batch matched its first emit (or was its first emit, now recorded)."""
+
+
+class Retracted(OfAttempt):
+    """The empty batch's txid, and every one above it, is forgotten by the store."""
+
+
+class CommitBegan(OfAttempt):
+    """The commit thread took the attempt up: its commit timeout starts now."""
+
+
+class Committed(OfAttempt):
+    """Every committer committed the attempt's txid."""
+
+
+class Advanced(OfAttempt):
+    """The store's ``currtx`` moved past the attempt's txid."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The attempt failed in ``phase`` with ``error`` (an ``Exception``)."""
+
+    attempt: TransactionAttempt
+    error: Exception
+    phase: Phase
+    #: A start that failed after its metadata was stored: the txid is a replay now.
+    stored: bool = False
+
+
+@dataclass(frozen=True)
+class LeadershipLost:
+    """The store or a sink says this runner may no longer lead."""
+
+    error: LostLeadershipError
+
+
+Event = (
+    Opened
+    | Tick
+    | StopRequested
+    | Started
+    | NotReady
+    | Processed
+    | Verified
+    | Retracted
+    | CommitBegan
+    | Committed
+    | Advanced
+    | Failed
+    | LeadershipLost
+)
+
+# -------------------------------------------------------------------------- commands
+
+
+class Emit(OfNumberedAttempt):
+    """Start a new txid: ask the spout (``is_ready``, decide), store the metadata, emit."""
+
+
+class Replay(OfNumberedAttempt):
+    """Start a txid again from its stored metadata."""
+
+
+class Verify(OfAttempt):
+    """Check the processed batch against its first emit (determinism), recording it if
+    this was the first."""
+
+
+class Commit(OfNumberedAttempt):
+    """Commit the txid through every committer, in order, after a leadership check."""
+
+
+class Advance(OfAttempt):
+    """Fenced store write: ``currtx = txid + 1``."""
+
+
+@dataclass(frozen=True)
+class Acknowledge:
+    """The txid is committed and the store advanced: run the spout's hooks and tell the
+    observers. ``queued_s``: how long it sat processed behind earlier commits."""
+
+    attempt: TransactionAttempt
+    number: int
+    records: int
+    queued_s: float
+
+
+class Retract(OfAttempt):
+    """Forget the empty batch's txid and every one above it in the store."""
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Drop an in-flight attempt: cancel its Spark jobs; ``failed``: tell the spout."""
+
+    attempt: TransactionAttempt
+    failed: bool
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A txid failed (``failures`` times now); it starts again at ``retry_at``."""
+
+    txid: int
+    error: Exception
+    phase: Phase
+    failures: int
+    retry_at: float
+
+
+@dataclass(frozen=True)
+class Reacquire:
+    """Take the leadership back on the same store, then report ``Opened``."""
+
+    error: LostLeadershipError
+
+
+class HaltReason(Enum):
+    CONFIGURATION = "configuration"  # the same on every attempt: never retried
+    POISON = "poison"  # failed max_attempts times
+    DEPOSED = "deposed"  # another runner leads
+    REELECTIONS = "reelections"  # lost the leadership too often
+
+
+@dataclass(frozen=True)
+class Halt:
+    """Stop the run with an error: ``txid``/``phase``/``failures`` say where, when it
+    was a txid's failure."""
+
+    reason: HaltReason
+    error: BaseException
+    txid: int | None = None
+    phase: Phase | None = None
+    failures: int = 0
+
+
+Command = (
+    Emit
+    | Replay
+    | Verify
+    | Commit
+    | Advance
+    | Acknowledge
+    | Retract
+    | Cancel
+    | Backoff
+    | Reacquire
+    | Halt
+)

@@ -1,0 +1,86 @@
+"""Step 2 of the protocol, on a worker thread: build an attempt's batch, read it once,
+run the bolts over it and let each committer ``prepare`` its inputs.
+
+The batch is materialised once (``Engine.materialise``), so every bolt and committer of
+the attempt sees the same rows, even from a non-deterministic source. Every value a
+bolt hands back is checked against its contract (``transactional.contracts``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from transactional import contracts
+from transactional.bolt import DEFAULT_STREAM
+from transactional.engine import Digest, Engine
+from transactional.faults import FaultPoint
+from transactional.runtime.drivers import Batch, SpoutDriver
+from transactional.runtime.messages import Processed
+from transactional.runtime.probes import Faults
+from transactional.topology import SPOUT, Topology
+from transactional.types import TransactionAttempt
+
+#: ``(attempt, step, began)``: a step of the attempt that began at ``perf_counter`` time.
+Measure = Callable[[TransactionAttempt, str, float], None]
+
+
+@dataclass(frozen=True)
+class Result:
+    """A processed attempt: the event, each committer's prepared value and the digest of
+    each partition read (None: the determinism check is off)."""
+
+    event: Processed
+    prepared: Sequence[Any]
+    digests: dict[int, Digest] | None
+
+
+class Pipeline:
+    def __init__(
+        self,
+        topology: Topology,
+        driver: SpoutDriver,
+        engine: Engine,
+        faults: Faults,
+        measure: Measure,
+    ) -> None:
+        self.topology = topology
+        self.driver = driver
+        self.engine = engine
+        self.faults = faults
+        self.measure = measure
+
+    def run(self, batch: Batch) -> Result:
+        attempt = batch.attempt
+        began = time.perf_counter()
+        frames = self.driver.frames(batch)
+        read = self.engine.materialise(frames, self.driver.digests)
+        self.measure(attempt, "emit", began)
+        if read.records == 0 and not self.driver.spout.commit_empty_batches:
+            return Result(Processed(attempt, 0, empty=True), (), read.digests)
+        began = time.perf_counter()
+        streams = self._bolts(attempt, read.batch)
+        self.faults.check(FaultPoint.PROCESS, attempt, batch.number)
+        prepared = [
+            node.committer.prepare(attempt, {k: streams[ref] for k, ref in node.inputs.items()})
+            for node in self.topology.committers
+        ]
+        self.measure(attempt, "process", began)
+        return Result(Processed(attempt, read.records, empty=False), prepared, read.digests)
+
+    def _bolts(self, attempt: TransactionAttempt, batch: Any) -> dict[tuple[str, str], Any]:
+        is_frame = self.engine.is_frame
+        txid = attempt.txid
+        streams: dict[tuple[str, str], Any] = {(SPOUT, DEFAULT_STREAM): batch}
+        for node in self.topology.bolts:
+            who = contracts.component("bolt", node.name, node.bolt)
+            outputs = tuple(node.bolt.outputs)
+            out = node.bolt.process(attempt, streams[node.input])
+            out = contracts.bolt_streams(out, outputs, is_frame, who, "process", txid)
+            out = node.bolt.finish_batch(attempt, out)
+            out = contracts.bolt_streams(out, outputs, is_frame, who, "finish_batch", txid)
+            for stream in outputs:
+                streams[(node.name, stream)] = out[stream]
+        return streams

@@ -1,0 +1,214 @@
+"""What every committer must do (DESIGN.md section 6), as a pytest suite to run on your
+own committer.
+
+Subclass ``CommitterContract`` in a test module and give it a ``sink`` fixture that
+returns a ``SinkUnderTest`` for a fresh, empty sink::
+
+    from transactional.testing.committer_contract import CommitterContract, SinkUnderTest
+
+    class MySink(SinkUnderTest):
+        def committer(self, mode): return MyCommitter(..., mode=mode)
+        def inputs(self, counts): return {"default": spark.createDataFrame(...)}
+        def read(self): return {...}   # key -> count, read from the sink itself
+
+    class TestMyCommitter(CommitterContract):
+        @pytest.fixture
+        def sink(self, tmp_path): return MySink(tmp_path)
+
+The suite checks, with counts computed here and read back from the sink: commits in
+txid order are applied; a transactional replay of a committed txid changes nothing and
+says ``SKIPPED``, also after a restart; an opaque replay undoes the earlier attempt
+(keys it dropped included) and applies the new one; an opaque commit older than the
+sink's is refused; a deposed leader writes nothing (a lower fence token, or a failed
+leadership check for sinks that cannot compare tokens); ``committed_txid`` reads the
+sink, so a commit whose reply was lost is settled by reading, never guessed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import pytest
+
+from transactional.committer import Committer, CommitterContext
+from transactional.errors import FencedError, LostLeadershipError, TransactionalError
+from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
+
+__all__ = ["CommitterContract", "SinkUnderTest"]
+
+TOPOLOGY = "contract"
+
+
+class SinkUnderTest(ABC):
+    """One empty sink, and how to reach it."""
+
+    #: Whether the sink compares the fence token atomically with its write (a lower
+    #: token is refused with ``FencedError``); otherwise the committer must call
+    #: ``context.check_leadership()`` before writing.
+    fences_by_token: ClassVar[bool] = True
+    #: The committer's name in the topology (its context's ``name``).
+    name: ClassVar[str] = "sink"
+
+    @abstractmethod
+    def committer(self, mode: CommitMode) -> Committer:
+        """A new committer on this sink (not opened): a restarted process makes one."""
+
+    @abstractmethod
+    def inputs(self, counts: Mapping[str, int]) -> Mapping[str, Any]:
+        """The committer's inputs for ``prepare``: the key -> count rows of a batch."""
+
+    @abstractmethod
+    def read(self) -> dict[str, int]:
+        """Key -> count as the sink holds it now, read from the sink itself."""
+
+    def spark(self) -> Any:
+        """The session the committers' context carries (None: the sink needs none)."""
+        return None
+
+
+def _leads() -> None:
+    """The leadership check of a runner that leads."""
+
+
+def _deposed() -> None:
+    raise LostLeadershipError("this runner was deposed (contract test)")
+
+
+class CommitterContract:
+    """The suite; see the module's docstring. ``modes``: the committer's modes (a test
+    of a mode the committer does not have is not generated)."""
+
+    modes: ClassVar[tuple[CommitMode, ...]] = (CommitMode.TRANSACTIONAL, CommitMode.OPAQUE)
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        for name, wanted in (
+            ("mode", self.modes),
+            ("transactional", [m for m in self.modes if m is CommitMode.TRANSACTIONAL]),
+            ("opaque", [m for m in self.modes if m is CommitMode.OPAQUE]),
+        ):
+            if name in metafunc.fixturenames:
+                metafunc.parametrize(name, wanted, ids=str)
+
+    # ------------------------------------------------------------------ helpers
+
+    def opened(
+        self, sink: SinkUnderTest, mode: CommitMode, token: int | None = 1, leads: Any = _leads
+    ) -> Committer:
+        committer = sink.committer(mode)
+        context = CommitterContext(sink.spark(), TOPOLOGY, sink.name, token, leads)
+        committer.open(context)
+        return committer
+
+    def commit(
+        self, sink: SinkUnderTest, committer: Committer, txid: int, counts: Mapping[str, int]
+    ) -> CommitOutcome:
+        self._attempts = getattr(self, "_attempts", 0) + 1
+        attempt = TransactionAttempt(txid, self._attempts)
+        return committer.commit(attempt, committer.prepare(attempt, sink.inputs(counts)))
+
+    # ------------------------------------------------------------------ the contract
+
+    def test_commits_in_txid_order_are_applied(self, sink: SinkUnderTest, mode: CommitMode) -> None:
+        batches = [{"a": 1, "b": 2}, {"a": 3, "c": 1}, {"b": 5}]
+        committer = self.opened(sink, mode)
+        try:
+            outcomes = [self.commit(sink, committer, t, b) for t, b in enumerate(batches, 1)]
+        finally:
+            committer.close()
+        assert outcomes == [CommitOutcome.APPLIED] * 3
+        assert sink.read() == dict(sum((Counter(b) for b in batches), Counter()))
+
+    def test_a_transactional_replay_is_skipped_also_after_a_restart(
+        self, sink: SinkUnderTest, transactional: CommitMode
+    ) -> None:
+        first = self.opened(sink, transactional)
+        try:
+            assert self.commit(sink, first, 1, {"a": 1}) is CommitOutcome.APPLIED
+            assert self.commit(sink, first, 2, {"a": 2, "b": 1}) is CommitOutcome.APPLIED
+            assert self.commit(sink, first, 2, {"a": 2, "b": 1}) is CommitOutcome.SKIPPED
+        finally:
+            first.close()
+        restarted = self.opened(sink, transactional)
+        try:
+            assert self.commit(sink, restarted, 2, {"a": 2, "b": 1}) is CommitOutcome.SKIPPED
+            assert self.commit(sink, restarted, 1, {"a": 1}) is CommitOutcome.SKIPPED
+            assert self.commit(sink, restarted, 3, {"c": 4}) is CommitOutcome.APPLIED
+        finally:
+            restarted.close()
+        assert sink.read() == {"a": 3, "b": 1, "c": 4}
+
+    def test_an_opaque_replay_undoes_the_earlier_attempt_even_keys_it_dropped(
+        self, sink: SinkUnderTest, opaque: CommitMode
+    ) -> None:
+        committer = self.opened(sink, opaque)
+        try:
+            assert self.commit(sink, committer, 1, {"a": 1, "b": 2}) is CommitOutcome.APPLIED
+            assert self.commit(sink, committer, 2, {"a": 1, "c": 5}) is CommitOutcome.APPLIED
+        finally:
+            committer.close()
+        restarted = self.opened(sink, opaque)  # the replay comes after a crash
+        try:
+            # txid 2 replayed with another batch: "c" is gone from it, "a" changed.
+            assert self.commit(sink, restarted, 2, {"a": 3}) is CommitOutcome.REAPPLIED
+            assert sink.read() == {"a": 4, "b": 2}
+            assert self.commit(sink, restarted, 3, {"c": 1}) is CommitOutcome.APPLIED
+        finally:
+            restarted.close()
+        assert sink.read() == {"a": 4, "b": 2, "c": 1}
+
+    def test_an_opaque_commit_older_than_the_sink_is_refused(
+        self, sink: SinkUnderTest, opaque: CommitMode
+    ) -> None:
+        committer = self.opened(sink, opaque)
+        try:
+            self.commit(sink, committer, 1, {"a": 1})
+            self.commit(sink, committer, 2, {"a": 1})
+            with pytest.raises(TransactionalError):
+                self.commit(sink, committer, 1, {"a": 7})
+        finally:
+            committer.close()
+        assert sink.read() == {"a": 2}
+
+    def test_a_deposed_leader_writes_nothing(self, sink: SinkUnderTest, mode: CommitMode) -> None:
+        leader = self.opened(sink, mode, token=2)
+        try:
+            self.commit(sink, leader, 1, {"a": 1})
+        finally:
+            leader.close()
+        if sink.fences_by_token:  # a runner deposed without knowing it: a lower token
+            deposed = self.opened(sink, mode, token=1)
+            expected: type[Exception] = FencedError
+        else:  # the sink cannot compare tokens: its leadership check must stop it
+            deposed = self.opened(sink, mode, token=1, leads=_deposed)
+            expected = LostLeadershipError
+        try:
+            with pytest.raises(expected):
+                self.commit(sink, deposed, 2, {"a": 5, "z": 1})
+        finally:
+            deposed.close()
+        assert sink.read() == {"a": 1}
+        successor = self.opened(sink, mode, token=2)
+        try:
+            assert successor.committed_txid() in (1, None)  # None: the sink cannot tell
+            assert self.commit(sink, successor, 2, {"a": 1}) is CommitOutcome.APPLIED
+        finally:
+            successor.close()
+        assert sink.read() == {"a": 2}
+
+    def test_committed_txid_reads_the_sink_not_a_cache(
+        self, sink: SinkUnderTest, mode: CommitMode
+    ) -> None:
+        writer = self.opened(sink, mode)
+        reader = self.opened(sink, mode)  # another process's view of the same sink
+        try:
+            assert reader.committed_txid() in (None, 0)
+            self.commit(sink, writer, 1, {"a": 1})
+            self.commit(sink, writer, 2, {"b": 1})
+            # The runner asks this after a commit raised: a reply lost, not the write.
+            assert reader.committed_txid() == 2
+        finally:
+            writer.close()
+            reader.close()
