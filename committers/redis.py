@@ -231,6 +231,22 @@ class RedisCommitter(CounterCommitter):
         hashes = list(prepared.counters)
         keys = [self._key(s) for s in ("txid", "undo", "undo_dl", "mode")]
         keys += [self.dead_letters_key, self._key("fence"), self._key("value_types"), *hashes]
+        # Read at each commit: the runner raises it when it takes leadership back.
+        token = None if self.context is None else self.context.fence_token
+        payload = self._payload(attempt.txid, prepared, hashes, token)
+        try:
+            status, detail = self._script(keys=keys, args=[json.dumps(payload)])
+        except redis.RedisError as exc:
+            raise CommitError(
+                f"Redis commit of txid {attempt.txid} at {redact_url(self.url)} failed: "
+                f"{type(exc).__name__}: {exc}. Retrying the commit is safe."
+            ) from exc
+        return self._outcome(attempt.txid, status, detail, token)
+
+    def _payload(
+        self, txid: int, prepared: RedisBatch, hashes: list[str], token: int | None
+    ) -> dict[str, Any]:
+        """The script's argument: every increment as text of its declared type."""
         counters = []
         for i, name in enumerate(hashes):
             declared = self._tables[name].declared
@@ -249,10 +265,8 @@ class RedisCommitter(CounterCommitter):
                     "f": fields,
                 }
             )
-        # Read at each commit: the runner raises it when it takes leadership back.
-        token = None if self.context is None else self.context.fence_token
         payload: dict[str, Any] = {
-            "txid": str(attempt.txid),
+            "txid": str(txid),
             "mode": self.mode.value,
             "absent": ABSENT,
             "dl": self.dead_letters is not None,
@@ -261,37 +275,35 @@ class RedisCommitter(CounterCommitter):
         }
         if token is not None:
             payload["fence"] = str(token)
-        try:
-            status, detail = self._script(keys=keys, args=[json.dumps(payload)])
-        except redis.RedisError as exc:
-            raise CommitError(
-                f"Redis commit of txid {attempt.txid} at {redact_url(self.url)} failed: "
-                f"{type(exc).__name__}: {exc}. Retrying the commit is safe."
-            ) from exc
-        if status == "applied":
-            return CommitOutcome.APPLIED
-        if status == "reapplied":
-            return CommitOutcome.REAPPLIED
-        if status == "skipped":
-            return CommitOutcome.SKIPPED
+        return payload
+
+    def _outcome(self, txid: int, status: str, detail: str, token: int | None) -> CommitOutcome:
+        """What the script's reply means: an outcome, or the error it reports."""
+        outcomes = {
+            "applied": CommitOutcome.APPLIED,
+            "reapplied": CommitOutcome.REAPPLIED,
+            "skipped": CommitOutcome.SKIPPED,
+        }
+        if status in outcomes:
+            return outcomes[status]
         if status == "fenced":
             raise FencedError(
-                f"Redis namespace {self.namespace!r} refused txid {attempt.txid}: it holds "
+                f"Redis namespace {self.namespace!r} refused txid {txid}: it holds "
                 f"fence token {detail}, this runner's is {token}. Another runner has led "
                 "the topology since this one lost its leadership; nothing was written, "
                 "and this runner must stop. (If the state store was reset, reset this "
                 "namespace too: tokens start again with the store.)"
             )
         if status == "refused":
-            raise ContractError(self._refused_values(attempt.txid, json.loads(detail)))
+            raise ContractError(self._refused_values(txid, json.loads(detail)))
         if status == "valuetype":
             name, held = json.loads(detail)
             raise ConfigurationError(
                 f"{self.who()}: Redis hash {name!r} holds {held} values, but its counter "
                 f"table declares value_type={self._tables[name].value_type!r}; nothing was "
-                f"written for txid {attempt.txid}. Declare {held!r}, or use a new hash name"
+                f"written for txid {txid}. Declare {held!r}, or use a new hash name"
             )
-        raise CommitError(self._refusal(attempt.txid, status, detail))
+        raise CommitError(self._refusal(txid, status, detail))
 
     def _refused_values(self, txid: int, refused: list[list[str]]) -> str:
         problems = []
