@@ -65,6 +65,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 from transactional import contracts
@@ -223,13 +224,5 @@ class TransactionalRunner:
 
 
 def _settings(config: RunnerConfig) -> Settings:
-    return Settings(
-        max_pending=config.max_pending,
-        max_attempts=config.max_attempts,
-        attempt_timeout_s=config.attempt_timeout_s,
-        backoff_initial_s=config.backoff_initial_s,
-        backoff_max_s=config.backoff_max_s,
-        poll_interval_s=config.poll_interval_s,
-        poll_max_s=config.poll_max_s,
-        max_reelections=config.max_reelections,
-    )
+    """The machine's settings: the ``RunnerConfig`` fields it reads."""
+    return Settings(**{f.name: getattr(config, f.name) for f in fields(Settings)})

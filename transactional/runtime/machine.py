@@ -164,7 +164,7 @@ class Machine:
         deadline = None
         if self.settings.attempt_timeout_s is not None:
             deadline = now + self.settings.attempt_timeout_s
-        self.slots[attempt.txid] = Slot(attempt, self.attempts[attempt.txid], now, deadline)
+        self.slots[attempt.txid] = Slot(attempt, self.attempts[attempt.txid], deadline)
         self.stored.add(attempt.txid)
         self.not_ready = False
         self.next_txid += 1
@@ -300,7 +300,6 @@ class Machine:
         if self.stopping:
             return  # a stop lets a running commit finish, and starts none
         slot.state = SlotState.COMMITTING
-        slot.started = now
         if slot.processed_at is not None:
             slot.queued_s = now - slot.processed_at
         slot.deadline = None  # starts when the commit thread takes it up (CommitBegan)

@@ -43,7 +43,6 @@ class Slot:
 
     attempt: TransactionAttempt
     number: int
-    started: float
     deadline: float | None
     state: SlotState = SlotState.PROCESSING
     records: int = 0
