@@ -1,7 +1,7 @@
 """Sinks behind the ``Committer`` interface: Redis and Delta Lake, each in a
 transactional and an opaque mode, with counters and an exactly-once dead-letter output."""
 
-from committers.base import CounterTable
+from committers.counters import CounterTable
 from committers.delta import DeltaCommitter
 from committers.delta_tables import delta_spark_conf
 from committers.keys import decode_key, encode_key

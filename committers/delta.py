@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from committers.base import CounterCommitter, CounterTable
+from committers.counters import CounterCommitter, CounterTable
 from committers.delta_sql import (
     OVERFLOW_MARK,
     batch_overflow_error,
@@ -45,9 +45,15 @@ from committers.delta_sql import (
     merge_overflow_error,
     merge_overflows,
 )
-from committers.delta_tables import brief, check_table_types, delta_spark_conf, ensure_table
+from committers.delta_tables import brief, delta_spark_conf, ensure_table, open_counter_table
 from committers.keys import exact_key_cast, supported, why_unsupported
-from committers.snapshot import ATTEMPT_SLOTS, DeltaSnapshot, latest_marker, read_snapshot
+from committers.snapshot import (
+    ATTEMPT_SLOTS,
+    DeltaSnapshot,
+    latest_marker,
+    next_marker,
+    read_snapshot,
+)
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, TransactionalError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -156,19 +162,9 @@ class DeltaCommitter(CounterCommitter):
         spark = self._spark()
         opaque = self.mode is CommitMode.OPAQUE
         for table in self.counters.values():
-            sql = table.declared.sql
-            columns = [(k, table.key_types.get(k, "string"), True) for k in table.keys]
-            columns.append(("count", sql, False))
-            if opaque:
-                columns += [("prev", sql, True), ("txid", "LONG", False)]
-            schema = ensure_table(spark, self.location(table.name), columns)
-            if not opaque and "txid" in schema:
-                raise ConfigurationError(
-                    f"Delta table {self.location(table.name)} has opaque-mode columns but "
-                    f"{self.who()} is in transactional mode; use a new path"
-                )
-            check_table_types(self.who(), self.location(table.name), table, schema, opaque)
-            self._key_types[table.name] = {k: schema[k] for k in table.keys}
+            location = self.location(table.name)
+            key_types = open_counter_table(self.who(), spark, location, table, opaque)
+            self._key_types[table.name] = key_types
         if self.dead_letters is not None:
             columns = [("raw", "STRING", True), ("reason", "STRING", True), ("txid", "LONG", False)]
             ensure_table(spark, self.location(DEAD_LETTERS_TABLE), columns)
@@ -275,23 +271,7 @@ class DeltaCommitter(CounterCommitter):
     def _next_version(self, table: str, txid: int) -> tuple[int | None, CommitOutcome]:
         """The marker version to write for ``txid`` (None: already holds it, skip)."""
         recorded = self.recorded_version(table)
-        if self.mode is CommitMode.TRANSACTIONAL:
-            if recorded is not None and recorded >= txid:
-                return None, CommitOutcome.SKIPPED
-            return txid, CommitOutcome.APPLIED
-        held = None if recorded is None else recorded // ATTEMPT_SLOTS
-        if held is None or held < txid:
-            return txid * ATTEMPT_SLOTS, CommitOutcome.APPLIED
-        if held > txid:
-            raise CommitError(
-                f"opaque commit of txid {txid} refused: Delta table {self.location(table)} "
-                f"already holds txid {held}. The sink is ahead of the state store; was the "
-                "store reset or another topology given this path?"
-            )
-        assert recorded is not None
-        if (recorded + 1) // ATTEMPT_SLOTS != txid:
-            raise CommitError(f"txid {txid} was rewritten {ATTEMPT_SLOTS} times; giving up")
-        return recorded + 1, CommitOutcome.REAPPLIED
+        return next_marker(recorded, txid, self.mode, f"Delta table {self.location(table)}")
 
     def _commit_table(
         self, txid: int, table: CounterTable, source: DataFrame, done: list[str]
@@ -333,7 +313,8 @@ class DeltaCommitter(CounterCommitter):
                     set={"count": "t.prev", "prev": null, "txid": "0"},
                 )
             )
-        # Only this table's thread uses its session, and only for this MERGE.
+        # This session is this table's alone (see _SCOPED_CONF), used by the commit
+        # thread for this MERGE only: the marker cannot reach another write.
         spark.conf.set(TXN_APP_ID_CONF, self._app_id(table.name))
         spark.conf.set(TXN_VERSION_CONF, str(version))
         began = time.perf_counter()
@@ -374,8 +355,8 @@ class DeltaCommitter(CounterCommitter):
 
     def recorded_version(self, table: str) -> int | None:
         """The marker version this committer last wrote to ``table``, from a fresh
-        snapshot of the table (``committers.snapshot.latest_marker``)."""
-        return latest_marker(self._spark(), self.location(table), self._app_id(table))
+        version of the table (``committers.snapshot.latest_marker``)."""
+        return latest_marker(self.location(table), self._app_id(table))
 
     @staticmethod
     def snapshot(

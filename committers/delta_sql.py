@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from committers.base import CounterTable
+from committers.counters import CounterTable
 from committers.values import ValueType
 from transactional.errors import ContractError
 

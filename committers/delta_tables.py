@@ -8,7 +8,7 @@ import importlib.metadata
 from pathlib import Path
 from typing import Any
 
-from committers.base import CounterTable
+from committers.counters import CounterTable
 from committers.keys import supported, why_unsupported
 from transactional.errors import ConfigurationError
 from transactional.jars import DEFAULT_IVY_DIR, resolved_jars
@@ -69,6 +69,26 @@ def ensure_table(spark: Any, location: str, columns: list[tuple[str, str, bool]]
             "it was created for another configuration or mode; use a new path"
         )
     return schema
+
+
+def open_counter_table(
+    who: str, spark: Any, location: str, table: CounterTable, opaque: bool
+) -> dict[str, str]:
+    """Create ``table``'s Delta table at ``location`` if missing, else check that it
+    fits (its mode's columns, the declared types); its key columns' types by name."""
+    sql = table.declared.sql
+    columns = [(k, table.key_types.get(k, "string"), True) for k in table.keys]
+    columns.append(("count", sql, False))
+    if opaque:
+        columns += [("prev", sql, True), ("txid", "LONG", False)]
+    schema = ensure_table(spark, location, columns)
+    if not opaque and "txid" in schema:
+        raise ConfigurationError(
+            f"Delta table {location} has opaque-mode columns but {who} is in "
+            "transactional mode; use a new path"
+        )
+    check_table_types(who, location, table, schema, opaque)
+    return {k: schema[k] for k in table.keys}
 
 
 def check_table_types(

@@ -1,20 +1,19 @@
 """Counters and dead letters in Redis, each commit one atomic Lua script
-(``committers.redis_script``)."""
+(``committers/redis_commit.lua``, registered with redis-py's ``register_script``)."""
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from decimal import Decimal
+from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
-from committers.base import CounterCommitter, CounterTable
-from committers.keys import decode_key, encode_key, key_text
-from committers.redis_script import COMMIT_SCRIPT
-from committers.values import exact_sum, parse_text, value_text
+from committers.counters import CounterCommitter, CounterTable, Number, per_key_sums
+from committers.keys import decode_key, encode_key
+from committers.redis_read import RedisSnapshot, read_hashes, read_snapshot
+from committers.values import value_text
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, ContractError, FencedError
 from transactional.secrets import redact_url
@@ -30,7 +29,8 @@ __all__ = ["ABSENT", "RedisBatch", "RedisCommitter", "RedisSnapshot", "decode_ke
 #: strings, so an empty string can never be a real previous value.
 ABSENT = ""
 
-Number = int | float | Decimal
+#: The commit script: see its header for what it checks and writes.
+COMMIT_SCRIPT = files("committers").joinpath("redis_commit.lua").read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -42,16 +42,6 @@ class RedisBatch:
     txid: int
     counters: dict[str, dict[str, Number]] = field(default_factory=dict)
     dead_letters: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class RedisSnapshot:
-    """All of a committer's hashes and its dead letters as of one committed txid, read
-    in one MULTI/EXEC (every commit is one script, so no commit is half seen)."""
-
-    txid: int | None
-    tables: dict[str, dict[tuple[str | None, ...], Number]]
-    dead_letters: list[dict[str, Any]]
 
 
 class RedisCommitter(CounterCommitter):
@@ -179,24 +169,7 @@ class RedisCommitter(CounterCommitter):
         self.check_inputs(inputs)
         batch = RedisBatch(attempt.txid)
         for input_name, table in self.counters.items():
-            frame = inputs[input_name].select(*table.keys, table.value)
-            types = {f.name: f.dataType.simpleString() for f in frame.schema}
-            arrow = frame.toArrow()
-            texts = [key_text(types[k]) for k in table.keys]
-            columns = [arrow.column(k).to_pylist() for k in table.keys]
-            grouped: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
-            for row, value in enumerate(arrow.column(table.value).to_pylist()):
-                if value is not None:
-                    grouped[tuple(col[row] for col in columns)].append(value)
-            declared = table.declared
-            sums: dict[str, Number] = {}
-            refused: list[str] = []
-            for raw_key, values in grouped.items():
-                key = tuple(text(v) for text, v in zip(texts, raw_key, strict=True))
-                try:
-                    sums[encode_key(key)] = exact_sum(values, declared)
-                except ValueError as exc:
-                    refused.append(f"{dict(zip(table.keys, key, strict=True))} {exc}")
+            sums, refused = per_key_sums(inputs[input_name], table)
             if refused:
                 raise ContractError(
                     f"{self.who()}: txid {attempt.txid}, input {input_name!r}: Redis hash "
@@ -205,7 +178,7 @@ class RedisCommitter(CounterCommitter):
                     "filter or fix those records in a bolt (or send them to dead letters), "
                     "or use a wider value_type for a new hash"
                 )
-            batch.counters[table.name] = sums
+            batch.counters[table.name] = {encode_key(key): total for key, total in sums.items()}
         if self.dead_letters is not None:
             frame = inputs[self.dead_letters].select("raw", "reason").toArrow()
             for raw, reason in zip(
@@ -369,10 +342,6 @@ class RedisCommitter(CounterCommitter):
         finally:
             client.close()
 
-    def _decoded(self, table: CounterTable, fields: Mapping[str, str]) -> dict[Any, Number]:
-        declared = table.declared
-        return {decode_key(f, len(table.keys)): parse_text(v, declared) for f, v in fields.items()}
-
     def read(self, table: str) -> dict[tuple[str | None, ...], Number]:
         """The current values of counter table ``table`` (its name), keyed by the key
         columns' texts (None: null), each value as Python's exact type (int, float,
@@ -380,8 +349,7 @@ class RedisCommitter(CounterCommitter):
         if table not in self._tables:
             raise ConfigurationError(f"no counter table {table!r}; have {sorted(self._tables)}")
         with self._reader() as client:
-            fields: dict[str, str] = client.hgetall(table)  # type: ignore[assignment]
-        return self._decoded(self._tables[table], fields)
+            return read_hashes(client, [self._tables[table]])[table]
 
     def read_all(self) -> RedisSnapshot:
         """Every counter table, the dead letters and the committed txid, in one
@@ -391,16 +359,6 @@ class RedisCommitter(CounterCommitter):
                 "RedisCommitter.read_all needs the namespace: open() the committer or pass "
                 "namespace= (default transactional:<topology id>:<committer name>)"
             )
-        names = list(self._tables)
+        dead = self.dead_letters_key if self.dead_letters is not None else None
         with self._reader() as client:
-            pipe = client.pipeline(transaction=True)
-            pipe.get(self._key("txid"))
-            for name in names:
-                pipe.hgetall(name)
-            pipe.lrange(self.dead_letters_key, 0, -1)
-            txid, *hashes, dead = pipe.execute()
-        return RedisSnapshot(
-            None if txid is None else int(txid),
-            {n: self._decoded(self._tables[n], h) for n, h in zip(names, hashes, strict=True)},
-            [json.loads(item) for item in dead] if self.dead_letters is not None else [],
-        )
+            return read_snapshot(client, list(self._tables.values()), self._key("txid"), dead)

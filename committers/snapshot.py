@@ -19,8 +19,10 @@ ahead, else the one before it. An explicit ``txid`` must be held by every table;
 opaque mode the latest such txid may still be rewritten by a replay (pass the state
 store's ``currtx - 1`` to read the txid the runner has committed).
 
-The markers are read from the table's JSON commit files (``_delta_log/<version>.json``),
-with plain Python on a local path (each file once: commit files never change) and with
+The latest marker of a table is read with ``deltalake``'s public API (``latest_marker``).
+The history of markers a snapshot needs has no API: it is read from the table's JSON
+commit files (``_delta_log/<version>.json``, whose ``txn`` actions the Delta protocol
+specifies), with plain Python on a local path (each file once: commit files never change) and with
 a Spark text read elsewhere (``s3://``...). Delta deletes JSON commits older than the
 log retention (``delta.logRetentionDuration``, default 30 days) once a checkpoint covers
 them, and VACUUM deletes the data files old versions need: a txid older than either
@@ -38,13 +40,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from transactional.errors import ConfigurationError
-from transactional.types import CommitMode
+from transactional.errors import CommitError, ConfigurationError
+from transactional.types import CommitMode, CommitOutcome
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ATTEMPT_SLOTS", "DeltaSnapshot", "latest_marker", "read_snapshot", "txid_markers"]
+__all__ = [
+    "ATTEMPT_SLOTS",
+    "DeltaSnapshot",
+    "latest_marker",
+    "next_marker",
+    "read_snapshot",
+    "txid_markers",
+]
 
 #: Opaque mode's marker version is ``txid * ATTEMPT_SLOTS + n`` (n: rewrites of txid).
 ATTEMPT_SLOTS = 1_000_000
@@ -148,27 +157,43 @@ def _markers_with_spark(spark: SparkSession, location: str, app_id: str) -> list
     return sorted(out)
 
 
-def latest_marker(spark: SparkSession, location: str, app_id: str) -> int | None:
-    """The marker version ``app_id`` last wrote to the table at ``location``, from a
-    fresh snapshot (``forTableWithSnapshot`` updates the cached log first): what the
+def latest_marker(location: str, app_id: str) -> int | None:
+    """The marker version ``app_id`` last wrote to the table at ``location``: what the
     committer reads before each write, so it must be exact and cheap.
 
-    The markers are read from the version's checksum (.crc) when Delta wrote them
-    there: milliseconds, where ``transactions()`` (and ``setTransactionsIfKnown``) cost
-    a Spark job of about a second on a fresh snapshot.
-    """
-    delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog  # type: ignore[union-attr]
-    snapshot = delta_log.forTableWithSnapshot(spark._jsparkSession, location)._2()
-    checksum = snapshot.checksumOpt()
-    if checksum.isDefined() and checksum.get().setTransactions().isDefined():
-        markers = checksum.get().setTransactions().get()
-        for i in range(markers.size()):
-            marker = markers.apply(i)
-            if marker.appId() == app_id:
-                return int(marker.version())
-        return None
-    found = snapshot.transactions().get(app_id)
-    return int(found.get()) if found.isDefined() else None
+    Read with the ``deltalake`` package (delta-rs), whose public
+    ``DeltaTable.transaction_version`` reads the same ``txn`` action delta-spark writes,
+    from the table's latest version, loaded afresh (about 10 ms on a local table: the
+    last checkpoint and the commits after it). On an object store, ``deltalake`` takes
+    its credentials from the environment (``AWS_*``, ``AZURE_*``, ``GOOGLE_*``)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(location).transaction_version(app_id)
+
+
+def next_marker(
+    recorded: int | None, txid: int, mode: CommitMode, where: str
+) -> tuple[int | None, CommitOutcome]:
+    """The marker version a commit of ``txid`` writes to a table that holds
+    ``recorded`` (None: no marker yet), and what the commit does: None and ``SKIPPED``
+    when a transactional table holds the txid; in opaque mode the next rewrite of it."""
+    if mode is CommitMode.TRANSACTIONAL:
+        if recorded is not None and recorded >= txid:
+            return None, CommitOutcome.SKIPPED
+        return txid, CommitOutcome.APPLIED
+    held = None if recorded is None else recorded // ATTEMPT_SLOTS
+    if held is None or held < txid:
+        return txid * ATTEMPT_SLOTS, CommitOutcome.APPLIED
+    if held > txid:
+        raise CommitError(
+            f"opaque commit of txid {txid} refused: {where} already holds txid {held}. The "
+            "sink is ahead of the state store; was the store reset or another topology "
+            "given this path?"
+        )
+    assert recorded is not None
+    if (recorded + 1) // ATTEMPT_SLOTS != txid:
+        raise CommitError(f"txid {txid} was rewritten {ATTEMPT_SLOTS} times; giving up")
+    return recorded + 1, CommitOutcome.REAPPLIED
 
 
 def read_snapshot(

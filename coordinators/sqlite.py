@@ -11,26 +11,22 @@ version of ``currtx``.
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
-import socket
 import sqlite3
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
+from coordinators._fenced import FencedStore, decode
+from coordinators._lockfile import LockFile
 from transactional.errors import (
     ConfigurationError,
     CoordinatorError,
-    FencedError,
     LostLeadershipError,
     StoreUnavailableError,
     UnknownTopologyError,
 )
-from transactional.store import JsonValue, StateStore, StoredState, TopologyIdentity
+from transactional.store import JsonValue, StoredState, TopologyIdentity
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topology_identity (
@@ -66,26 +62,16 @@ CREATE TABLE IF NOT EXISTS partition_meta (
 
 # How long a writer waits for another connection's write transaction before failing.
 _BUSY_TIMEOUT_MS = 30_000
-_LOCK_POLL_SECONDS = 0.05
 
 
-def _encode(value: JsonValue, what: str) -> str:
-    try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise CoordinatorError(
-            f"{what} is not JSON-serialisable ({exc}); metadata must be plain JSON values"
-        ) from exc
-
-
-class SQLiteStateStore(StateStore):
+class SQLiteStateStore(FencedStore):
     """State of any number of topologies in one SQLite file, rows keyed by topology id."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
         self._topology_id: str | None = None
-        self._lock_fd: int | None = None
+        self._lock: LockFile | None = None
         self._fence: int | None = None
 
     @property
@@ -96,8 +82,14 @@ class SQLiteStateStore(StateStore):
     @property
     def _tid(self) -> str:
         if self._topology_id is None:
-            raise CoordinatorError("the state store is not open: call open(topology_id) first")
+            raise self._not_open()
         return self._topology_id
+
+    @property
+    def _lockfile(self) -> LockFile:
+        if self._lock is None:
+            self._lock = LockFile(self.lock_path)
+        return self._lock
 
     def open(self, topology_id: str, read_only: bool = False) -> None:
         if not topology_id:
@@ -171,7 +163,9 @@ class SQLiteStateStore(StateStore):
         return sorted(r[0] for r in rows)
 
     def close(self) -> None:
-        self._release_lock()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         self._fence = None
         if self._conn is not None:
             self._conn.close()
@@ -204,7 +198,7 @@ class SQLiteStateStore(StateStore):
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise CoordinatorError("the state store is not open: call open(topology_id) first")
+            raise self._not_open()
         return self._conn
 
     def register(self, identity: TopologyIdentity) -> None:
@@ -219,19 +213,12 @@ class SQLiteStateStore(StateStore):
                 )
                 return
         stored = TopologyIdentity(spout=row[0], kind=row[1])
-        if stored != identity:
-            raise ConfigurationError(
-                f"topology id {self._tid!r} is registered for spout {stored.spout!r} "
-                f"({stored.kind}), not {identity.spout!r} ({identity.kind}); use another "
-                f"--topology-id, or delete the state of {self._tid!r} in {self.path} to start over"
-            )
+        self._check_identity(stored, identity, f"delete the state of {self._tid!r} in {self.path}")
 
     def acquire_leadership(self, timeout: float | None = None) -> None:
         self._connection()
-        if self._lock_fd is not None and not self._is_current(self._lock_fd, self.lock_path):
-            self._release_lock()  # a lock on a deleted lock file excludes nobody
-        if self._lock_fd is None:
-            self._lock_fd = self._lock(timeout)
+        lock = self._lockfile
+        lock.acquire(timeout, self._held_by)
         try:
             with self._write() as conn:
                 conn.execute(
@@ -245,56 +232,20 @@ class SQLiteStateStore(StateStore):
                     "SELECT fence FROM currtx WHERE topology_id = ?", (self._tid,)
                 ).fetchone()
         except BaseException:
-            self._release_lock()
+            lock.release()
             raise
         self._fence = int(fence)
 
-    def _lock(self, timeout: float | None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        path = self.lock_path
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown"
-                os.close(fd)
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise LostLeadershipError(
-                        f"another runner holds topology {self._tid!r} (lock file {path}, "
-                        f"held by {holder}); stop it or wait for it to finish, or use another "
-                        "--topology-id"
-                    ) from None
-                time.sleep(_LOCK_POLL_SECONDS)
-                continue
-            if self._is_current(fd, path):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-                return fd
-            # The file was deleted between our open and our lock: lock the new one.
-            os.close(fd)
-
-    @staticmethod
-    def _is_current(fd: int, path: Path) -> bool:
-        """A lock on an unlinked (or replaced) lock file excludes nobody."""
-        try:
-            return os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            return False
-
-    def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = None
+    def _held_by(self, holder: str) -> LostLeadershipError:
+        return LostLeadershipError(
+            f"another runner holds topology {self._tid!r} (lock file {self.lock_path}, held "
+            f"by {holder}); stop it or wait for it to finish, or use another --topology-id"
+        )
 
     def check_leadership(self) -> None:
-        if self._lock_fd is None or self._fence is None:
-            raise LostLeadershipError(
-                f"this runner does not lead topology {self._topology_id!r}: it never acquired "
-                "leadership or has closed the store"
-            )
-        if not self._is_current(self._lock_fd, self.lock_path):
+        if self._lock is None or not self._lock.locked or self._fence is None:
+            raise self._not_leading()
+        if not self._lock.held():
             raise LostLeadershipError(
                 f"the lock file {self.lock_path} of topology {self._tid!r} was deleted or "
                 "replaced, so another runner may lead it; stop this runner"
@@ -320,25 +271,14 @@ class SQLiteStateStore(StateStore):
         """The ``fence`` counter this runner set: one more for every leadership."""
         return self._fence
 
-    def _require_fence(self) -> int:
-        if self._fence is None:
-            raise LostLeadershipError(
-                f"this runner does not lead topology {self._topology_id!r}: call "
-                "acquire_leadership first"
-            )
-        return self._fence
-
-    def _check_fence(self, conn: sqlite3.Connection) -> int:
-        """Inside a write transaction: refuse unless we still hold the fence; return currtx."""
-        ours = self._require_fence()
+    def _check_fence(self, conn: sqlite3.Connection, ours: int) -> int:
+        """Inside a write transaction: refuse unless we still hold the fence ``ours``;
+        return currtx."""
         txid, fence = conn.execute(
             "SELECT txid, fence FROM currtx WHERE topology_id = ?", (self._tid,)
         ).fetchone()
         if fence != ours:
-            raise FencedError(
-                f"another runner took over topology {self._tid!r} (fence {fence}, ours "
-                f"{ours}); this runner must stop without writing"
-            )
+            raise self._taken_over(fence, ours)
         return int(txid)
 
     def read_state(self) -> StoredState:
@@ -373,112 +313,72 @@ class SQLiteStateStore(StateStore):
             raise CoordinatorError(f"cannot read the state store {self.path}: {exc}") from exc
         partitions: dict[int, dict[int, JsonValue]] = {}
         for txid, partition, meta in parts:
-            partitions.setdefault(txid, {})[partition] = json.loads(meta)
+            partitions.setdefault(txid, {})[partition] = decode(meta)
         return StoredState(
             currtx=1 if row is None else int(row[0]),
-            metas={txid: json.loads(meta) for txid, meta in metas},
+            metas={txid: decode(meta) for txid, meta in metas},
             partitions=partitions,
-            digests={txid: json.loads(digest) for txid, digest in digests},
+            digests={txid: decode(digest) for txid, digest in digests},
         )
 
-    def start_transaction(
-        self, txid: int, meta: JsonValue, partitions: Mapping[int, JsonValue]
-    ) -> None:
-        meta_text = _encode(meta, f"the metadata of txid {txid}")
-        part_rows = [
-            (self._tid, txid, p, _encode(m, f"the metadata of partition {p} of txid {txid}"))
-            for p, m in partitions.items()
-        ]
-        self._require_fence()
-        with self._write() as conn:
-            currtx = self._check_fence(conn)
-            if txid < currtx:
-                raise CoordinatorError(
-                    f"txid {txid} is already committed (currtx is {currtx}); it cannot start again"
-                )
-            exists = conn.execute(
+    def _started(self, conn: sqlite3.Connection, txid: int) -> bool:
+        return (
+            conn.execute(
                 "SELECT 1 FROM coordinator_meta WHERE topology_id = ? AND txid = ?",
                 (self._tid, txid),
             ).fetchone()
-            if exists is not None:
-                raise CoordinatorError(f"metadata of txid {txid} already stored; it never changes")
+            is not None
+        )
+
+    def _write_start(self, fence: int, txid: int, meta: str, parts: dict[int, str]) -> None:
+        with self._write() as conn:
+            self._check_start(txid, self._check_fence(conn, fence), self._started(conn, txid))
             conn.execute(
                 "INSERT INTO coordinator_meta (topology_id, txid, meta) VALUES (?, ?, ?)",
-                (self._tid, txid, meta_text),
+                (self._tid, txid, meta),
             )
             try:
                 conn.executemany(
                     "INSERT INTO partition_meta (topology_id, txid, partition, meta) "
                     "VALUES (?, ?, ?, ?)",
-                    part_rows,
+                    [(self._tid, txid, p, m) for p, m in parts.items()],
                 )
             except sqlite3.IntegrityError as exc:
-                raise CoordinatorError(
-                    f"partition metadata of txid {txid} already stored; it never changes"
-                ) from exc
+                what = f"partition metadata of txid {txid}"
+                raise CoordinatorError(self._already_stored(what)) from exc
 
-    def advance(self, txid: int, partitions: Mapping[int, JsonValue] | None = None) -> None:
-        part_rows = [
-            (self._tid, txid, p, _encode(m, f"the metadata of partition {p} of txid {txid}"))
-            for p, m in (partitions or {}).items()
-        ]
-        self._require_fence()
+    def _write_advance(self, fence: int, txid: int, parts: dict[int, str]) -> None:
         with self._write() as conn:
-            currtx = self._check_fence(conn)
-            if currtx != txid:
-                raise FencedError(
-                    f"cannot advance topology {self._tid!r} past txid {txid}: currtx is {currtx}"
-                )
+            self._check_advance(txid, self._check_fence(conn, fence))
             conn.executemany(
                 "INSERT OR REPLACE INTO partition_meta (topology_id, txid, partition, meta) "
                 "VALUES (?, ?, ?, ?)",
-                part_rows,
+                [(self._tid, txid, p, m) for p, m in parts.items()],
             )
             conn.execute("UPDATE currtx SET txid = ? WHERE topology_id = ?", (txid + 1, self._tid))
-            conn.execute(
-                "DELETE FROM coordinator_meta WHERE topology_id = ? AND txid < ?",
-                (self._tid, txid),
-            )
-            conn.execute(
-                "DELETE FROM partition_meta WHERE topology_id = ? AND txid < ?",
-                (self._tid, txid),
-            )
+            for table in ("coordinator_meta", "partition_meta"):
+                conn.execute(
+                    f"DELETE FROM {table} WHERE topology_id = ? AND txid < ?", (self._tid, txid)
+                )
             conn.execute(
                 "DELETE FROM digest WHERE topology_id = ? AND txid <= ?", (self._tid, txid)
             )
 
-    def record_digest(self, txid: int, digest: JsonValue) -> None:
-        text = _encode(digest, f"the digest of txid {txid}")
-        self._require_fence()
+    def _write_digest(self, fence: int, txid: int, digest: str) -> None:
         with self._write() as conn:
-            currtx = self._check_fence(conn)
-            started = conn.execute(
-                "SELECT 1 FROM coordinator_meta WHERE topology_id = ? AND txid = ?",
-                (self._tid, txid),
-            ).fetchone()
-            if txid < currtx or started is None:
-                raise CoordinatorError(
-                    f"cannot record the digest of txid {txid}: it is not started and "
-                    f"uncommitted (currtx is {currtx})"
-                )
+            self._check_digest(txid, self._check_fence(conn, fence), self._started(conn, txid))
             try:
                 conn.execute(
                     "INSERT INTO digest (topology_id, txid, digest) VALUES (?, ?, ?)",
-                    (self._tid, txid, text),
+                    (self._tid, txid, digest),
                 )
             except sqlite3.IntegrityError as exc:
-                raise CoordinatorError(
-                    f"the digest of txid {txid} is already stored; it never changes"
-                ) from exc
+                what = f"the digest of txid {txid}"
+                raise CoordinatorError(self._already_stored(what)) from exc
 
-    def retract(self, txid: int) -> None:
-        self._require_fence()
+    def _write_retract(self, fence: int, txid: int) -> None:
         with self._write() as conn:
-            currtx = self._check_fence(conn)
-            if txid < currtx:
-                raise FencedError(
-                    f"cannot retract txid {txid} of topology {self._tid!r}: currtx is {currtx}"
-                )
+            self._check_retract(txid, self._check_fence(conn, fence))
             for table in ("coordinator_meta", "partition_meta", "digest"):
                 conn.execute(
                     f"DELETE FROM {table} WHERE topology_id = ? AND txid >= ?", (self._tid, txid)

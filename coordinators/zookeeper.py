@@ -23,61 +23,45 @@ unknown, and the caller re-reads the state once it leads again.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
     KazooException,
     NodeExistsError,
     NoNodeError,
-    RolledBackError,
-    RuntimeInconsistency,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
+from coordinators import _zk
+from coordinators._fenced import FencedStore, decode, encode
+from coordinators._zk import node
 from transactional.errors import (
     ConfigurationError,
     CoordinatorError,
-    FencedError,
     LostLeadershipError,
     StoreUnavailableError,
     UnknownTopologyError,
 )
-from transactional.store import JsonValue, StateStore, StoredState, TopologyIdentity
+from transactional.store import JsonValue, StoredState, TopologyIdentity
 
 _ROOT = "/transactional"
 # Re-check the leader node this often while waiting, in case a watch is lost with a session.
 _WAIT_SLICE_SECONDS = 1.0
 
 
-def _encode(value: JsonValue, what: str) -> bytes:
-    try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise CoordinatorError(
-            f"{what} is not JSON-serialisable ({exc}); metadata must be plain JSON values"
-        ) from exc
-    return text.encode()
+def _data(value: JsonValue, what: str) -> bytes:
+    return encode(value, what).encode()
 
 
-def _decode(data: bytes) -> JsonValue:
-    return json.loads(data.decode())
-
-
-def _node(txid: int) -> str:
-    return f"{txid:020d}"
-
-
-class ZooKeeperStateStore(StateStore):
+class ZooKeeperStateStore(FencedStore):
     """State of one topology in ZooKeeper, written only by the elected runner."""
 
     def __init__(
@@ -104,13 +88,13 @@ class ZooKeeperStateStore(StateStore):
 
     def _path(self, *parts: str) -> str:
         if self._topology_id is None:
-            raise CoordinatorError("the state store is not open: call open(topology_id) first")
+            raise self._not_open()
         return "/".join((_ROOT, self._topology_id, *parts))
 
     @property
     def _zk(self) -> Any:
         if self._client is None:
-            raise CoordinatorError("the state store is not open: call open(topology_id) first")
+            raise self._not_open()
         return self._client
 
     def open(self, topology_id: str, read_only: bool = False) -> None:
@@ -121,12 +105,12 @@ class ZooKeeperStateStore(StateStore):
             )
         if self._client is not None:
             raise CoordinatorError("the state store is already open")
-        client = self._connect(self._on_state)
+        client = _zk.connect(self.hosts, self.session_timeout, self.connect_timeout, self._on_state)
         self._client = client
         self._topology_id = topology_id
         if read_only:
             try:
-                known = self._children(client, _ROOT)
+                known = _zk.list_children(client, _ROOT, self.hosts)
             except BaseException:
                 self.close()
                 raise
@@ -145,46 +129,15 @@ class ZooKeeperStateStore(StateStore):
                 "check that the chroot exists and that this client may create nodes"
             ) from exc
 
-    def _connect(self, listener: Any = None) -> Any:
-        try:
-            client = KazooClient(hosts=self.hosts, timeout=self.session_timeout)
-        except ValueError as exc:
-            raise ConfigurationError(
-                f"bad ZooKeeper connection string {self.hosts!r}: {exc}; "
-                "expected host:port[,host:port...][/chroot]"
-            ) from exc
-        if listener is not None:
-            client.add_listener(listener)
-        try:
-            client.start(timeout=self.connect_timeout)
-        except KazooTimeoutError as exc:
-            client.close()
-            raise StoreUnavailableError(
-                f"cannot connect to ZooKeeper at {self.hosts} within {self.connect_timeout}s; "
-                "check that the servers are running and reachable from this machine, and "
-                "the connection string (host:port[,host:port...][/chroot])"
-            ) from exc
-        return client
-
     def topology_ids(self) -> list[str]:
         if self._client is not None:
-            return self._children(self._client, _ROOT)
-        client = self._connect()
+            return _zk.list_children(self._client, _ROOT, self.hosts)
+        client = _zk.connect(self.hosts, self.session_timeout, self.connect_timeout)
         try:
-            return self._children(client, _ROOT)
+            return _zk.list_children(client, _ROOT, self.hosts)
         finally:
             client.stop()
             client.close()
-
-    def _children(self, client: Any, path: str) -> list[str]:
-        try:
-            return sorted(client.get_children(path))
-        except NoNodeError:
-            return []
-        except KazooException as exc:
-            raise StoreUnavailableError(
-                f"cannot list {path} in ZooKeeper at {self.hosts}: {exc!r}"
-            ) from exc
 
     def close(self) -> None:
         client = self._client
@@ -205,7 +158,7 @@ class ZooKeeperStateStore(StateStore):
                 self._session_lost = True
 
     def register(self, identity: TopologyIdentity) -> None:
-        value = _encode({"spout": identity.spout, "kind": identity.kind}, "the identity")
+        value = _data({"spout": identity.spout, "kind": identity.kind}, "the identity")
         try:
             self._zk.create(self._path("identity"), value)
             return
@@ -217,18 +170,13 @@ class ZooKeeperStateStore(StateStore):
             data, _ = self._zk.get(self._path("identity"))
         except KazooException as exc:
             raise CoordinatorError(f"cannot read the topology identity: {exc!r}") from exc
-        stored = TopologyIdentity(**_decode(data))
-        if stored != identity:
-            raise ConfigurationError(
-                f"topology id {self._topology_id!r} is registered for spout {stored.spout!r} "
-                f"({stored.kind}), not {identity.spout!r} ({identity.kind}); use another "
-                f"--topology-id, or delete {self._path()} in ZooKeeper to start over"
-            )
+        stored = TopologyIdentity(**decode(data))
+        self._check_identity(stored, identity, f"delete {self._path()} in ZooKeeper")
 
     def acquire_leadership(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         leader = self._path("leader")
-        self._wait_connected(deadline)
+        _zk.wait_connected(self._zk, self.hosts, deadline)
         changed = threading.Event()
 
         def on_change(_event: object) -> None:
@@ -277,17 +225,7 @@ class ZooKeeperStateStore(StateStore):
         """A standby waits through a connection blip (or a new session) rather than
         fail: leadership may come up meanwhile."""
         time.sleep(0.05)
-        self._wait_connected(deadline)
-
-    def _wait_connected(self, deadline: float | None) -> None:
-        """Requests made while disconnected wait in kazoo's queue with no time limit."""
-        while self._zk.state != KazooState.CONNECTED:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise StoreUnavailableError(
-                    f"not connected to ZooKeeper at {self.hosts} (state {self._zk.state}); "
-                    "check that the servers are running and reachable"
-                )
-            time.sleep(0.05)
+        _zk.wait_connected(self._zk, self.hosts, deadline)
 
     def fence_token(self) -> int | None:
         return self._token if self._fence is not None else None
@@ -299,17 +237,7 @@ class ZooKeeperStateStore(StateStore):
     def _give_up_leader_node(self) -> None:
         """Delete our leader node now rather than when the session ends, so that a
         standby need not wait for the session timeout."""
-        leader = self._path("leader")
-        try:
-            if self._zk.state != KazooState.CONNECTED:
-                return  # closing must not wait for a server that is gone
-            stat = self._zk.exists_async(leader).get(timeout=self.session_timeout)
-            if stat is not None and stat.ephemeralOwner == self._session_id:
-                self._zk.delete_async(leader, version=stat.version).get(
-                    timeout=self.session_timeout
-                )
-        except (KazooException, KazooTimeoutError):
-            pass  # the node is ephemeral: it goes with the session anyway
+        _zk.delete_own(self._zk, self._path("leader"), self._session_id, self.session_timeout)
 
     def _take_fence(self) -> None:
         """Rewrite currtx to bump its version: any write prepared against the version
@@ -320,14 +248,14 @@ class ZooKeeperStateStore(StateStore):
                 data, stat = self._zk.get(currtx)
             except NoNodeError:
                 with contextlib.suppress(NodeExistsError):
-                    self._zk.create(currtx, _encode(1, "currtx"))
+                    self._zk.create(currtx, _data(1, "currtx"))
                 continue
             try:
                 stat = self._zk.set(currtx, data, version=stat.version)
             except BadVersionError:
                 continue
             self._fence = self._token = stat.version
-            self._currtx = int(_decode(data))
+            self._currtx = int(decode(data))
             self._metas = None  # an earlier leader may have written since we last looked
             return
 
@@ -337,10 +265,7 @@ class ZooKeeperStateStore(StateStore):
         so a session that ended, or a runner that took over, is seen on the next call."""
         client = self._client
         if client is None or self._fence is None:
-            raise LostLeadershipError(
-                f"this runner does not lead topology {self._topology_id!r}: it never acquired "
-                "leadership or has closed the store"
-            )
+            raise self._not_leading()
         with self._flags:
             lost = self._session_lost
         if lost or client.state != KazooState.CONNECTED:
@@ -366,56 +291,17 @@ class ZooKeeperStateStore(StateStore):
                 f"another runner took over topology {self._topology_id!r}; stop this runner"
             )
 
-    def _require_fence(self) -> int:
-        if self._fence is None:
-            raise LostLeadershipError(
-                f"this runner does not lead topology {self._topology_id!r}: call "
-                "acquire_leadership first"
-            )
-        return self._fence
-
     def read_state(self) -> StoredState:
-        zk = self._zk
         try:
-            try:
-                data, _ = zk.get(self._path("coordinator", "currtx"))
-                currtx = int(_decode(data))
-            except NoNodeError:
-                currtx = 1
-            meta_ids = sorted(int(n) for n in zk.get_children(self._path("coordinator", "meta")))
-            part_ids = sorted(int(n) for n in zk.get_children(self._path("partition")))
-            listings = {p: zk.get_children_async(self._path("partition", str(p))) for p in part_ids}
-            index = {p: {int(n) for n in listing.get()} for p, listing in listings.items()}
-            # Fetch every value concurrently, then wait: round trips overlap.
-            meta_gets = {
-                t: zk.get_async(self._path("coordinator", "meta", _node(t))) for t in meta_ids
-            }
-            part_gets = {
-                (t, p): zk.get_async(self._path("partition", str(p), _node(t)))
-                for p, txids in index.items()
-                for t in txids
-            }
-            try:  # absent from a topology stored before digests existed
-                digest_ids = zk.get_children(self._path("coordinator", "digest"))
-            except NoNodeError:
-                digest_ids = []
-            digest_gets = {
-                t: zk.get_async(self._path("coordinator", "digest", _node(t)))
-                for t in sorted(int(n) for n in digest_ids)
-            }
-            metas = {t: _decode(get.get()[0]) for t, get in meta_gets.items()}
-            digests = {t: _decode(get.get()[0]) for t, get in digest_gets.items()}
-            partitions: dict[int, dict[int, JsonValue]] = {}
-            for (t, p), get in sorted(part_gets.items()):
-                partitions.setdefault(t, {})[p] = _decode(get.get()[0])
+            state, index = _zk.read_tree(self._zk, self._path())
         except (KazooException, ValueError) as exc:
             raise CoordinatorError(
                 f"cannot read the state of {self._path()} from ZooKeeper: {exc!r}"
             ) from exc
-        self._metas = set(metas)
+        self._metas = set(state.metas)
         self._partitions = index
-        self._digests = set(digests)
-        return StoredState(currtx=currtx, metas=metas, partitions=partitions, digests=digests)
+        self._digests = set(state.digests)
+        return state
 
     def _index(self) -> tuple[set[int], dict[int, set[int]]]:
         if self._metas is None:
@@ -424,143 +310,82 @@ class ZooKeeperStateStore(StateStore):
         return self._metas, self._partitions
 
     def _commit(self, tx: Any, what: str, on_exists: str = "") -> list[Any]:
-        """Commit a multi-op whose first operation checks the fence. Kazoo reports a
-        failed multi-op as results: the failing operation's error, rollbacks elsewhere."""
-        if self._zk.state != KazooState.CONNECTED:  # else kazoo would queue it, unbounded
-            raise LostLeadershipError(
-                f"the ZooKeeper connection is {self._zk.state} while {what}; nothing was "
-                "written: take leadership again once it is back"
-            )
         try:
-            results: list[Any] = tx.commit_async().get(timeout=self.session_timeout)
-        except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
-            self._metas = None  # the write may or may not have applied
-            raise LostLeadershipError(
-                f"lost the ZooKeeper connection while {what}; the write may or may not have "
-                "applied: the state is read again once this runner leads again"
-            ) from exc
-        except KazooException as exc:
-            self._metas = None
-            raise CoordinatorError(f"ZooKeeper refused {what}: {exc!r}") from exc
-        for i, error in enumerate(results):
-            if not isinstance(error, Exception) or isinstance(
-                error, RolledBackError | RuntimeInconsistency
-            ):
-                continue
-            self._metas = None  # our index disagrees with ZooKeeper: reload it
-            if i == 0:
-                raise FencedError(
-                    f"another runner took over topology {self._topology_id!r}; "
-                    "this runner must stop without writing"
-                ) from error
-            if on_exists and isinstance(error, NodeExistsError):
-                raise CoordinatorError(on_exists) from error
-            raise CoordinatorError(
-                f"ZooKeeper refused {what} (operation {i}: {error!r}); "
-                "restart the runner to reload the state"
-            ) from error
-        return results
+            return _zk.commit(self._zk, tx, what, self.session_timeout, self._taken_over, on_exists)
+        except BaseException:
+            self._metas = None  # the write may have applied, or the index disagrees: reload
+            raise
 
-    def start_transaction(
-        self, txid: int, meta: JsonValue, partitions: Mapping[int, JsonValue]
-    ) -> None:
-        fence = self._require_fence()
-        if txid < self._currtx:
-            raise CoordinatorError(
-                f"txid {txid} is already committed (currtx is {self._currtx}); "
-                "it cannot start again"
-            )
+    def _write_start(self, fence: int, txid: int, meta: str, parts: dict[int, str]) -> None:
+        self._check_start(txid, self._currtx)
         metas, index = self._index()
         tx = self._zk.transaction()
         tx.check(self._path("coordinator", "currtx"), fence)
-        tx.create(self._path("coordinator", "meta", _node(txid)), _encode(meta, f"txid {txid}"))
-        for p, value in sorted(partitions.items()):
+        tx.create(self._path("coordinator", "meta", node(txid)), meta.encode())
+        for p, value in parts.items():
             if p not in index:
                 tx.create(self._path("partition", str(p)))
-            tx.create(
-                self._path("partition", str(p), _node(txid)),
-                _encode(value, f"partition {p} of txid {txid}"),
-            )
-        exists = f"metadata of txid {txid} already stored; it never changes"
+            tx.create(self._path("partition", str(p), node(txid)), value.encode())
+        exists = self._already_stored(f"metadata of txid {txid}")
         self._commit(tx, f"starting txid {txid}", on_exists=exists)
         metas.add(txid)
-        for p in partitions:
+        for p in parts:
             index.setdefault(p, set()).add(txid)
 
-    def advance(self, txid: int, partitions: Mapping[int, JsonValue] | None = None) -> None:
-        fence = self._require_fence()
-        if txid != self._currtx:
-            raise FencedError(
-                f"cannot advance topology {self._topology_id!r} past txid {txid}: "
-                f"currtx is {self._currtx}"
-            )
+    def _write_advance(self, fence: int, txid: int, parts: dict[int, str]) -> None:
+        self._check_advance(txid, self._currtx)
         metas, index = self._index()
-        partitions = partitions or {}
         tx = self._zk.transaction()
         # Checks the fence and moves currtx in one operation.
-        tx.set_data(self._path("coordinator", "currtx"), _encode(txid + 1, "currtx"), fence)
-        for p, value in sorted(partitions.items()):
-            data = _encode(value, f"partition {p} of txid {txid}")
-            node = self._path("partition", str(p), _node(txid))
+        tx.set_data(self._path("coordinator", "currtx"), _data(txid + 1, "currtx"), fence)
+        for p, value in parts.items():
+            path = self._path("partition", str(p), node(txid))
             if p not in index:
                 tx.create(self._path("partition", str(p)))
             if txid in index.get(p, ()):
-                tx.set_data(node, data)
+                tx.set_data(path, value.encode())
             else:
-                tx.create(node, data)
-        for t in sorted(t for t in metas if t < txid):
-            tx.delete(self._path("coordinator", "meta", _node(t)))
-        for p, txids in sorted(index.items()):
-            for t in sorted(t for t in txids if t < txid):
-                tx.delete(self._path("partition", str(p), _node(t)))
+                tx.create(path, value.encode())
         done = {t for t in self._digests if t <= txid}
-        for t in sorted(done):
-            tx.delete(self._path("coordinator", "digest", _node(t)))
+        self._delete(tx, lambda t: t < txid, done)
         results = self._commit(tx, f"advancing past txid {txid}")
         self._fence = results[0].version
         self._currtx = txid + 1
         self._digests -= done
         metas.difference_update({t for t in metas if t < txid})
-        for p in partitions:
+        for p in parts:
             index.setdefault(p, set()).add(txid)
         for txids in index.values():
             txids.difference_update({t for t in txids if t < txid})
 
-    def record_digest(self, txid: int, digest: JsonValue) -> None:
-        fence = self._require_fence()
+    def _delete(self, tx: Any, chosen: Callable[[int], bool], digests: set[int]) -> None:
+        """Add to ``tx`` the deletion of the metadata of every ``chosen`` txid, and of
+        the digests of ``digests``."""
+        metas, index = self._index()
+        for t in sorted(filter(chosen, metas)):
+            tx.delete(self._path("coordinator", "meta", node(t)))
+        for p, txids in sorted(index.items()):
+            for t in sorted(filter(chosen, txids)):
+                tx.delete(self._path("partition", str(p), node(t)))
+        for t in sorted(digests):
+            tx.delete(self._path("coordinator", "digest", node(t)))
+
+    def _write_digest(self, fence: int, txid: int, digest: str) -> None:
         metas, _ = self._index()
-        if txid < self._currtx or txid not in metas:
-            raise CoordinatorError(
-                f"cannot record the digest of txid {txid}: it is not started and uncommitted "
-                f"(currtx is {self._currtx})"
-            )
+        self._check_digest(txid, self._currtx, txid in metas)
         tx = self._zk.transaction()
         tx.check(self._path("coordinator", "currtx"), fence)
-        tx.create(
-            self._path("coordinator", "digest", _node(txid)),
-            _encode(digest, f"the digest of txid {txid}"),
-        )
-        exists = f"the digest of txid {txid} is already stored; it never changes"
+        tx.create(self._path("coordinator", "digest", node(txid)), digest.encode())
+        exists = self._already_stored(f"the digest of txid {txid}")
         self._commit(tx, f"recording the digest of txid {txid}", on_exists=exists)
         self._digests.add(txid)
 
-    def retract(self, txid: int) -> None:
-        fence = self._require_fence()
-        if txid < self._currtx:
-            raise FencedError(
-                f"cannot retract txid {txid} of topology {self._topology_id!r}: currtx is "
-                f"{self._currtx}"
-            )
+    def _write_retract(self, fence: int, txid: int) -> None:
+        self._check_retract(txid, self._currtx)
         metas, index = self._index()
         tx = self._zk.transaction()
         tx.check(self._path("coordinator", "currtx"), fence)
-        for t in sorted(t for t in metas if t >= txid):
-            tx.delete(self._path("coordinator", "meta", _node(t)))
-        for p, txids in sorted(index.items()):
-            for t in sorted(t for t in txids if t >= txid):
-                tx.delete(self._path("partition", str(p), _node(t)))
-        for t in sorted(t for t in self._digests if t >= txid):
-            tx.delete(self._path("coordinator", "digest", _node(t)))
+        self._delete(tx, lambda t: t >= txid, {t for t in self._digests if t >= txid})
         self._commit(tx, f"retracting txids from {txid}")
         metas.difference_update({t for t in metas if t >= txid})
         for txids in index.values():

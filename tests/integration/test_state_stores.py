@@ -127,7 +127,7 @@ def test_start_transaction_round_trips_json(backend: Backend) -> None:
 def test_start_transaction_refuses_to_overwrite(backend: Backend) -> None:
     store = leader(backend)
     store.start_transaction(1, META_1, {0: part(1, 0)})
-    with pytest.raises(CoordinatorError, match="metadata of txid 1 already stored"):
+    with pytest.raises(CoordinatorError, match="metadata of txid 1 is already stored"):
         store.start_transaction(1, META_2, {0: part(9, 0), 1: part(9, 1)})
     store.start_transaction(2, META_2, {0: part(2, 0)})
     expected = StoredState(

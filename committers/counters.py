@@ -1,15 +1,18 @@
-"""What the sink-generic committers share: the counter spec, and the checks that make a
-wiring mistake fail at construction or on the first batch instead of corrupting a sink."""
+"""What the counter committers share: the counter spec (``CounterTable``), the checks
+that make a wiring mistake fail at construction or on the first batch instead of
+corrupting a sink, and the per-key summing of a batch in its declared value type."""
 
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from committers.keys import key_types_of, supported, why_unsupported
-from committers.values import ValueType
+from committers.keys import key_text, key_types_of, supported, why_unsupported
+from committers.values import ValueType, exact_sum
 from transactional.committer import Committer, CommitterContext
 from transactional.contracts import component
 from transactional.errors import ConfigurationError, ContractError
@@ -17,6 +20,9 @@ from transactional.types import CommitMode
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+#: A counter's value in Python: ``long`` -> int, ``double`` -> float, ``decimal`` -> Decimal.
+Number = int | float | Decimal
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 
@@ -224,3 +230,30 @@ class CounterCommitter(Committer):
         if supported(sql, self.sink):
             return None
         return f"{self.sink} cannot key on it ({why_unsupported(sql)})"
+
+
+def per_key_sums(
+    frame: DataFrame, table: CounterTable
+) -> tuple[dict[tuple[str | None, ...], Number], list[str]]:
+    """The batch ``frame`` (``table``'s keys and value) brought to the driver and summed
+    per key, exactly, in the declared value type (``committers.values.exact_sum``); keys
+    are the key columns' texts (None: null) and null values count as nothing. Also the
+    keys whose sum cannot be stored, each with why (an empty list: all can)."""
+    frame = frame.select(*table.keys, table.value)
+    types = {f.name: f.dataType.simpleString() for f in frame.schema}
+    arrow = frame.toArrow()
+    texts = [key_text(types[k]) for k in table.keys]
+    columns = [arrow.column(k).to_pylist() for k in table.keys]
+    grouped: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+    for row, value in enumerate(arrow.column(table.value).to_pylist()):
+        if value is not None:
+            grouped[tuple(col[row] for col in columns)].append(value)
+    sums: dict[tuple[str | None, ...], Number] = {}
+    refused: list[str] = []
+    for raw_key, values in grouped.items():
+        key = tuple(text(v) for text, v in zip(texts, raw_key, strict=True))
+        try:
+            sums[key] = exact_sum(values, table.declared)
+        except ValueError as exc:
+            refused.append(f"{dict(zip(table.keys, key, strict=True))} {exc}")
+    return sums, refused

@@ -1,37 +1,31 @@
-"""The Lua script of one Redis commit: check, then write, atomically.
-
-Redis runs a script alone (no other command interleaves), but does not roll it back
-when a command fails half-way: writes made before the failure stay. So the script runs
-in two passes. The first only reads: the fence, the mode, the txid, key types, the
-value type recorded for each hash, and every new value, computed exactly and checked
-(a LONG overflow, a non-finite double, a decimal needing more digits than declared, a
-stored value that is not of the hash's type). Only when all pass does the second pass
-write: undo (opaque replay), apply, record. Nothing in the second pass can fail on data.
-
-Values, per hash type (``batch.counters[i].kind``):
-
-- ``long``: ``HINCRBY``. The new value is checked first: in doubles when both numbers
-  are below 2^62 in magnitude (their sum cannot reach 2^63), else exactly, in decimal
-  digit strings.
-- ``double``: the sum of the stored double and the increment, one IEEE 754 addition in
-  Lua (whose numbers are C doubles), stored with ``HSET`` as the shortest of ``%.15g``,
-  ``%.16g``, ``%.17g`` that reads back as the same double. Not ``HINCRBYFLOAT``: it adds
-  in long double and prints 17 digits after the point, so it rounds differently from a
-  double sum and turns an increment below 1e-17 into nothing.
-- ``decimal``: exact addition of decimal digit strings with the hash's scale, stored
-  with ``HSET`` as plain text with exactly ``scale`` digits after the point.
-"""
-
-from __future__ import annotations
-
-__all__ = ["COMMIT_SCRIPT"]
-
-#: Keys: 1 txid, 2 undo log, 3 undo dead-letter count, 4 mode, 5 dead-letter list,
-#: 6 fence, 7 value types (hash name -> declared type), 8.. the counter hashes. The fence
-#: is checked first and raised by every commit that passes, a skipped one included:
-#: once a new leader has committed anything here, no commit of an earlier leader gets
-#: through.
-COMMIT_SCRIPT = r"""
+-- One Redis commit of committers.redis.RedisCommitter: check, then write, atomically.
+--
+-- Redis runs a script alone (no other command interleaves), but does not roll it back
+-- when a command fails half-way: writes made before the failure stay. So the script runs
+-- in two passes. The first only reads: the fence, the mode, the txid, key types, the
+-- value type recorded for each hash, and every new value, computed exactly and checked
+-- (a LONG overflow, a non-finite double, a decimal needing more digits than declared, a
+-- stored value that is not of the hash's type). Only when all pass does the second pass
+-- write: undo (opaque replay), apply, record. Nothing in the second pass can fail on data.
+--
+-- Values, per hash type (``batch.counters[i].kind``):
+--
+-- - ``long``: ``HINCRBY``. The new value is checked first: in doubles when both numbers
+--   are below 2^62 in magnitude (their sum cannot reach 2^63), else exactly, in decimal
+--   digit strings.
+-- - ``double``: the sum of the stored double and the increment, one IEEE 754 addition in
+--   Lua (whose numbers are C doubles), stored with ``HSET`` as the shortest of ``%.15g``,
+--   ``%.16g``, ``%.17g`` that reads back as the same double. Not ``HINCRBYFLOAT``: it adds
+--   in long double and prints 17 digits after the point, so it rounds differently from a
+--   double sum and turns an increment below 1e-17 into nothing.
+-- - ``decimal``: exact addition of decimal digit strings with the hash's scale, stored
+--   with ``HSET`` as plain text with exactly ``scale`` digits after the point.
+--
+-- Keys: 1 txid, 2 undo log, 3 undo dead-letter count, 4 mode, 5 dead-letter list,
+-- 6 fence, 7 value types (hash name -> declared type), 8.. the counter hashes. The fence
+-- is checked first and raised by every commit that passes, a skipped one included:
+-- once a new leader has committed anything here, no commit of an earlier leader gets
+-- through.
 local batch = cjson.decode(ARGV[1])
 local txid = tonumber(batch.txid)
 local opaque = batch.mode == 'opaque'
@@ -256,4 +250,3 @@ redis.call('SET', KEYS[1], batch.txid)
 redis.call('SET', KEYS[4], batch.mode)
 if fence then redis.call('SET', KEYS[6], batch.fence) end
 return {status, last or ''}
-"""

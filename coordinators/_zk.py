@@ -1,0 +1,185 @@
+"""Talking to ZooKeeper through kazoo: connecting, listing, fenced multi-ops, and reading
+a topology's state tree in overlapping round trips. No rule of the bookkeeping lives
+here (see ``coordinators._fenced``); only what ZooKeeper and kazoo make of a request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+
+from coordinators._fenced import decode
+from transactional.errors import (
+    ConfigurationError,
+    CoordinatorError,
+    LostLeadershipError,
+    StoreUnavailableError,
+)
+from transactional.store import JsonValue, StoredState
+
+__all__ = [
+    "commit",
+    "connect",
+    "delete_own",
+    "list_children",
+    "node",
+    "read_tree",
+    "wait_connected",
+]
+
+
+def node(txid: int) -> str:
+    """A txid's node name, zero-padded so that names sort as numbers."""
+    return f"{txid:020d}"
+
+
+def connect(
+    hosts: str, session_timeout: float, connect_timeout: float, listener: Any = None
+) -> Any:
+    """A started client, or ``StoreUnavailableError`` naming what to check."""
+    try:
+        client = KazooClient(hosts=hosts, timeout=session_timeout)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"bad ZooKeeper connection string {hosts!r}: {exc}; "
+            "expected host:port[,host:port...][/chroot]"
+        ) from exc
+    if listener is not None:
+        client.add_listener(listener)
+    try:
+        client.start(timeout=connect_timeout)
+    except KazooTimeoutError as exc:
+        client.close()
+        raise StoreUnavailableError(
+            f"cannot connect to ZooKeeper at {hosts} within {connect_timeout}s; "
+            "check that the servers are running and reachable from this machine, and "
+            "the connection string (host:port[,host:port...][/chroot])"
+        ) from exc
+    return client
+
+
+def wait_connected(client: Any, hosts: str, deadline: float | None) -> None:
+    """Wait for the connection (until ``deadline``, a ``time.monotonic()`` value):
+    requests made while disconnected wait in kazoo's queue with no time limit."""
+    while client.state != KazooState.CONNECTED:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise StoreUnavailableError(
+                f"not connected to ZooKeeper at {hosts} (state {client.state}); "
+                "check that the servers are running and reachable"
+            )
+        time.sleep(0.05)
+
+
+def delete_own(client: Any, path: str, session_id: int | None, timeout: float) -> None:
+    """Delete the ephemeral node ``path`` if the session ``session_id`` owns it; never
+    wait for a server that is gone (the node goes with its session anyway)."""
+    try:
+        if client.state != KazooState.CONNECTED:
+            return
+        stat = client.exists_async(path).get(timeout=timeout)
+        if stat is not None and stat.ephemeralOwner == session_id:
+            client.delete_async(path, version=stat.version).get(timeout=timeout)
+    except (KazooException, KazooTimeoutError):
+        pass
+
+
+def list_children(client: Any, path: str, hosts: str) -> list[str]:
+    """The children of ``path``, sorted; none when it does not exist."""
+    try:
+        return sorted(client.get_children(path))
+    except NoNodeError:
+        return []
+    except KazooException as exc:
+        raise StoreUnavailableError(f"cannot list {path} in ZooKeeper at {hosts}: {exc!r}") from exc
+
+
+def commit(
+    client: Any,
+    tx: Any,
+    what: str,
+    timeout: float,
+    taken_over: Callable[[], Exception],
+    on_exists: str = "",
+) -> list[Any]:
+    """Commit a multi-op whose first operation checks the fence; raise
+    ``taken_over()`` when that check fails. Kazoo reports a failed multi-op as results:
+    the failing operation's error, rollbacks elsewhere."""
+    if client.state != KazooState.CONNECTED:  # else kazoo would queue it, unbounded
+        raise LostLeadershipError(
+            f"the ZooKeeper connection is {client.state} while {what}; nothing was "
+            "written: take leadership again once it is back"
+        )
+    try:
+        results: list[Any] = tx.commit_async().get(timeout=timeout)
+    except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
+        raise LostLeadershipError(
+            f"lost the ZooKeeper connection while {what}; the write may or may not have "
+            "applied: the state is read again once this runner leads again"
+        ) from exc
+    except KazooException as exc:
+        raise CoordinatorError(f"ZooKeeper refused {what}: {exc!r}") from exc
+    for i, error in enumerate(results):
+        if not isinstance(error, Exception) or isinstance(
+            error, RolledBackError | RuntimeInconsistency
+        ):
+            continue
+        if i == 0:
+            raise taken_over() from error
+        if on_exists and isinstance(error, NodeExistsError):
+            raise CoordinatorError(on_exists) from error
+        raise CoordinatorError(
+            f"ZooKeeper refused {what} (operation {i}: {error!r}); "
+            "restart the runner to reload the state"
+        ) from error
+    return results
+
+
+def read_tree(client: Any, root: str) -> tuple[StoredState, dict[int, set[int]]]:
+    """The state under ``root`` (``coordinator/currtx``, ``coordinator/meta/<txid>``,
+    ``coordinator/digest/<txid>``, ``partition/<p>/<txid>``) and the partition index
+    (partition -> txids). Every value is fetched concurrently, then waited for, so
+    round trips overlap."""
+    try:
+        data, _ = client.get(f"{root}/coordinator/currtx")
+        currtx = int(decode(data))
+    except NoNodeError:
+        currtx = 1
+    meta_ids = sorted(int(n) for n in client.get_children(f"{root}/coordinator/meta"))
+    part_ids = sorted(int(n) for n in client.get_children(f"{root}/partition"))
+    listings = {p: client.get_children_async(f"{root}/partition/{p}") for p in part_ids}
+    index = {p: {int(n) for n in listing.get()} for p, listing in listings.items()}
+    meta_gets = {t: client.get_async(f"{root}/coordinator/meta/{node(t)}") for t in meta_ids}
+    part_gets = {
+        (t, p): client.get_async(f"{root}/partition/{p}/{node(t)}")
+        for p, txids in index.items()
+        for t in txids
+    }
+    try:  # absent from a topology stored before digests existed
+        digest_ids = client.get_children(f"{root}/coordinator/digest")
+    except NoNodeError:
+        digest_ids = []
+    digest_gets = {
+        t: client.get_async(f"{root}/coordinator/digest/{node(t)}")
+        for t in sorted(int(n) for n in digest_ids)
+    }
+    metas = {t: decode(get.get()[0]) for t, get in meta_gets.items()}
+    digests = {t: decode(get.get()[0]) for t, get in digest_gets.items()}
+    partitions: dict[int, dict[int, JsonValue]] = {}
+    for (t, p), get in sorted(part_gets.items()):
+        partitions.setdefault(t, {})[p] = decode(get.get()[0])
+    state = StoredState(currtx=currtx, metas=metas, partitions=partitions, digests=digests)
+    return state, index
