@@ -49,7 +49,6 @@ from committers.delta_tables import brief, delta_spark_conf, ensure_table, open_
 from committers.keys import exact_key_cast, supported, why_unsupported
 from committers.snapshot import (
     ATTEMPT_SLOTS,
-    DeltaSnapshot,
     latest_marker,
     next_marker,
     read_snapshot,
@@ -59,9 +58,7 @@ from transactional.errors import CommitError, ConfigurationError, TransactionalE
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("committers.delta")
 
@@ -358,21 +355,11 @@ class DeltaCommitter(CounterCommitter):
         version of the table (``committers.snapshot.latest_marker``)."""
         return latest_marker(self.location(table), self._app_id(table))
 
-    @staticmethod
-    def snapshot(
-        spark: SparkSession,
-        path: str,
-        topology_id: str,
-        committer_name: str,
-        tables: Sequence[str],
-        txid: int | None = None,
-        mode: CommitMode | str | None = None,
-    ) -> DeltaSnapshot:
-        """Every table in ``tables`` (counter table names, ``"dead_letters"``) under
-        ``path`` as of one committed txid of the committer ``committer_name`` of
-        ``topology_id``: see ``committers.snapshot.read_snapshot``."""
-        location = path.rstrip("/") if "://" in path else os.path.abspath(path)
-        return read_snapshot(spark, location, topology_id, committer_name, tables, txid, mode)
+    #: ``DeltaCommitter.snapshot(spark, path, topology_id, committer_name, tables,
+    #: txid=None, mode=None)``: every table in ``tables`` (counter table names,
+    #: ``"dead_letters"``) under ``path`` as of one committed txid of the committer
+    #: ``committer_name`` of ``topology_id`` (``committers.snapshot.read_snapshot``).
+    snapshot = staticmethod(read_snapshot)
 
     def committed_txid(self) -> int | None:
         """The lowest txid over all tables (None if a table holds none): tables commit

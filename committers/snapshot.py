@@ -32,6 +32,7 @@ cannot be read as a snapshot, and the error says so.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -211,6 +212,7 @@ def read_snapshot(
     committer's. Raises ``ConfigurationError`` when no such txid is there to read."""
     if not tables:
         raise ConfigurationError("a snapshot of no tables: name the tables to read")
+    path = path.rstrip("/") if "://" in path else os.path.abspath(path)
     prefix = f"{topology_id}:{committer_name}"
     markers = {t: _table_markers(spark, path, prefix, t, mode) for t in tables}
     opaque = any(is_opaque for is_opaque, _ in markers.values())

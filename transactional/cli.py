@@ -177,6 +177,26 @@ def _add_store_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: The runner's settings as flags: (flag, metavar, help).
+_RUN_SETTINGS = (
+    ("--batch-size", "N|auto", "records per new txid, or auto"),
+    ("--max-pending", "K", "txids in flight (default 2)"),
+    ("--max-attempts", "N", "failures of a txid before exit 1"),
+    (
+        "--attempt-timeout",
+        "S|none",
+        "seconds an attempt may process, and again commit (default 300; none: no limit)",
+    ),
+    (
+        "--leader-timeout",
+        "S|none",
+        "seconds to wait for leadership, and to get it back (default none: no limit)",
+    ),
+    ("--poll-interval", "S", "idle poll interval (default 1)"),
+    ("--poll-max", "S", "idle poll back-off limit (default 30)"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="transactional",
@@ -199,21 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a Spark setting (spark.*) or a runner setting (e.g. max_pending=4); repeatable",
     )
-    run.add_argument("--batch-size", metavar="N|auto", help="records per new txid, or auto")
-    run.add_argument("--max-pending", metavar="K", help="txids in flight (default 2)")
-    run.add_argument("--max-attempts", metavar="N", help="failures of a txid before exit 1")
-    run.add_argument(
-        "--attempt-timeout",
-        metavar="S|none",
-        help="seconds an attempt may process, and again commit (default 300; none: no limit)",
-    )
-    run.add_argument(
-        "--leader-timeout",
-        metavar="S|none",
-        help="seconds to wait for leadership, and to get it back (default none: no limit)",
-    )
-    run.add_argument("--poll-interval", metavar="S", help="idle poll interval (default 1)")
-    run.add_argument("--poll-max", metavar="S", help="idle poll back-off limit (default 30)")
+    for flag, metavar, help_text in _RUN_SETTINGS:
+        run.add_argument(flag, metavar=metavar, help=help_text)
     run.add_argument(
         "--no-determinism-check",
         action="store_true",

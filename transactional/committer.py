@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -16,6 +17,7 @@ def _leads() -> None:
     """The leadership check of a context built outside a runner: nothing to check."""
 
 
+@dataclass(eq=False)
 class CommitterContext:
     """What the runner tells a committer at ``open``.
 
@@ -32,19 +34,11 @@ class CommitterContext:
     for a deposed leader's write to one write, without closing it.
     """
 
-    def __init__(
-        self,
-        spark: SparkSession | None,
-        topology_id: str,
-        name: str,
-        fence_token: int | None = None,
-        check_leadership: Callable[[], None] = _leads,
-    ) -> None:
-        self.spark = spark
-        self.topology_id = topology_id
-        self.name = name
-        self.fence_token = fence_token
-        self.check_leadership = check_leadership
+    spark: SparkSession | None
+    topology_id: str
+    name: str
+    fence_token: int | None = None
+    check_leadership: Callable[[], None] = _leads
 
 
 class Committer(ABC):

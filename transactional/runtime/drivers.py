@@ -84,11 +84,8 @@ class SpoutDriver(ABC):
         checkpoint: Checkpoint,
         check_determinism: bool,
     ) -> None:
-        self.spout = spout
-        self.name = name
-        self.store = store
-        self.engine = engine
-        self.checkpoint = checkpoint
+        self.spout, self.name, self.store = spout, name, store
+        self.engine, self.checkpoint = engine, checkpoint
         self.digests = check_determinism and self.replays_exactly
         self.metas: dict[int, Any] = {}
         self.partitions: dict[int, dict[int, BatchMetadata]] = {}

@@ -57,39 +57,33 @@ class Report:
     crash: BaseException | None = None
 
 
+@dataclass(eq=False)
 class Executor:
     """Runs one topology's machine until stopped, drained or halted."""
 
-    def __init__(
-        self,
-        topology: Topology,
-        machine: Machine,
-        driver: SpoutDriver,
-        session: LeaderSession,
-        engine: Engine,
-        faults: Faults,
-        probes: Sequence[Probe],
-        outcomes: Outcomes,
-        stats: RunStats,
-        stopping: threading.Event,
-        clock: Callable[[], float],
-    ) -> None:
-        self.topology = topology
-        self.machine = machine
-        self.driver = driver
-        self.session = session
-        self.engine = engine
-        self.faults = faults
-        self.probes = [*probes, outcomes]
-        self.outcomes = outcomes
-        self.stats = stats
-        self.stopping = stopping
-        self.clock = clock
-        self.sequence = CommitSequence(topology.committers, driver.replays_exactly, faults.check)
-        self.pipeline = Pipeline(topology, driver, engine, faults, self._measure)
+    topology: Topology
+    machine: Machine
+    driver: SpoutDriver
+    session: LeaderSession
+    engine: Engine
+    faults: Faults
+    probes: list[Probe]
+    outcomes: Outcomes
+    stats: RunStats
+    stopping: threading.Event
+    clock: Callable[[], float]
+
+    def __post_init__(self) -> None:
+        self.probes = [*self.probes, self.outcomes]
+        self.sequence = CommitSequence(
+            self.topology.committers, self.driver.replays_exactly, self.faults.check
+        )
+        self.pipeline = Pipeline(
+            self.topology, self.driver, self.engine, self.faults, self._measure
+        )
         self.reports: queue.Queue[Report] = queue.Queue()
         self._results: dict[TransactionAttempt, Report] = {}
-        self._workers = ThreadPoolExecutor(machine.settings.max_pending, "txn-process")
+        self._workers = ThreadPoolExecutor(self.machine.settings.max_pending, "txn-process")
         self._committer = ThreadPoolExecutor(1, "txn-commit")
 
     # ------------------------------------------------------------------ the loop

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from transactional.committer import CommitterContext
@@ -33,23 +34,16 @@ PROBE_S = 1.0
 PAUSE_S = 0.2
 
 
+@dataclass(eq=False)
 class LeaderSession:
     """The leadership of one topology id on one open store."""
 
-    def __init__(
-        self,
-        store: StateStore,
-        topology_id: str,
-        timeout_s: float | None,
-        stopping: threading.Event,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.store = store
-        self.topology_id = topology_id
-        self.timeout_s = timeout_s
-        self.stopping = stopping
-        self.clock = clock
-        self._contexts: list[CommitterContext] = []
+    store: StateStore
+    topology_id: str
+    timeout_s: float | None
+    stopping: threading.Event
+    clock: Callable[[], float] = time.monotonic
+    _contexts: list[CommitterContext] = field(default_factory=list, init=False)
 
     @property
     def token(self) -> int | None:

@@ -37,20 +37,13 @@ class Result:
     digests: dict[int, Digest] | None
 
 
+@dataclass(eq=False)
 class Pipeline:
-    def __init__(
-        self,
-        topology: Topology,
-        driver: SpoutDriver,
-        engine: Engine,
-        faults: Faults,
-        measure: Measure,
-    ) -> None:
-        self.topology = topology
-        self.driver = driver
-        self.engine = engine
-        self.faults = faults
-        self.measure = measure
+    topology: Topology
+    driver: SpoutDriver
+    engine: Engine
+    faults: Faults
+    measure: Measure
 
     def run(self, batch: Batch) -> Result:
         attempt = batch.attempt

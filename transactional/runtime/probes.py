@@ -48,19 +48,14 @@ class TxTiming:
 
 
 @dataclass
-class RunStats:
-    committed_txids: int = 0
-    records: int = 0
-    failures: int = 0
-    stale_ignored: int = 0
+class RunStats(Counts):
+    """What a run did: the machine's counts (committed txids, records, failures, stale
+    reports ignored, empty polls, re-elections, the last committed txid) and what the
+    probes saw."""
+
     outcomes: Counter[str] = field(default_factory=Counter)
-    last_committed: int = 0
-    #: Times leadership was lost and taken back during the run (step 7).
-    reelections: int = 0
     #: Commits that raised but that the sink held: resolved by reading it, not redone.
     resolved_commits: int = 0
-    #: Batches found empty and not committed (their txids retracted): idle polls.
-    empty_polls: int = 0
     #: Where the latest committed txids' time went (their last, successful attempt).
     timings: deque[TxTiming] = field(default_factory=lambda: deque(maxlen=HISTORY))
 

@@ -63,7 +63,9 @@ class Counts:
     records: int = 0
     failures: int = 0
     stale_ignored: int = 0
+    #: Batches found empty and not committed (their txids retracted): idle polls.
     empty_polls: int = 0
+    #: Times leadership was lost and taken back during the run (step 7).
     reelections: int = 0
     last_committed: int = 0
 

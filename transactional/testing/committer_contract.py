@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import pytest
@@ -94,13 +95,17 @@ class CommitterContract:
 
     # ------------------------------------------------------------------ helpers
 
+    @contextmanager
     def opened(
         self, sink: SinkUnderTest, mode: CommitMode, token: int | None = 1, leads: Any = _leads
-    ) -> Committer:
+    ) -> Iterator[Committer]:
+        """A new committer on ``sink``, opened as a runner would open it, closed after."""
         committer = sink.committer(mode)
-        context = CommitterContext(sink.spark(), TOPOLOGY, sink.name, token, leads)
-        committer.open(context)
-        return committer
+        committer.open(CommitterContext(sink.spark(), TOPOLOGY, sink.name, token, leads))
+        try:
+            yield committer
+        finally:
+            committer.close()
 
     def commit(
         self, sink: SinkUnderTest, committer: Committer, txid: int, counts: Mapping[str, int]
@@ -113,102 +118,71 @@ class CommitterContract:
 
     def test_commits_in_txid_order_are_applied(self, sink: SinkUnderTest, mode: CommitMode) -> None:
         batches = [{"a": 1, "b": 2}, {"a": 3, "c": 1}, {"b": 5}]
-        committer = self.opened(sink, mode)
-        try:
+        with self.opened(sink, mode) as committer:
             outcomes = [self.commit(sink, committer, t, b) for t, b in enumerate(batches, 1)]
-        finally:
-            committer.close()
         assert outcomes == [CommitOutcome.APPLIED] * 3
         assert sink.read() == dict(sum((Counter(b) for b in batches), Counter()))
 
     def test_a_transactional_replay_is_skipped_also_after_a_restart(
         self, sink: SinkUnderTest, transactional: CommitMode
     ) -> None:
-        first = self.opened(sink, transactional)
-        try:
+        with self.opened(sink, transactional) as first:
             assert self.commit(sink, first, 1, {"a": 1}) is CommitOutcome.APPLIED
             assert self.commit(sink, first, 2, {"a": 2, "b": 1}) is CommitOutcome.APPLIED
             assert self.commit(sink, first, 2, {"a": 2, "b": 1}) is CommitOutcome.SKIPPED
-        finally:
-            first.close()
-        restarted = self.opened(sink, transactional)
-        try:
+        with self.opened(sink, transactional) as restarted:
             assert self.commit(sink, restarted, 2, {"a": 2, "b": 1}) is CommitOutcome.SKIPPED
             assert self.commit(sink, restarted, 1, {"a": 1}) is CommitOutcome.SKIPPED
             assert self.commit(sink, restarted, 3, {"c": 4}) is CommitOutcome.APPLIED
-        finally:
-            restarted.close()
         assert sink.read() == {"a": 3, "b": 1, "c": 4}
 
     def test_an_opaque_replay_undoes_the_earlier_attempt_even_keys_it_dropped(
         self, sink: SinkUnderTest, opaque: CommitMode
     ) -> None:
-        committer = self.opened(sink, opaque)
-        try:
+        with self.opened(sink, opaque) as committer:
             assert self.commit(sink, committer, 1, {"a": 1, "b": 2}) is CommitOutcome.APPLIED
             assert self.commit(sink, committer, 2, {"a": 1, "c": 5}) is CommitOutcome.APPLIED
-        finally:
-            committer.close()
-        restarted = self.opened(sink, opaque)  # the replay comes after a crash
-        try:
+        with self.opened(sink, opaque) as restarted:  # the replay comes after a crash
             # txid 2 replayed with another batch: "c" is gone from it, "a" changed.
             assert self.commit(sink, restarted, 2, {"a": 3}) is CommitOutcome.REAPPLIED
             assert sink.read() == {"a": 4, "b": 2}
             assert self.commit(sink, restarted, 3, {"c": 1}) is CommitOutcome.APPLIED
-        finally:
-            restarted.close()
         assert sink.read() == {"a": 4, "b": 2, "c": 1}
 
     def test_an_opaque_commit_older_than_the_sink_is_refused(
         self, sink: SinkUnderTest, opaque: CommitMode
     ) -> None:
-        committer = self.opened(sink, opaque)
-        try:
+        with self.opened(sink, opaque) as committer:
             self.commit(sink, committer, 1, {"a": 1})
             self.commit(sink, committer, 2, {"a": 1})
             with pytest.raises(TransactionalError):
                 self.commit(sink, committer, 1, {"a": 7})
-        finally:
-            committer.close()
         assert sink.read() == {"a": 2}
 
     def test_a_deposed_leader_writes_nothing(self, sink: SinkUnderTest, mode: CommitMode) -> None:
-        leader = self.opened(sink, mode, token=2)
-        try:
+        with self.opened(sink, mode, token=2) as leader:
             self.commit(sink, leader, 1, {"a": 1})
-        finally:
-            leader.close()
         if sink.fences_by_token:  # a runner deposed without knowing it: a lower token
             deposed = self.opened(sink, mode, token=1)
             expected: type[Exception] = FencedError
         else:  # the sink cannot compare tokens: its leadership check must stop it
             deposed = self.opened(sink, mode, token=1, leads=_deposed)
             expected = LostLeadershipError
-        try:
-            with pytest.raises(expected):
-                self.commit(sink, deposed, 2, {"a": 5, "z": 1})
-        finally:
-            deposed.close()
+        with deposed as committer, pytest.raises(expected):
+            self.commit(sink, committer, 2, {"a": 5, "z": 1})
         assert sink.read() == {"a": 1}
-        successor = self.opened(sink, mode, token=2)
-        try:
+        with self.opened(sink, mode, token=2) as successor:
             assert successor.committed_txid() in (1, None)  # None: the sink cannot tell
             assert self.commit(sink, successor, 2, {"a": 1}) is CommitOutcome.APPLIED
-        finally:
-            successor.close()
         assert sink.read() == {"a": 2}
 
     def test_committed_txid_reads_the_sink_not_a_cache(
         self, sink: SinkUnderTest, mode: CommitMode
     ) -> None:
-        writer = self.opened(sink, mode)
-        reader = self.opened(sink, mode)  # another process's view of the same sink
-        try:
+        # reader: another process's view of the same sink
+        with self.opened(sink, mode) as writer, self.opened(sink, mode) as reader:
             assert reader.committed_txid() in (None, 0)
             self.commit(sink, writer, 1, {"a": 1})
             self.commit(sink, writer, 2, {"b": 1})
             # The runner asks this after a commit raised: a reply lost, not the write.
             assert reader.committed_txid() == 2
-        finally:
-            writer.close()
-            reader.close()
