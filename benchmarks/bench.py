@@ -67,10 +67,21 @@ def dataset(tweets: int, partitions: int) -> Path:
     if not (path / ".complete").exists():
         shutil.rmtree(path, ignore_errors=True)
         code = demo(
-            ["generate", "--count", str(tweets), "--seed", "2026", "--partitions",
-             str(partitions), "--bad-rate", "0.001", "--out", str(path)],
+            [
+                "generate",
+                "--count",
+                str(tweets),
+                "--seed",
+                "2026",
+                "--partitions",
+                str(partitions),
+                "--bad-rate",
+                "0.001",
+                "--out",
+                str(path),
+            ],
             out=io.StringIO(),
-        )  # fmt: skip
+        )
         if code != 0:
             raise SystemExit("generating the dataset failed")
         (path / ".complete").touch()
@@ -159,8 +170,11 @@ def profile(results: list[Result]) -> list[str]:
 
 def targets(results: list[Result]) -> list[str]:
     """The issue's throughput targets against the best framework case per sink."""
-    lines = ["| sink | best framework case | vs Structured Streaming (target 1.3x) | "
-             "vs bare Spark (target 0.7x) |", "|---|---|---:|---:|"]  # fmt: skip
+    lines = [
+        "| sink | best framework case | vs Structured Streaming (target 1.3x) | "
+        "vs bare Spark (target 0.7x) |",
+        "|---|---|---:|---:|",
+    ]
     for sink in dict.fromkeys(r.sink for r in results):
         cases = {r.name: r for r in results if r.sink == sink}
         ss, bare = cases.get("structured streaming"), cases.get("bare spark (no guarantee)")
@@ -246,8 +260,15 @@ def main(argv: list[str] | None = None) -> int:
         per_txid = args.tweets // args.partitions  # Structured Streaming: one file a trigger
         results: list[Result] = []
         for sink in args.sinks.split(","):
-            env = {"spark": spark, "data": data, "sink": sink, "redis_url": redis_server.url,
-                   "work": WORK / "runs", "partitions": args.partitions, "per_txid": per_txid}  # fmt: skip
+            env = {
+                "spark": spark,
+                "data": data,
+                "sink": sink,
+                "redis_url": redis_server.url,
+                "work": WORK / "runs",
+                "partitions": args.partitions,
+                "per_txid": per_txid,
+            }
             cases = [
                 bare_spark(**env),
                 structured_streaming(**env),

@@ -131,10 +131,18 @@ AUTO_TARGET_S = 30.0
 
 
 def framework(
-    spark: Any, data: Path, sink: str, redis_url: str, work: Path, partitions: int,
-    per_txid: int, max_pending: int, auto: bool = False, check_determinism: bool = True,
+    spark: Any,
+    data: Path,
+    sink: str,
+    redis_url: str,
+    work: Path,
+    partitions: int,
+    per_txid: int,
+    max_pending: int,
+    auto: bool = False,
+    check_determinism: bool = True,
     **_: Any,
-) -> Case:  # fmt: skip
+) -> Case:
     from coordinators import SQLiteStateStore
     from examples.tweets.sources import FilePartitionedSpout
     from transactional.config import RunnerConfig

@@ -76,10 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         cost = statistics.median(c - p for c, p in zip(checked, plain, strict=True))
 
         case = framework(
-            spark=spark, data=data, sink="redis", redis_url=redis_server.url,
-            work=WORK / "runs", partitions=args.partitions, per_txid=args.per_txid,
+            spark=spark,
+            data=data,
+            sink="redis",
+            redis_url=redis_server.url,
+            work=WORK / "runs",
+            partitions=args.partitions,
+            per_txid=args.per_txid,
             max_pending=4,
-        )  # fmt: skip
+        )
         case.run()  # warm up
         began = time.perf_counter()
         case.run()

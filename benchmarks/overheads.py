@@ -53,9 +53,11 @@ def tiny_batches(
         txids = 200
         spout = RangeSpout(total=txids * 10, batch=10)
         runner = TransactionalRunner(
-            build(spark, redis_url, spout), store, spark,
+            build(spark, redis_url, spout),
+            store,
+            spark,
             RunnerConfig(topology_id=f"tiny-{name}-{os.getpid()}", max_pending=4),
-        )  # fmt: skip
+        )
         started = time.perf_counter()
         stats = runner.run(until_drained=True)
         elapsed = time.perf_counter() - started
@@ -175,9 +177,26 @@ def restart_time(redis_url: str, progress: Callable[[str], None], runs: int = 3)
     identical = True
 
     def args(state: str) -> list[str]:
-        return [sys.executable, "-m", "examples.tweets", "-vv", "run", "--input", str(data),
-                "--sink", "redis", "--redis-url", redis_url, "--state-dir", str(work / state),
-                "--batch-size", "500", "--until-drained", "--top", "0"]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "examples.tweets",
+            "-vv",
+            "run",
+            "--input",
+            str(data),
+            "--sink",
+            "redis",
+            "--redis-url",
+            redis_url,
+            "--state-dir",
+            str(work / state),
+            "--batch-size",
+            "500",
+            "--until-drained",
+            "--top",
+            "0",
+        ]
 
     def run(state: str) -> list[str]:
         done = subprocess.run(
@@ -196,9 +215,14 @@ def restart_time(redis_url: str, progress: Callable[[str], None], runs: int = 3)
         sink.flushdb()
         log_path = work / f"killed{i}.log"
         with log_path.open("w") as log_file:
-            first = subprocess.Popen(args(f"crash{i}"), cwd=ROOT, env=env,
-                                     stdout=subprocess.DEVNULL, stderr=log_file,
-                                     start_new_session=True)  # fmt: skip
+            first = subprocess.Popen(
+                args(f"crash{i}"),
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log_file,
+                start_new_session=True,
+            )
             deadline = time.monotonic() + 300
             while "txid committed" not in log_path.read_text():
                 if first.poll() is not None or time.monotonic() > deadline:

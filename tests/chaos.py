@@ -96,9 +96,14 @@ def _start(campaign: Campaign, settings: Settings, args: list[str], work: Path) 
 
 
 def run_campaign(
-    campaign: Campaign, settings: Settings, args: list[str], work: Path, rng: random.Random,
-    restart: dict[str, Callable[[float], None]], say: Callable[[str], None],
-) -> None:  # fmt: skip
+    campaign: Campaign,
+    settings: Settings,
+    args: list[str],
+    work: Path,
+    rng: random.Random,
+    restart: dict[str, Callable[[float], None]],
+    say: Callable[[str], None],
+) -> None:
     run: DemoProcess | None = None
     fault = 0
     while fault < settings.faults and not campaign.drained:
@@ -148,41 +153,66 @@ def _mismatches(got: Expected, expected: Expected) -> int:
     got_pairs = Counter(
         {k if isinstance(k, str) else f"{k[0]}:{k[1]}": n for k, n in got.pairs.items()}
     )
-    for have, want in ((got.hashtags, expected.hashtags), (got.users, expected.users),
-                       (got_pairs, pairs)):  # fmt: skip
+    for have, want in (
+        (got.hashtags, expected.hashtags),
+        (got.users, expected.users),
+        (got_pairs, pairs),
+    ):
         wrong += sum(have.get(k, 0) != want.get(k, 0) for k in set(have) | set(want))
     dead, want_dead = Counter(got.dead_letters), Counter(expected.dead_letters)
     return wrong + sum(((dead - want_dead) + (want_dead - dead)).values())
 
 
-def report(campaigns: Sequence[Campaign], lines: int, expected: Expected, spark: Any,
-           zookeeper: bool) -> tuple[Any, int]:  # fmt: skip
+def report(
+    campaigns: Sequence[Campaign], lines: int, expected: Expected, spark: Any, zookeeper: bool
+) -> tuple[Any, int]:
     from rich.table import Table
 
     from tests.e2e.test_demo import delta_contents, redis_contents
 
     table = Table(title="chaos campaign", title_justify="left")
-    for name in ("spout", "sink", "runs", "errored", "kill -9", "redis restart",
-                 *(["zk restart"] if zookeeper else []), "exceptions", "records in",
-                 "bad records", "hashtags counted", "dead letters", "mismatches"):  # fmt: skip
+    for name in (
+        "spout",
+        "sink",
+        "runs",
+        "errored",
+        "kill -9",
+        "redis restart",
+        *(["zk restart"] if zookeeper else []),
+        "exceptions",
+        "records in",
+        "bad records",
+        "hashtags counted",
+        "dead letters",
+        "mismatches",
+    ):
         table.add_column(name, justify="left" if name in ("spout", "sink") else "right")
     total = 0
     want_tags = sum(expected.hashtags.values())
     for c in campaigns:
         for sink in ("redis", "delta"):
-            got = (redis_contents(c.redis_url) if sink == "redis"
-                   else delta_contents(spark, c.delta_path))  # fmt: skip
+            got = (
+                redis_contents(c.redis_url)
+                if sink == "redis"
+                else delta_contents(spark, c.delta_path)
+            )
             wrong = _mismatches(got, expected)
             total += wrong + (0 if c.drained else 1)  # an undrained campaign fails too
             table.add_row(
-                c.spout, sink, str(c.runs), str(c.failed_runs), str(c.faults["sigkill"]),
+                c.spout,
+                sink,
+                str(c.runs),
+                str(c.failed_runs),
+                str(c.faults["sigkill"]),
                 str(c.faults["redis restart"]),
                 *([str(c.faults["zookeeper restart"])] if zookeeper else []),
-                str(c.injected), f"{lines:,}", f"{len(expected.dead_letters):,}",
+                str(c.injected),
+                f"{lines:,}",
+                f"{len(expected.dead_letters):,}",
                 f"{sum(got.hashtags.values()):,} / {want_tags:,}",
                 f"{len(got.dead_letters):,} / {len(expected.dead_letters):,}",
                 str(wrong) if c.drained else f"{wrong} (not drained)",
-            )  # fmt: skip
+            )
     return table, total
 
 
@@ -207,9 +237,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         tweets=args.tweets or (120 if args.quick else 200),
         batch=10,
         faults=args.faults if args.faults is not None else 3,
-        fail_rate=args.fail_rate, bad_rate=args.bad_rate, seed=args.seed,
+        fail_rate=args.fail_rate,
+        bad_rate=args.bad_rate,
+        seed=args.seed,
         zookeeper=args.zookeeper,
-    )  # fmt: skip
+    )
     from rich.console import Console
 
     # A table this wide needs room; a pipe or a log file has no width of its own.
@@ -232,9 +264,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         from examples.tweets.cli import main as demo
 
         data = work / "tweets"
-        demo(["generate", "--count", str(settings.tweets), "--seed", str(settings.seed),
-              "--partitions", "3", "--bad-rate", str(settings.bad_rate), "--out", str(data)],
-             out=io.StringIO())  # fmt: skip
+        demo(
+            [
+                "generate",
+                "--count",
+                str(settings.tweets),
+                "--seed",
+                str(settings.seed),
+                "--partitions",
+                "3",
+                "--bad-rate",
+                str(settings.bad_rate),
+                "--out",
+                str(data),
+            ],
+            out=io.StringIO(),
+        )
         expected = expected_counts(data)
         lines = sum(len(lines_of(f)) for f in input_files(data))
         rng = random.Random(settings.seed)
@@ -243,12 +288,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             base = redis_server.url.rsplit("/", 1)[0]
             c = Campaign(spout, f"chaos-{spout}", f"{base}/{i + 1}", work / spout / "delta")
             batch = settings.batch * (3 if spout == "transactional" else 1)
-            run_args = ["run", "--input", str(data), "--spout", spout, "--sink", "both",
-                        "--redis-url", c.redis_url, "--delta-path", str(c.delta_path),
-                        "--state-dir", str(work / spout / "state"), "--topology-id",
-                        c.topology_id, "--batch-size", str(batch), "--max-pending", "3",
-                        "--until-drained", "--master", "local[2]", "--top", "0",
-                        "--fail-rate", str(settings.fail_rate)]  # fmt: skip
+            run_args = [
+                "run",
+                "--input",
+                str(data),
+                "--spout",
+                spout,
+                "--sink",
+                "both",
+                "--redis-url",
+                c.redis_url,
+                "--delta-path",
+                str(c.delta_path),
+                "--state-dir",
+                str(work / spout / "state"),
+                "--topology-id",
+                c.topology_id,
+                "--batch-size",
+                str(batch),
+                "--max-pending",
+                "3",
+                "--until-drained",
+                "--master",
+                "local[2]",
+                "--top",
+                "0",
+                "--fail-rate",
+                str(settings.fail_rate),
+            ]
             if zk is not None:
                 run_args += ["--zookeeper", zk.hosts]
             (work / spout).mkdir(parents=True, exist_ok=True)

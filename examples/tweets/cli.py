@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = commands.add_parser("show", help="print the top counts from the sink")
     _add_sink_flags(show)
-    return parser  # fmt: skip
+    return parser
 
 
 def _generate(args: argparse.Namespace, out: TextIO) -> None:

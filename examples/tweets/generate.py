@@ -48,10 +48,26 @@ _PUNCTUATION = [",", ".", "!", "?", ":", ";", ")", "…"]
 
 #: Kinds of bad lines, each a different reason (or a trap) for the parse bolt.
 BAD_KINDS = (
-    "truncated", "array", "scalar", "trailing_data", "duplicate_key", "nan", "lone_surrogate",
-    "id_missing", "id_string", "id_bool", "id_float", "id_huge", "id_null",
-    "text_missing", "text_number", "text_null", "text_object", "invalid_utf8", "blank",
-)  # fmt: skip
+    "truncated",
+    "array",
+    "scalar",
+    "trailing_data",
+    "duplicate_key",
+    "nan",
+    "lone_surrogate",
+    "id_missing",
+    "id_string",
+    "id_bool",
+    "id_float",
+    "id_huge",
+    "id_null",
+    "text_missing",
+    "text_number",
+    "text_null",
+    "text_object",
+    "invalid_utf8",
+    "blank",
+)
 
 
 def _zipf(names: list[str], s: float) -> list[float]:

@@ -91,11 +91,24 @@ def baseline(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Baseline:
     source.write_text("".join(line + "\n" for line in LINES))
     out = io.StringIO()
     code = demo(
-        ["run", "--input", str(source), "--state-dir", str(root / "state"),
-         "--delta-path", str(root / "delta"), "--batch-size", "20", "--until-drained",
-         "--master", "local[2]", "--top", "0"],
+        [
+            "run",
+            "--input",
+            str(source),
+            "--state-dir",
+            str(root / "state"),
+            "--delta-path",
+            str(root / "delta"),
+            "--batch-size",
+            "20",
+            "--until-drained",
+            "--master",
+            "local[2]",
+            "--top",
+            "0",
+        ],
         out=out,
-    )  # fmt: skip
+    )
     assert code == 0, out.getvalue()
     assert "committed_txids=1 " in out.getvalue()
     return Baseline(source, root / "state", root / "delta")
@@ -117,10 +130,20 @@ def run_demo(copy: Baseline, *flags: str) -> tuple[int, str]:
     err = io.StringIO()
     with redirect_stderr(err):
         code = demo(
-            ["run", *source, "--state-dir", str(copy.state), "--until-drained",
-             "--master", "local[2]", "--top", "0", *flags],
+            [
+                "run",
+                *source,
+                "--state-dir",
+                str(copy.state),
+                "--until-drained",
+                "--master",
+                "local[2]",
+                "--top",
+                "0",
+                *flags,
+            ],
             out=io.StringIO(),
-        )  # fmt: skip
+        )
     assert sqlite_rows(copy.state / "state.db") == state
     assert tree(copy.delta) == delta
     errors = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]

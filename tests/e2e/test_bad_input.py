@@ -161,13 +161,35 @@ def test_bad_records_are_dead_letters_exactly_once_through_replays(
     delta = ["--delta-path", str(tmp_path / "delta")] if sink == "both" else []
     out = io.StringIO()
     code = demo(
-        ["run", "--input", str(path), "--spout", spout, "--sink", sink,
-         "--redis-url", redis_url, *delta,
-         "--state-dir", str(tmp_path / "state"), "--batch-size", str(BATCH),
-         "--max-pending", "1", "--fail-rate", "0.3", "--fail-seed", str(seed),
-         "--until-drained", "--master", "local[2]", "--top", "0"],
+        [
+            "run",
+            "--input",
+            str(path),
+            "--spout",
+            spout,
+            "--sink",
+            sink,
+            "--redis-url",
+            redis_url,
+            *delta,
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--batch-size",
+            str(BATCH),
+            "--max-pending",
+            "1",
+            "--fail-rate",
+            "0.3",
+            "--fail-seed",
+            str(seed),
+            "--until-drained",
+            "--master",
+            "local[2]",
+            "--top",
+            "0",
+        ],
         out=out,
-    )  # fmt: skip
+    )
     assert code == 0, out.getvalue()
     done = [line for line in out.getvalue().splitlines() if line.startswith("run_done ")]
     assert len(done) == 1, out.getvalue()

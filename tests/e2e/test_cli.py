@@ -52,8 +52,18 @@ def cli(
 
 
 def run_args(state: Path, *extra: str) -> list[str]:
-    return ["run", "tests.e2e.cli_topologies:numbers", "--topology-id", "numbers",
-            "--state-dir", str(state), "--master", "local[2]", "--until-drained", *extra]  # fmt: skip
+    return [
+        "run",
+        "tests.e2e.cli_topologies:numbers",
+        "--topology-id",
+        "numbers",
+        "--state-dir",
+        str(state),
+        "--master",
+        "local[2]",
+        "--until-drained",
+        *extra,
+    ]
 
 
 def currtx(state: Path, topology_id: str = "numbers") -> int:
@@ -76,10 +86,20 @@ def test_a_factory_from_the_current_directory_with_a_fixed_batch_size(
     environ = env(redis_url, CLI_TOTAL="230")
     assert "PYTHONPATH" not in environ
     done = cli(
-        "run", "my_topology:numbers", "--topology-id", "numbers", "--state-dir",
-        str(tmp_path / "state"), "--master", "local[2]", "--until-drained",
-        "--batch-size", "100", cwd=project, environ=environ,
-    )  # fmt: skip
+        "run",
+        "my_topology:numbers",
+        "--topology-id",
+        "numbers",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--master",
+        "local[2]",
+        "--until-drained",
+        "--batch-size",
+        "100",
+        cwd=project,
+        environ=environ,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "committed 3 txids, 230 records, 0 failures"
     assert held(redis_url) == buckets(230)
@@ -95,8 +115,15 @@ def test_a_module_that_cannot_be_found_or_is_not_a_factory_exits_2(
         f"error: cannot import the topology module 'no_such_module': not found from {ROOT} or "
         "the installed packages; run from the directory that holds it, or install it"
     ]
-    wrong = cli("run", "tests.e2e.cli_topologies:not_a_topology", "--topology-id", "x",
-                "--state-dir", str(tmp_path), environ=env(redis_url))  # fmt: skip
+    wrong = cli(
+        "run",
+        "tests.e2e.cli_topologies:not_a_topology",
+        "--topology-id",
+        "x",
+        "--state-dir",
+        str(tmp_path),
+        environ=env(redis_url),
+    )
     assert wrong.returncode == 2
     assert wrong.stderr.strip().splitlines() == [
         "error: topology factory 'tests.e2e.cli_topologies:not_a_topology' returned dict, "
@@ -115,10 +142,19 @@ def test_a_module_that_cannot_be_found_or_is_not_a_factory_exits_2(
     # (The installed ``transactional`` command: ``python -m`` itself would put the
     # directory first, and Python would break before the CLI could say anything.)
     shadowed = subprocess.run(
-        [str(Path(sys.executable).with_name("transactional")), "run", "numbers:build",
-         "--topology-id", "x"],
-        cwd=tmp_path, env=env(redis_url), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).with_name("transactional")),
+            "run",
+            "numbers:build",
+            "--topology-id",
+            "x",
+        ],
+        cwd=tmp_path,
+        env=env(redis_url),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert shadowed.returncode == 2
     assert shadowed.stderr.strip().splitlines() == [
         "error: the topology module 'numbers' is named like Python's own module 'numbers', "
@@ -217,8 +253,15 @@ def test_a_config_file_under_env_under_flags(redis_url: str, tmp_path: Path) -> 
         '[spark]\n"spark.sql.shuffle.partitions" = "2"\n'
     )
     environ = env(redis_url, CLI_TOTAL="90", TRANSACTIONAL_BATCH_SIZE="30")
-    done = cli("run", "tests.e2e.cli_topologies:numbers", "--config", str(config),
-               "--state-dir", str(tmp_path / "from-flag"), environ=environ)  # fmt: skip
+    done = cli(
+        "run",
+        "tests.e2e.cli_topologies:numbers",
+        "--config",
+        str(config),
+        "--state-dir",
+        str(tmp_path / "from-flag"),
+        environ=environ,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     # batch 30 from the environment over the file's 20; the flag's state dir over the file's.
     assert done.stdout.strip() == "committed 3 txids, 90 records, 0 failures"
@@ -228,8 +271,10 @@ def test_a_config_file_under_env_under_flags(redis_url: str, tmp_path: Path) -> 
 
 def test_a_poison_batch_exits_1_and_the_fixed_rerun_resumes(redis_url: str, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    failing = cli(*run_args(state, "--max-attempts", "2", "--conf", "backoff_max_s=0.2"),
-                  environ=env(redis_url, CLI_TOTAL="200", CLI_FAIL_TXID="3"))  # fmt: skip
+    failing = cli(
+        *run_args(state, "--max-attempts", "2", "--conf", "backoff_max_s=0.2"),
+        environ=env(redis_url, CLI_TOTAL="200", CLI_FAIL_TXID="3"),
+    )
     assert failing.returncode == 1, failing.stderr[-3000:]
     assert "error: txid 3 failed on all 2 attempts; metadata=Range(start=100, count=50)" in (
         failing.stderr
@@ -248,9 +293,20 @@ def test_an_interrupt_stops_cleanly_with_130_and_the_rerun_is_exact(
 ) -> None:
     state = tmp_path / "state"
     total = 5000
-    args = ["run", "tests.e2e.cli_topologies:numbers", "--topology-id", "numbers",
-            "--state-dir", str(state), "--master", "local[2]", "--batch-size", "50",
-            "--max-pending", "1"]  # fmt: skip
+    args = [
+        "run",
+        "tests.e2e.cli_topologies:numbers",
+        "--topology-id",
+        "numbers",
+        "--state-dir",
+        str(state),
+        "--master",
+        "local[2]",
+        "--batch-size",
+        "50",
+        "--max-pending",
+        "1",
+    ]
     proc = subprocess.Popen(
         [*CLI, *args],
         cwd=ROOT,

@@ -22,10 +22,19 @@ def test_a_delta_topology_runs_and_its_table_is_exact(
     delta = tmp_path / "delta"
     environ = env("redis://unused", CLI_DELTA=str(delta), CLI_TOTAL="230")
     done = cli(
-        "run", f"tests.e2e.cli_topologies:{factory}", "--topology-id", "delta",
-        "--state-dir", str(tmp_path / "state"), "--master", "local[2]", "--until-drained",
-        "--batch-size", "100", environ=environ,
-    )  # fmt: skip
+        "run",
+        f"tests.e2e.cli_topologies:{factory}",
+        "--topology-id",
+        "delta",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--master",
+        "local[2]",
+        "--until-drained",
+        "--batch-size",
+        "100",
+        environ=environ,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "committed 3 txids, 230 records, 0 failures"
     assert "Traceback" not in done.stderr

@@ -59,8 +59,19 @@ def test_the_readme_module_runs_through_a_crash_and_is_exact(spark: Any, tmp_pat
     )
     assert "PYTHONPATH" not in environ
     state = str(tmp_path / "state")
-    args = ["run", "my_topology:build", "--topology-id", "payments", "--state-dir", state,
-            "--master", "local[2]", "--until-drained", "--batch-size", str(BATCH)]  # fmt: skip
+    args = [
+        "run",
+        "my_topology:build",
+        "--topology-id",
+        "payments",
+        "--state-dir",
+        state,
+        "--master",
+        "local[2]",
+        "--until-drained",
+        "--batch-size",
+        str(BATCH),
+    ]
 
     killed = cli(*args, "--crash-at", "after_sink_write:2", cwd=project, environ=environ)
     assert killed.returncode == -9, killed.stderr[-3000:]

@@ -47,11 +47,21 @@ def test_a_signal_before_the_run_starts_exits_130_at_once(
 ) -> None:
     ready = tmp_path / "ready"
     proc = subprocess.Popen(
-        [*CLI, "run", "tests.e2e.cli_topologies:slow_to_build", "--topology-id", "numbers",
-         "--state-dir", str(tmp_path / "state")],
-        cwd=ROOT, env=env(redis_url, CLI_READY=str(ready)), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            *CLI,
+            "run",
+            "tests.e2e.cli_topologies:slow_to_build",
+            "--topology-id",
+            "numbers",
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        cwd=ROOT,
+        env=env(redis_url, CLI_READY=str(ready)),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for(ready.exists, "factory call", [proc])
         proc.send_signal(signum)
@@ -68,13 +78,27 @@ def test_a_standby_leaves_at_the_first_signal_and_the_leader_goes_on(
     redis_url: str, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
-    args = ["run", "tests.e2e.cli_topologies:numbers", "--topology-id", "numbers",
-            "--state-dir", str(state), "--master", "local[2]", "--batch-size", "50"]  # fmt: skip
+    args = [
+        "run",
+        "tests.e2e.cli_topologies:numbers",
+        "--topology-id",
+        "numbers",
+        "--state-dir",
+        str(state),
+        "--master",
+        "local[2]",
+        "--batch-size",
+        "50",
+    ]
     environ = env(redis_url, CLI_TOTAL="300")  # 6 txids, then the leader polls
     leader = subprocess.Popen(
-        [*CLI, *args], cwd=ROOT, env=environ, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [*CLI, *args],
+        cwd=ROOT,
+        env=environ,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     standbys: list[subprocess.Popen[str]] = []
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
@@ -85,9 +109,13 @@ def test_a_standby_leaves_at_the_first_signal_and_the_leader_goes_on(
             log = tmp_path / f"standby-{signum}.log"
             with log.open("w") as err_file:
                 standby = subprocess.Popen(
-                    [*CLI, "-v", *args], cwd=ROOT, env=environ, text=True,
-                    stdout=subprocess.PIPE, stderr=err_file,
-                )  # fmt: skip
+                    [*CLI, "-v", *args],
+                    cwd=ROOT,
+                    env=environ,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=err_file,
+                )
             standbys.append(standby)
             wait_for(mentions(log, "acquiring leadership"), "standby waiting", [leader, standby])
             time.sleep(1)  # inside the wait for the lock

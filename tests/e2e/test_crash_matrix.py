@@ -98,10 +98,21 @@ class Chain:
 def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
     out = tmp_path_factory.mktemp("crash-input") / "tweets"
     code = demo(
-        ["generate", "--count", "120", "--seed", "31", "--partitions", "3",
-         "--bad-rate", "0.04", "--out", str(out)],
+        [
+            "generate",
+            "--count",
+            "120",
+            "--seed",
+            "31",
+            "--partitions",
+            "3",
+            "--bad-rate",
+            "0.04",
+            "--out",
+            str(out),
+        ],
         out=io.StringIO(),
-    )  # fmt: skip
+    )
     assert code == 0
     expected = expected_counts(out)
     assert expected.dead_letters and expected.hashtags and expected.pairs
@@ -119,19 +130,45 @@ def fresh_db(server: RedisServer, db: int) -> str:
 
 @pytest.fixture(scope="module", params=SPOUTS)
 def chain(
-    request: pytest.FixtureRequest, redis_server: RedisServer,
-    tweets: tuple[Path, Expected], tmp_path_factory: pytest.TempPathFactory,
-) -> Chain:  # fmt: skip
+    request: pytest.FixtureRequest,
+    redis_server: RedisServer,
+    tweets: tuple[Path, Expected],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Chain:
     spout: str = request.param
     path, expected = tweets
     work = tmp_path_factory.mktemp(f"chain-{spout}")
-    result = Chain(spout, expected, fresh_db(redis_server, 1 + SPOUTS.index(spout)),
-                   work / "delta", work / "state")  # fmt: skip
-    args = ["run", "--input", str(path), "--spout", spout, "--sink", "both",
-            "--redis-url", result.redis_url, "--delta-path", str(result.delta_path),
-            "--state-dir", str(result.state_dir), "--batch-size", BATCH[spout],
-            "--max-pending", "3", "--until-drained", "--master", "local[2]",
-            "--top", str(TOP)]  # fmt: skip
+    result = Chain(
+        spout,
+        expected,
+        fresh_db(redis_server, 1 + SPOUTS.index(spout)),
+        work / "delta",
+        work / "state",
+    )
+    args = [
+        "run",
+        "--input",
+        str(path),
+        "--spout",
+        spout,
+        "--sink",
+        "both",
+        "--redis-url",
+        result.redis_url,
+        "--delta-path",
+        str(result.delta_path),
+        "--state-dir",
+        str(result.state_dir),
+        "--batch-size",
+        BATCH[spout],
+        "--max-pending",
+        "3",
+        "--until-drained",
+        "--master",
+        "local[2]",
+        "--top",
+        str(TOP),
+    ]
     with adopting_orphans():  # a dead run's JVM and workers are reaped here
         for k, (point, txid) in enumerate(CHAIN):
             spec = f"{point.value}:{txid}"
@@ -212,8 +249,11 @@ def test_killed_at_every_step_then_rerun_counts_exactly(
     # The end-of-run summary shows each sink's top hashtags.
     assert printed_tops(chain.final_output)[(sink, "top hashtags")] == tops(chain.expected)
     currtx, _ = store_state(chain.state_dir)
-    held = redis_txid(chain.redis_url, "redis") if sink == "redis" else delta_sink_txid(
-        chain.delta_path, "delta", opaque=chain.spout == "opaque")  # fmt: skip
+    held = (
+        redis_txid(chain.redis_url, "redis")
+        if sink == "redis"
+        else delta_sink_txid(chain.delta_path, "delta", opaque=chain.spout == "opaque")
+    )
     assert held == currtx - 1 == 4  # 120 lines, 30 per txid
     if sink == "delta":  # `show` reads both sinks back (once per chain: it costs Delta reads)
         assert_show_both(chain, spark)
@@ -221,8 +261,22 @@ def test_killed_at_every_step_then_rerun_counts_exactly(
 
 def assert_show_both(chain: Chain, spark: Any) -> None:
     out = io.StringIO()
-    code = demo(["show", "--sink", "both", "--redis-url", chain.redis_url, "--delta-path",
-                 str(chain.delta_path), "--top", str(TOP), "--master", "local[2]"], out=out)  # fmt: skip
+    code = demo(
+        [
+            "show",
+            "--sink",
+            "both",
+            "--redis-url",
+            chain.redis_url,
+            "--delta-path",
+            str(chain.delta_path),
+            "--top",
+            str(TOP),
+            "--master",
+            "local[2]",
+        ],
+        out=out,
+    )
     assert code == 0, out.getvalue()
     printed = printed_tops(out.getvalue())
     for sink in ("redis", "delta"):
@@ -236,13 +290,49 @@ def test_random_sigkills_then_drain_count_exactly(
     redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
     path = tmp_path_factory.mktemp("campaign-input") / "tweets"
-    assert demo(["generate", "--count", "600", "--seed", "47", "--partitions", "3",
-                 "--bad-rate", "0.03", "--out", str(path)], out=io.StringIO()) == 0  # fmt: skip
+    assert (
+        demo(
+            [
+                "generate",
+                "--count",
+                "600",
+                "--seed",
+                "47",
+                "--partitions",
+                "3",
+                "--bad-rate",
+                "0.03",
+                "--out",
+                str(path),
+            ],
+            out=io.StringIO(),
+        )
+        == 0
+    )
     expected = expected_counts(path)
     url = fresh_db(redis_server, 5)
-    args = ["run", "--input", str(path), "--spout", "opaque", "--sink", "redis",
-            "--redis-url", url, "--state-dir", str(tmp_path / "state"), "--batch-size", "5",
-            "--max-pending", "3", "--until-drained", "--master", "local[2]", "--top", "0"]  # fmt: skip
+    args = [
+        "run",
+        "--input",
+        str(path),
+        "--spout",
+        "opaque",
+        "--sink",
+        "redis",
+        "--redis-url",
+        url,
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--batch-size",
+        "5",
+        "--max-pending",
+        "3",
+        "--until-drained",
+        "--master",
+        "local[2]",
+        "--top",
+        "0",
+    ]
     rng = random.Random(20261122)
     with adopting_orphans():
         killed_runs(args, url, tmp_path, rng)

@@ -33,10 +33,21 @@ BATCH = {"transactional": "120", "partitioned": "40", "opaque": "40"}
 def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
     out = tmp_path_factory.mktemp("input") / "tweets"
     code = demo(
-        ["generate", "--count", "300", "--seed", "11", "--partitions", "3",
-         "--bad-rate", "0.05", "--out", str(out)],
+        [
+            "generate",
+            "--count",
+            "300",
+            "--seed",
+            "11",
+            "--partitions",
+            "3",
+            "--bad-rate",
+            "0.05",
+            "--out",
+            str(out),
+        ],
         out=io.StringIO(),
-    )  # fmt: skip
+    )
     assert code == 0
     expected = expected_counts(out)
     assert expected.dead_letters and expected.hashtags and expected.pairs
@@ -97,9 +108,13 @@ def assert_exact(got: Expected, expected: Expected) -> None:
 @pytest.mark.parametrize("spout", ["transactional", "partitioned", "opaque"])
 @pytest.mark.parametrize("sink", ["redis", "delta"])
 def test_demo_with_injected_failures_counts_exactly(
-    spark: Any, redis_url: str, tweets: tuple[Path, Expected], tmp_path: Path,
-    sink: str, spout: str,
-) -> None:  # fmt: skip
+    spark: Any,
+    redis_url: str,
+    tweets: tuple[Path, Expected],
+    tmp_path: Path,
+    sink: str,
+    spout: str,
+) -> None:
     path, expected = tweets
     seed = faulty_seed(txids=3)
     out = io.StringIO()
@@ -107,12 +122,31 @@ def test_demo_with_injected_failures_counts_exactly(
         ["--redis-url", redis_url] if sink == "redis" else ["--delta-path", str(tmp_path / "delta")]
     )
     code = demo(
-        ["run", "--input", str(path), "--spout", spout, "--sink", sink, *target,
-         "--state-dir", str(tmp_path / "state"), "--batch-size", BATCH[spout],
-         "--max-pending", "3", "--fail-rate", "0.2", "--fail-seed", str(seed), "--until-drained",
-         "--master", "local[2]"],
+        [
+            "run",
+            "--input",
+            str(path),
+            "--spout",
+            spout,
+            "--sink",
+            sink,
+            *target,
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--batch-size",
+            BATCH[spout],
+            "--max-pending",
+            "3",
+            "--fail-rate",
+            "0.2",
+            "--fail-seed",
+            str(seed),
+            "--until-drained",
+            "--master",
+            "local[2]",
+        ],
         out=out,
-    )  # fmt: skip
+    )
     assert code == 0, out.getvalue()
     assert "failures=0" not in out.getvalue()  # faults were injected and survived
     got = (
@@ -128,12 +162,32 @@ def test_demo_on_zookeeper_with_a_redis_source_and_sink(
     assert demo(["load", "--input", str(path), "--redis-url", redis_url], out=io.StringIO()) == 0
     out = io.StringIO()
     code = demo(
-        ["run", "--source", "redis", "--redis-url", redis_url, "--spout", "partitioned",
-         "--zookeeper", zk_hosts, "--sink", "redis", "--batch-size", "50",
-         "--state-dir", str(tmp_path / "state"), "--fail-rate", "0.2", "--fail-seed", "3",
-         "--until-drained", "--master", "local[2]"],
+        [
+            "run",
+            "--source",
+            "redis",
+            "--redis-url",
+            redis_url,
+            "--spout",
+            "partitioned",
+            "--zookeeper",
+            zk_hosts,
+            "--sink",
+            "redis",
+            "--batch-size",
+            "50",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--fail-rate",
+            "0.2",
+            "--fail-seed",
+            "3",
+            "--until-drained",
+            "--master",
+            "local[2]",
+        ],
         out=out,
-    )  # fmt: skip
+    )
     assert code == 0, out.getvalue()
     assert_exact(redis_contents(redis_url), expected)
 
@@ -142,15 +196,37 @@ def test_a_killed_run_resumes_with_the_same_arguments_and_counts_exactly(
     redis_url: str, tweets: tuple[Path, Expected], tmp_path: Path
 ) -> None:
     path, expected = tweets
-    args = [sys.executable, "-m", "examples.tweets", "run", "--input", str(path),
-            "--spout", "transactional", "--sink", "redis", "--redis-url", redis_url,
-            "--state-dir", str(tmp_path / "state"), "--batch-size", "30",
-            "--max-pending", "2", "--until-drained", "--master", "local[2]", "--top", "0"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "examples.tweets",
+        "run",
+        "--input",
+        str(path),
+        "--spout",
+        "transactional",
+        "--sink",
+        "redis",
+        "--redis-url",
+        redis_url,
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--batch-size",
+        "30",
+        "--max-pending",
+        "2",
+        "--until-drained",
+        "--master",
+        "local[2]",
+        "--top",
+        "0",
+    ]
     client = redis.Redis.from_url(redis_url)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = (tmp_path / "first.log").open("wb")
-    first = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)  # fmt: skip
+    first = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + 240
     while int(client.get("transactional:tweets:sink:txid") or 0) < 2:
         assert first.poll() is None, (tmp_path / "first.log").read_text()
@@ -178,12 +254,28 @@ def test_demo_with_adaptive_batch_size_counts_exactly(
     path, expected = tweets
     out = io.StringIO()
     code = demo(
-        ["run", "--input", str(path), "--spout", "partitioned", "--sink", "redis",
-         "--redis-url", redis_url, "--state-dir", str(tmp_path / "state"),
-         "--batch-size", "auto", "--target-latency", "60", "--until-drained",
-         "--master", "local[2]"],
+        [
+            "run",
+            "--input",
+            str(path),
+            "--spout",
+            "partitioned",
+            "--sink",
+            "redis",
+            "--redis-url",
+            redis_url,
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--batch-size",
+            "auto",
+            "--target-latency",
+            "60",
+            "--until-drained",
+            "--master",
+            "local[2]",
+        ],
         out=out,
-    )  # fmt: skip
+    )
     assert code == 0, out.getvalue()
     assert_exact(redis_contents(redis_url), expected)
     # 300 lines in 3 files of ~100: the first txid takes up to 1000 per partition

@@ -39,10 +39,21 @@ WAITING = "acquiring leadership topology=failover"
 def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected, int]:
     out = tmp_path_factory.mktemp("failover") / "tweets"
     code = demo(
-        ["generate", "--count", "240", "--seed", "3", "--partitions", "2", "--bad-rate",
-         "0.05", "--out", str(out)],
+        [
+            "generate",
+            "--count",
+            "240",
+            "--seed",
+            "3",
+            "--partitions",
+            "2",
+            "--bad-rate",
+            "0.05",
+            "--out",
+            str(out),
+        ],
         out=io.StringIO(),
-    )  # fmt: skip
+    )
     assert code == 0
     return out, expected_counts(out), 240 // BATCH
 
@@ -55,9 +66,13 @@ class Runner:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                args,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -75,11 +90,35 @@ def runners(
     started: list[Runner] = []
 
     def start_two(until_drained: bool) -> tuple[Runner, Runner]:
-        args = [sys.executable, "-m", "examples.tweets", "-vv", "run", "--input",
-                str(tweets[0]), "--spout", "transactional", "--sink", "redis",
-                "--redis-url", redis_url, "--zookeeper", zk_hosts, "--topology-id",
-                TOPOLOGY, "--zk-session-timeout", "4", "--batch-size", str(BATCH),
-                "--max-pending", "2", "--master", "local[1]", "--top", "0"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "examples.tweets",
+            "-vv",
+            "run",
+            "--input",
+            str(tweets[0]),
+            "--spout",
+            "transactional",
+            "--sink",
+            "redis",
+            "--redis-url",
+            redis_url,
+            "--zookeeper",
+            zk_hosts,
+            "--topology-id",
+            TOPOLOGY,
+            "--zk-session-timeout",
+            "4",
+            "--batch-size",
+            str(BATCH),
+            "--max-pending",
+            "2",
+            "--master",
+            "local[1]",
+            "--top",
+            "0",
+        ]
         if until_drained:
             args.append("--until-drained")
         for name in ("a", "b"):

@@ -41,9 +41,26 @@ def test_a_poison_txid_stops_the_run_and_a_rerun_after_the_fix_finishes_exactly(
     source.write_bytes(tweets(0, 40, users=False))
     first_size = source.stat().st_size
     state = tmp_path / "state"
-    args = ["run", "--input", str(source), "--spout", "partitioned", "--sink", "redis",
-            "--redis-url", redis_url, "--state-dir", str(state), "--batch-size", "15",
-            "--until-drained", "--master", "local[2]", "--top", "0"]  # fmt: skip
+    args = [
+        "run",
+        "--input",
+        str(source),
+        "--spout",
+        "partitioned",
+        "--sink",
+        "redis",
+        "--redis-url",
+        redis_url,
+        "--state-dir",
+        str(state),
+        "--batch-size",
+        "15",
+        "--until-drained",
+        "--master",
+        "local[2]",
+        "--top",
+        "0",
+    ]
     assert demo(args, out=io.StringIO()) == 0
     first = expected_counts(source)
     assert_exact(redis_contents(redis_url), first)

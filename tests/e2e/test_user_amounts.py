@@ -42,8 +42,12 @@ def write_input(directory: Path, seed: int = 11) -> list[tuple[str, Decimal]]:
 def run(args: list[str], environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "transactional.cli", "run", "tests.e2e.amounts:build", *args],
-        cwd=ROOT, env=environ, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.parametrize("crash", ["between_committers:2", "after_sink_write:3"])
@@ -65,8 +69,15 @@ def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
         "AMOUNTS_DELTA": str(tmp_path / "delta"),
         "AMOUNTS_BATCH": "4",
     }
-    args = ["--topology-id", "amounts", "--state-dir", str(tmp_path / "state"),
-            "--master", "local[2]", "--until-drained"]  # fmt: skip
+    args = [
+        "--topology-id",
+        "amounts",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--master",
+        "local[2]",
+        "--until-drained",
+    ]
     killed = run([*args, "--crash-at", crash], environ)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert f"crash_at point={crash.split(':')[0]} txid={crash.split(':')[1]}" in killed.stderr

@@ -101,8 +101,13 @@ def test_redis_single_column_keys_stay_plain_and_null_is_not_empty(
     assert commit(sink, 1, 1, given) is CommitOutcome.APPLIED
     # Plain values as readers of the demo's hashtags expect; a null apart from "".
     assert client.hgetall("tags") == {
-        "#x": "1", "a:b": "1", "": "1", "\\N": "2", "\\\\N": "1", "#tag:": "1",
-    }  # fmt: skip
+        "#x": "1",
+        "a:b": "1",
+        "": "1",
+        "\\N": "2",
+        "\\\\N": "1",
+        "#tag:": "1",
+    }
     assert sink.read("tags") == {(v,): n for v, n in Counter(values).items()}
     sink.close()
 

@@ -141,8 +141,16 @@ def test_redis_fractional_into_a_long_hash_is_refused_at_once(
     with pytest.raises(ContractError) as refused:
         commit(sink, 1, 1, given)
     message = str(refused.value)
-    for part in ("committer 'sums'", "RedisCommitter", "input 'in'", "'amount'", "double",
-                 "value_type='long'", "value_type=...", "'double'"):  # fmt: skip
+    for part in (
+        "committer 'sums'",
+        "RedisCommitter",
+        "input 'in'",
+        "'amount'",
+        "double",
+        "value_type='long'",
+        "value_type=...",
+        "'double'",
+    ):
         assert part in message, (part, message)
     assert client.keys("*") == [] and sink.committed_txid() is None
     sink.close()
@@ -323,9 +331,13 @@ def test_delta_stores_a_quarter_plus_a_half_as_three_quarters(spark: Any, tmp_pa
 
 @pytest.mark.parametrize(
     ("value_type", "mode"),
-    [("double", CommitMode.OPAQUE), ("decimal(20,4)", CommitMode.TRANSACTIONAL),
-     ("decimal(20,4)", CommitMode.OPAQUE), ("double", CommitMode.TRANSACTIONAL)],
-)  # fmt: skip
+    [
+        ("double", CommitMode.OPAQUE),
+        ("decimal(20,4)", CommitMode.TRANSACTIONAL),
+        ("decimal(20,4)", CommitMode.OPAQUE),
+        ("double", CommitMode.TRANSACTIONAL),
+    ],
+)
 def test_delta_sums_keep_their_type_across_replays_and_undo(
     spark: Any, tmp_path: Path, value_type: str, mode: CommitMode
 ) -> None:

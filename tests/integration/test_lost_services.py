@@ -156,10 +156,21 @@ def test_a_zookeeper_restart_mid_run_is_ridden_out_and_counts_exactly(
 def tweets(tmp_path: Path) -> Path:
     out = tmp_path / "tweets"
     code = demo(
-        ["generate", "--count", "240", "--seed", "5", "--partitions", "2", "--bad-rate",
-         "0.05", "--out", str(out)],
+        [
+            "generate",
+            "--count",
+            "240",
+            "--seed",
+            "5",
+            "--partitions",
+            "2",
+            "--bad-rate",
+            "0.05",
+            "--out",
+            str(out),
+        ],
         out=io.StringIO(),
-    )  # fmt: skip
+    )
     assert code == 0
     return out
 
@@ -201,12 +212,30 @@ def test_a_redis_restart_mid_run_hits_source_and_sink_and_counts_exactly(
     watcher.start()
     out = io.StringIO()
     code = demo(
-        ["run", "--source", "redis", "--redis-url", url, "--spout", "transactional",
-         "--sink", "redis", "--batch-size", "60", "--max-pending", "2",
-         "--state-dir", str(tmp_path / "state"), "--until-drained", "--master", "local[2]",
-         "--top", "0"],
+        [
+            "run",
+            "--source",
+            "redis",
+            "--redis-url",
+            url,
+            "--spout",
+            "transactional",
+            "--sink",
+            "redis",
+            "--batch-size",
+            "60",
+            "--max-pending",
+            "2",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--until-drained",
+            "--master",
+            "local[2]",
+            "--top",
+            "0",
+        ],
         out=out,
-    )  # fmt: skip
+    )
     watcher.join(60)
     assert not errors, errors
     assert code == 0, out.getvalue()

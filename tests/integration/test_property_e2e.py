@@ -74,13 +74,34 @@ def test_the_demo_counts_random_tweets_exactly_under_random_faults(
         generate(path, count, input_seed, partitions, bad_rate)
         out = io.StringIO()
         code = demo(
-            ["run", "--input", str(path), "--spout", spout, "--sink", "redis",
-             "--redis-url", redis_url, "--state-dir", str(root / "state"),
-             "--batch-size", str(batch_size), "--max-pending", str(max_pending),
-             "--fail-rate", str(FAIL_RATE), "--fail-seed", str(failing_seed(seed)),
-             "--until-drained", "--master", "local[2]", "--top", "0"],
+            [
+                "run",
+                "--input",
+                str(path),
+                "--spout",
+                spout,
+                "--sink",
+                "redis",
+                "--redis-url",
+                redis_url,
+                "--state-dir",
+                str(root / "state"),
+                "--batch-size",
+                str(batch_size),
+                "--max-pending",
+                str(max_pending),
+                "--fail-rate",
+                str(FAIL_RATE),
+                "--fail-seed",
+                str(failing_seed(seed)),
+                "--until-drained",
+                "--master",
+                "local[2]",
+                "--top",
+                "0",
+            ],
             out=out,
-        )  # fmt: skip
+        )
         assert code == 0, out.getvalue()
         assert "failures=0" not in out.getvalue()  # faults were injected and survived
         assert_exact(redis_contents(redis_url), expected_counts(path))

@@ -49,18 +49,34 @@ def test_the_transactional_command_runs_a_factory_and_reports_status(
     env = {**os.environ, "BUCKETS_REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "transactional.cli"]
     run = subprocess.run(
-        [*cli, "run", "tests.integration.topologies:build_from_env", "--topology-id", "buckets",
-         "--state-dir", str(tmp_path), "--until-drained", "--master", "local[2]"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            *cli,
+            "run",
+            "tests.integration.topologies:build_from_env",
+            "--topology-id",
+            "buckets",
+            "--state-dir",
+            str(tmp_path),
+            "--until-drained",
+            "--master",
+            "local[2]",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"committed {TOTAL // BATCH} txids, {TOTAL} records" in run.stdout
     assert buckets(redis_url) == expected_counts()
 
     status = subprocess.run(
         [*cli, "status", "--topology-id", "buckets", "--state-dir", str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert status.returncode == 0, status.stderr
     last = TOTAL // BATCH
     assert f"currtx={last + 1}" in status.stdout

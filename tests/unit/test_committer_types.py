@@ -76,8 +76,13 @@ def test_batch_sums_are_exact_in_each_type() -> None:
     assert exact_sum(parts, dec) == Decimal("9999999999999999999999999999.1234567891")
     with pytest.raises(ValueError, match=r"beyond decimal\(5,2\)"):
         exact_sum([Decimal("999.99"), Decimal("0.01")], ValueType.parse("decimal(5,2)"))
-    assert value_text(exact_sum([Decimal("-0.50"), Decimal("0.5")], ValueType.parse("decimal(5,2)")),
-                      ValueType.parse("decimal(5,2)")) == "0.00"  # fmt: skip
+    assert (
+        value_text(
+            exact_sum([Decimal("-0.50"), Decimal("0.5")], ValueType.parse("decimal(5,2)")),
+            ValueType.parse("decimal(5,2)"),
+        )
+        == "0.00"
+    )
     assert value_text(Decimal("1E+3"), ValueType.parse("decimal(10,3)")) == "1000.000"
 
 

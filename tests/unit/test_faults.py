@@ -88,14 +88,28 @@ def test_every_point_is_met_at_most_once_per_attempt_and_in_protocol_order(kind:
     for i, sink in enumerate(sinks):
         builder = builder.set_committer(f"sink{i}", sink, "count")
     # One failure at each point that a retry can survive, on different txids.
-    recorder = Recorder({1: FaultPoint.EMIT, 2: FaultPoint.BETWEEN_COMMITTERS,
-                         3: FaultPoint.AFTER_SINK_WRITE, 4: FaultPoint.PROCESS})  # fmt: skip
-    config = RunnerConfig(topology_id="t", max_pending=3, backoff_initial_s=0.0,
-                          backoff_max_s=0.0, poll_interval_s=0.01)  # fmt: skip
+    recorder = Recorder(
+        {
+            1: FaultPoint.EMIT,
+            2: FaultPoint.BETWEEN_COMMITTERS,
+            3: FaultPoint.AFTER_SINK_WRITE,
+            4: FaultPoint.PROCESS,
+        }
+    )
+    config = RunnerConfig(
+        topology_id="t",
+        max_pending=3,
+        backoff_initial_s=0.0,
+        backoff_max_s=0.0,
+        poll_interval_s=0.01,
+    )
     TransactionalRunner(
-        builder.build(), InMemoryStateStore(), config=config, engine=InMemoryEngine(),
+        builder.build(),
+        InMemoryStateStore(),
+        config=config,
+        engine=InMemoryEngine(),
         faults=recorder,
-    ).run(until_drained=True)  # fmt: skip
+    ).run(until_drained=True)
 
     per_attempt: dict[TransactionAttempt, list[FaultPoint]] = defaultdict(list)
     for point, attempt, _ in recorder.seen:
@@ -185,9 +199,12 @@ def test_kill_process_tree_leaves_no_descendant_alive(leads_group: bool) -> None
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True, env=env,
+        [sys.executable, "-c", TREE],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
         start_new_session=leads_group,
-    )  # fmt: skip
+    )
     assert proc.stdout is not None
     pids = [int(p) for p in proc.stdout.readline().split()]
     assert proc.wait(timeout=60) == -9
@@ -207,7 +224,20 @@ def test_both_commands_refuse_a_bad_crash_plan_before_starting_anything(
     monkeypatch.setenv("TRANSACTIONAL_CRASH_AT", "emit:0")  # read by the demo's `run`
     assert demo(["run", "--state-dir", str(tmp_path)], out=io.StringIO()) == 2
     assert "TRANSACTIONAL_CRASH_AT" in capsys.readouterr().err
-    assert transactional(["run", "no.such:factory", "--topology-id", "t",
-                          "--crash-at", "nowhere:1", "--state-dir", str(tmp_path)]) == 2  # fmt: skip
+    assert (
+        transactional(
+            [
+                "run",
+                "no.such:factory",
+                "--topology-id",
+                "t",
+                "--crash-at",
+                "nowhere:1",
+                "--state-dir",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert "'nowhere:1'" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # refused before the store or a sample was made

@@ -373,10 +373,17 @@ def test_a_broken_invariant_is_caught() -> None:
     """The instruments themselves: a store that lets a started txid's metadata change
     and a commit that skips a txid are both reported."""
     s = Scenario(
-        kind="transactional", partitions=(("a",) * 5,), batch_size=2, max_pending=2,
-        sinks=1, mode=CommitMode.TRANSACTIONAL, rules=(), commit_failures=frozenset(),
-        advance_failures=frozenset(), seed=0,
-    )  # fmt: skip
+        kind="transactional",
+        partitions=(("a",) * 5,),
+        batch_size=2,
+        max_pending=2,
+        sinks=1,
+        mode=CommitMode.TRANSACTIONAL,
+        rules=(),
+        commit_failures=frozenset(),
+        advance_failures=frozenset(),
+        seed=0,
+    )
     checker = Checker(s)
     store = CheckedStore(checker)
     store.start_transaction(1, {"start": 0, "count": 2}, {})
