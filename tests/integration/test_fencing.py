@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from deltalake import DeltaTable
 
-from committers import CounterTable, RedisCommitter
+from committers import CounterTable, DeltaCommitter, RedisCommitter
 from committers.redis import RedisBatch
+from committers.snapshot import ATTEMPT_SLOTS
 from coordinators import ZooKeeperStateStore
 from tests.integration.test_lost_services import (
     TOPOLOGY,
@@ -24,7 +27,7 @@ from tests.integration.test_lost_services import (
 from tests.integration.topologies import BucketBolt, RangeSpout
 from transactional import RunnerConfig, TopologyBuilder, TransactionalRunner
 from transactional.committer import CommitterContext
-from transactional.errors import FencedError
+from transactional.errors import FencedError, LostLeadershipError
 from transactional.faults import FaultPoint
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
@@ -89,18 +92,29 @@ class FreezeAt:
             assert self.release.wait(180), "the test never released the frozen commit"
 
 
-def runner(spark: Any, url: str, store: ZooKeeperStateStore, faults: Any = None) -> Any:
+def runner(
+    spark: Any,
+    url: str,
+    store: ZooKeeperStateStore,
+    faults: Any = None,
+    sink: Any = None,
+    leader_timeout_s: float = 60,
+) -> Any:
+    """Txids of 60 of 300 numbers into ``sink`` (default: Redis at ``url``)."""
     topology = (
         TopologyBuilder()
         .set_spout(RangeSpout(300, 60))
         .set_bolt("bucket", BucketBolt())
-        .set_committer("sink", redis_committer(url), "bucket")
+        .set_committer("sink", sink or redis_committer(url), "bucket")
         .build()
     )
     # One txid in flight and no timeout: while its commit is frozen the runner has
     # nothing else to do, and touches neither the store nor the sink.
     config = RunnerConfig(
-        topology_id=TOPOLOGY, max_pending=1, attempt_timeout_s=None, leader_timeout_s=60
+        topology_id=TOPOLOGY,
+        max_pending=1,
+        attempt_timeout_s=None,
+        leader_timeout_s=leader_timeout_s,
     )
     return TransactionalRunner(topology, store, spark, config, faults=faults)
 
@@ -144,3 +158,73 @@ def test_a_leader_frozen_after_its_check_cannot_commit_after_its_successor(
     assert buckets(redis_url) == expected_buckets(300)
     assert client.get("transactional:lost:sink:txid") == "5"
     assert int(client.get("transactional:lost:sink:fence") or 0) == new_fence
+
+
+def delta_buckets(spark: Any, path: Path) -> dict[str, int]:
+    rows = spark.read.format("delta").load(str(path / "buckets")).collect()
+    return {row["key"]: row["count"] for row in rows}
+
+
+def test_a_deposed_leader_frozen_before_its_delta_write_writes_nothing(
+    spark: Any, zk_hosts: str, tmp_path: Path
+) -> None:
+    """Delta cannot compare a fence token inside its commit, so the committer checks
+    leadership right before each table's write. Opaque mode, where a late write would
+    do harm: the old leader is frozen before its write of txid 3 and deposed; its
+    successor rewrites txid 3 and is held right after that write, still on txid 3. Now
+    the old leader wakes: without the check it would rewrite txid 3 over its
+    successor's (a Delta commit); with it, it finds it no longer leads and writes
+    nothing."""
+    delta = tmp_path / "delta"
+    table = str(delta / "buckets")
+    APP = f"{TOPOLOGY}:sink:buckets:opaque"
+
+    def sink() -> DeltaCommitter:
+        counters = {"default": CounterTable("buckets", ("key",))}
+        return DeltaCommitter(str(delta), counters, mode=CommitMode.OPAQUE)
+
+    def run(target: TransactionalRunner, into: dict[str, Any]) -> threading.Thread:
+        def body() -> None:
+            try:
+                into["stats"] = target.run(until_drained=True)
+            except BaseException as exc:
+                into["error"] = exc
+
+        thread = threading.Thread(target=body)
+        thread.start()
+        return thread
+
+    freeze = FreezeAt(FaultPoint.BEFORE_SINK_WRITE, txid=3)
+    old_store = ZooKeeperStateStore(zk_hosts, session_timeout=4.0)
+    old = runner(spark, "", old_store, freeze, sink=sink(), leader_timeout_s=2)
+    hold = FreezeAt(FaultPoint.AFTER_SINK_WRITE, txid=3)
+    new = runner(spark, "", ZooKeeperStateStore(zk_hosts, session_timeout=4.0), hold, sink())
+    old_outcome: dict[str, Any] = {}
+    new_outcome: dict[str, Any] = {}
+    old_thread = run(old, old_outcome)
+    new_thread = None
+    try:
+        assert freeze.reached.wait(180), "the old leader never reached its commit of txid 3"
+        expire_session(zk_hosts, old_store)  # its session ends while it is frozen
+        new_thread = run(new, new_outcome)
+        assert hold.reached.wait(180), "the successor never wrote txid 3"
+        rewritten = DeltaTable(table).version()
+        # The successor's write of txid 3 (the old leader's never began).
+        assert DeltaTable(table).transaction_version(APP) == 3 * ATTEMPT_SLOTS
+        freeze.release.set()  # the old leader wakes up in the middle of its commit
+        old_thread.join(120)
+        assert DeltaTable(table).version() == rewritten  # it wrote nothing
+    finally:
+        freeze.release.set()
+        hold.release.set()
+        old_thread.join(120)
+        if new_thread is not None:
+            new_thread.join(180)
+
+    # It found it no longer led and could not lead again while its successor did.
+    assert isinstance(old_outcome.get("error"), LostLeadershipError), old_outcome
+    assert old.stats.committed_txids == 2
+    assert "error" not in new_outcome, new_outcome
+    assert new_outcome["stats"].committed_txids == 3  # txids 3, 4 and 5
+    assert delta_buckets(spark, delta) == expected_buckets(300)
+    assert DeltaTable(table).transaction_version(APP) == 5 * ATTEMPT_SLOTS
