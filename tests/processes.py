@@ -223,3 +223,11 @@ def printed_tops(text: str) -> dict[tuple[str, str], list[tuple[str, int]]]:
             if len(cells) == 2 and cells[1].replace(",", "").isdigit():
                 tables[(sink, title)].append((cells[0], int(cells[1].replace(",", ""))))
     return tables
+
+
+def run_summary(text: str) -> dict[str, int]:
+    """The figures of the demo's one ``run_done`` line (``committed_txids``, ``records``,
+    ``failures``); an AssertionError when the line is missing or printed twice."""
+    lines = [line for line in text.splitlines() if line.startswith("run_done ")]
+    assert len(lines) == 1, f"expected one run_done line, found {len(lines)}:\n{text[-2000:]}"
+    return {k: int(v) for k, v in (item.split("=", 1) for item in lines[0].split()[1:])}

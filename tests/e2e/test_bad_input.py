@@ -17,6 +17,7 @@ import redis
 
 from examples.tweets.cli import main as demo
 from tests.e2e.test_demo import assert_exact, delta_contents, redis_contents
+from tests.processes import run_summary
 from tests.reference import Expected, expected_counts
 from transactional.faults import FaultPoint, RandomFaults
 
@@ -191,11 +192,9 @@ def test_bad_records_are_dead_letters_exactly_once_through_replays(
         out=out,
     )
     assert code == 0, out.getvalue()
-    done = [line for line in out.getvalue().splitlines() if line.startswith("run_done ")]
-    assert len(done) == 1, out.getvalue()
-    stats = dict(item.split("=", 1) for item in done[0].split()[1:])
+    stats = run_summary(out.getvalue())
     # Each replayed txid was committed, failed before the store advanced, and committed again.
-    assert (stats["committed_txids"], stats["failures"]) == (str(TXIDS), str(len(replayed)))
+    assert (stats["committed_txids"], stats["failures"]) == (TXIDS, len(replayed))
 
     assert_exact(redis_contents(redis_url), expected)
     assert redis_dead_letters(redis_url) == labelled

@@ -19,6 +19,7 @@ import redis
 
 from committers import decode_key
 from examples.tweets.cli import main as demo
+from tests.processes import run_summary
 from tests.reference import Expected, expected_counts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -148,7 +149,8 @@ def test_demo_with_injected_failures_counts_exactly(
         out=out,
     )
     assert code == 0, out.getvalue()
-    assert "failures=0" not in out.getvalue()  # faults were injected and survived
+    # Faults were injected (the seed plans some for this run's txids) and survived.
+    assert run_summary(out.getvalue())["failures"] >= 1, out.getvalue()
     got = (
         redis_contents(redis_url) if sink == "redis" else delta_contents(spark, tmp_path / "delta")
     )

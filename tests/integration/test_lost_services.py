@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from committers import CounterTable, RedisCommitter, decode_key
 from coordinators import SQLiteStateStore, ZooKeeperStateStore
 from examples.tweets.cli import main as demo
 from tests.integration.topologies import BucketBolt, RangeSpout
+from tests.processes import run_summary
 from tests.reference import expected_counts
 from transactional import RunnerConfig, TopologyBuilder, TransactionalRunner
 from transactional.committer import Committer, CommitterContext
@@ -192,6 +194,9 @@ def test_a_redis_restart_mid_run_hits_source_and_sink_and_counts_exactly(
     assert demo(["load", "--input", str(tweets), "--redis-url", url], out=io.StringIO()) == 0
     restarted_at: list[int] = []
     errors: list[BaseException] = []
+    failures = FailedTxids()
+    runner_log = logging.getLogger("transactional.runner")
+    runner_log.addHandler(failures)
 
     def restart_after_the_first_commit() -> None:
         try:
@@ -202,7 +207,9 @@ def test_a_redis_restart_mid_run_hits_source_and_sink_and_counts_exactly(
                 time.sleep(0.02)
             client.close()
             aof_redis.stop()  # SIGKILL
-            time.sleep(0.5)
+            # Down until the runner has failed on it (a source read or a commit): the
+            # fault acts on every run, whatever the timing.
+            assert failures.seen.wait(120), "nothing failed while Redis was down"
             aof_redis.start()
             restarted_at.append(held)
         except BaseException as exc:  # reported by the test thread
@@ -237,8 +244,12 @@ def test_a_redis_restart_mid_run_hits_source_and_sink_and_counts_exactly(
         out=out,
     )
     watcher.join(60)
+    runner_log.removeHandler(failures)
     assert not errors, errors
     assert code == 0, out.getvalue()
+    # It failed on the stopped Redis, retried, and recovered.
+    assert any("Connection" in message for message in failures.messages), failures.messages
+    assert run_summary(out.getvalue())["failures"] >= 1
     expected = expected_counts(tweets)
     client = redis.Redis.from_url(url, decode_responses=True)
     final = int(client.get("transactional:tweets:sink:txid") or 0)
@@ -249,6 +260,21 @@ def test_a_redis_restart_mid_run_hits_source_and_sink_and_counts_exactly(
     assert {decode_key(k, 2): int(v) for k, v in fields.items()} == dict(expected.pairs)
     dead = sorted(json.loads(v)["raw"] for v in client.lrange("dead_letters", 0, -1))
     assert dead == sorted(expected.dead_letters)
+
+
+class FailedTxids(logging.Handler):
+    """Collects the runner's "txid failed" lines; ``seen`` is set at the first."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = threading.Event()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("txid failed"):
+            self.messages.append(message)
+            self.seen.set()
 
 
 class LostReply(Committer):

@@ -64,12 +64,14 @@ def records(n: int) -> list[str]:
     return [f"r{i % 7}" for i in range(n)]
 
 
-class SlowSpout(ListTransactionalSpout):
-    """Tracks how many emits run at once and which txids were emitted when."""
+class OverlappingSpout(ListTransactionalSpout):
+    """Tracks how many emits run at once. The emits of the first ``together`` txids
+    wait for each other at a barrier, so they provably run at the same time (a runner
+    that ran fewer at once would break the barrier), with no sleep and no timing."""
 
-    def __init__(self, data: list[Any], batch_size: int, delay: float = 0.02) -> None:
+    def __init__(self, data: list[Any], batch_size: int, together: int) -> None:
         super().__init__(data, batch_size)
-        self.delay = delay
+        self.gate = threading.Barrier(together)
         self.running = 0
         self.max_running = 0
         self.lock = threading.Lock()
@@ -78,7 +80,8 @@ class SlowSpout(ListTransactionalSpout):
         with self.lock:
             self.running += 1
             self.max_running = max(self.max_running, self.running)
-        time.sleep(self.delay)
+        if attempt.txid <= self.gate.parties:
+            self.gate.wait(timeout=30)  # raises BrokenBarrierError if they never meet
         with self.lock:
             self.running -= 1
         return super().emit_batch(attempt, meta)
@@ -86,7 +89,7 @@ class SlowSpout(ListTransactionalSpout):
 
 def test_never_more_than_max_pending_and_window_starts_at_currtx() -> None:
     data = records(60)
-    spout = SlowSpout(data, batch_size=5)
+    spout = OverlappingSpout(data, batch_size=5, together=3)
     store = InMemoryStateStore()
     committer = MemoryCommitter()
     windows: list[tuple[int, int]] = []
@@ -97,8 +100,9 @@ def test_never_more_than_max_pending_and_window_starts_at_currtx() -> None:
         return original(txid, prev)
 
     spout.initialize_transaction = watched  # type: ignore[method-assign]
-    make_runner(spout, committer, store, max_pending=3).run(until_drained=True)
+    stats = make_runner(spout, committer, store, max_pending=3).run(until_drained=True)
 
+    assert stats.failures == 0  # the barrier held: three emits ran at once
     assert spout.max_running == 3
     assert all(currtx <= txid < currtx + 3 for txid, currtx in windows)
     assert committer.counts == Counter(data)
@@ -106,15 +110,24 @@ def test_never_more_than_max_pending_and_window_starts_at_currtx() -> None:
 
 def test_a_txid_processed_early_waits_for_every_lower_txid() -> None:
     data = records(30)
+    second_prepared = threading.Event()
 
-    class FirstIsSlow(ListTransactionalSpout):
+    class FirstWaits(ListTransactionalSpout):
         def emit_batch(self, attempt: TransactionAttempt, meta: Range) -> list[Any]:
-            if attempt.txid == 1:
-                time.sleep(0.2)
+            if attempt.txid == 1 and not any(a.txid == 1 for a, _ in self.emits):
+                assert second_prepared.wait(30), "txid 2 was never processed"
             return super().emit_batch(attempt, meta)
 
-    committer = MemoryCommitter()
-    make_runner(FirstIsSlow(data, 10), committer, max_pending=3).run(until_drained=True)
+    class Watching(MemoryCommitter):
+        def prepare(self, attempt: TransactionAttempt, inputs: Any) -> Any:
+            prepared = super().prepare(attempt, inputs)
+            if attempt.txid == 2:
+                second_prepared.set()
+            return prepared
+
+    committer = Watching()
+    stats = make_runner(FirstWaits(data, 10), committer, max_pending=3).run(until_drained=True)
+    assert stats.failures == 0
 
     prepared = [a.txid for a in committer.prepared]
     assert prepared.index(2) < prepared.index(1)  # 2 finished processing first...
@@ -204,8 +217,11 @@ def test_new_txids_wait_for_is_ready_and_replays_do_not_ask() -> None:
     thread = threading.Thread(target=runner.run)
     thread.start()
     try:
-        time.sleep(0.2)
-        assert spout.init_calls == [] and spout.ready_calls  # asked, refused, waiting
+        deadline = time.monotonic() + 30
+        while len(spout.ready_calls) < 2:  # asked, refused, and asked again: waiting
+            assert time.monotonic() < deadline, "is_ready was never asked twice"
+            time.sleep(0.005)
+        assert spout.init_calls == []
         data.extend(records(15))
         deadline = time.monotonic() + 5
         while committer.last_txid < 3 and time.monotonic() < deadline:
@@ -235,27 +251,39 @@ def test_initialize_transaction_runs_once_per_txid_with_the_previous_metadata() 
 
 
 def test_late_results_and_late_commits_of_stale_attempts_are_ignored() -> None:
+    """The first attempt of txid 2 hangs in its emit, the first commit of txid 3 in its
+    write, each until the runner has timed it out and started the txid again: both
+    finish late, and their late reports are ignored."""
     data = records(30)
-    release = threading.Event()
+    emitted = threading.Condition()
+
+    def started_again(txid: int, spout: ListTransactionalSpout, since: int) -> None:
+        """Wait until ``txid`` has been emitted more than ``since`` times."""
+        with emitted:
+            again = emitted.wait_for(
+                lambda: sum(a.txid == txid for a, _ in spout.emits) > since, timeout=30
+            )
+        assert again, f"txid {txid} was never started again"
 
     class StuckOnce(ListTransactionalSpout):
         def emit_batch(self, attempt: TransactionAttempt, meta: Range) -> list[Any]:
-            if attempt.txid == 2 and len([a for a, _ in self.emits if a.txid == 2]) == 0:
-                super().emit_batch(attempt, meta)
-                release.wait(5)  # first attempt of 2 hangs past its timeout
-                return self.records[meta.start : meta.end]
-            return super().emit_batch(attempt, meta)
+            first = not any(a.txid == 2 for a, _ in self.emits)
+            rows = super().emit_batch(attempt, meta)
+            with emitted:
+                emitted.notify_all()
+            if attempt.txid == 2 and first:
+                started_again(2, self, 1)
+            return rows
 
     class SlowFirstCommit(MemoryCommitter):
         def commit(self, attempt: TransactionAttempt, prepared: Counter[Any]) -> CommitOutcome:
             if attempt.txid == 3 and not any(a.txid == 3 for a, _ in self.calls):
-                time.sleep(2.5)  # first commit of 3 finishes after its timeout
+                started_again(3, spout, sum(a.txid == 3 for a, _ in spout.emits))
             return super().commit(attempt, prepared)
 
     spout = StuckOnce(data, 10)
     committer = SlowFirstCommit()
     runner = make_runner(spout, committer, attempt_timeout_s=1.0, max_pending=2)
-    threading.Timer(3.0, release.set).start()
     stats = runner.run(until_drained=True)
 
     first_attempt_of_2 = next(a for a, _ in spout.emits if a.txid == 2)

@@ -162,12 +162,22 @@ def test_a_crash_ends_the_run_where_it_stands_and_the_next_run_resumes(
 
 def test_a_crash_in_a_worker_waits_for_the_commit_in_progress_and_does_not_advance() -> None:
     committing = threading.Event()
+    engines: list[InMemoryEngine] = []
+
+    def crash_handled() -> bool:
+        """The dead process's runner has cancelled txid 2's job group: it got the crash
+        and left its loop (it cancels in flight work on the way out)."""
+        return any(g.startswith("txid-2-") for g in engines[0].cancelled)
 
     class SlowSink(MemoryCommitter):
         def commit(self, attempt: TransactionAttempt, prepared: Counter[Any]) -> CommitOutcome:
-            if attempt.txid == 1:
+            if attempt.txid == 1 and not committing.is_set():
                 committing.set()
-                time.sleep(0.2)  # the crash of txid 2 happens during this write
+                # The crash of txid 2 happens, and ends the run, during this write.
+                deadline = time.monotonic() + 30
+                while not crash_handled():
+                    assert time.monotonic() < deadline, "the crash never ended the run"
+                    time.sleep(0.001)
             return super().commit(attempt, prepared)
 
     class WaitingSpout(ListTransactionalSpout):
@@ -180,6 +190,8 @@ def test_a_crash_in_a_worker_waits_for_the_commit_in_progress_and_does_not_advan
     job.sinks = [SlowSink()]
     store = InMemoryStateStore()
     harness = job.harness(store)
+    assert isinstance(harness.engine, InMemoryEngine)
+    engines.append(harness.engine)
 
     first = harness.run_until_drained(FaultPlan().crash(FaultPoint.PROCESS, txid=2))
 
