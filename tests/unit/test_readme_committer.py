@@ -1,0 +1,42 @@
+"""The README's committer-contract example runs as printed: its JSON-file committer
+passes the contract suite (pytest run on the block, in a process of its own)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_contract_example() -> str:
+    section = README.read_text().split("### Writing your own committer", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "class TestMyCommitter(CommitterContract)" in block, "the README lost its example"
+    return block
+
+
+def test_the_readme_committer_passes_the_contract_as_printed(tmp_path: Path) -> None:
+    (tmp_path / "test_my_committer.py").write_text(readme_contract_example())
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "test_my_committer.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Every test of the transactional contract ran and passed (the opaque ones are not
+    # for a committer without that mode).
+    passed = {
+        line.split("::")[-1].split("[")[0]
+        for line in done.stdout.splitlines()
+        if line.rstrip().endswith("PASSED") or " PASSED " in line
+    }
+    assert passed == {
+        "test_commits_in_txid_order_are_applied",
+        "test_a_transactional_replay_is_skipped_also_after_a_restart",
+        "test_a_deposed_leader_writes_nothing",
+        "test_committed_txid_reads_the_sink_not_a_cache",
+    }, done.stdout
