@@ -3,7 +3,6 @@ halve on failure, stay within bounds."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from typing import Any
 
@@ -13,6 +12,10 @@ from pydantic import ValidationError
 from transactional.config import RunnerConfig
 from transactional.flow import HISTORY, AdaptiveBatchSize, BatchSizeConfig
 from transactional.runner import TransactionalRunner
+from transactional.runtime import messages as m
+from transactional.runtime.machine import Machine
+from transactional.runtime.probes import RunStats, Timings
+from transactional.runtime.state import Settings
 from transactional.testing import (
     InMemoryEngine,
     InMemoryStateStore,
@@ -21,7 +24,7 @@ from transactional.testing import (
     Range,
     counting_topology,
 )
-from transactional.types import CommitOutcome, TransactionAttempt
+from transactional.types import TransactionAttempt as A
 
 
 class SizedSpout(ListTransactionalSpout):
@@ -96,29 +99,56 @@ def test_the_runner_feeds_the_size_and_new_txids_use_it() -> None:
 
 
 def test_time_queued_behind_earlier_commits_does_not_shrink_the_batch() -> None:
-    """With max_pending 4 and commits of a fixed 0.2 s, a txid that is processed at once
-    waits up to 0.6 s for the three before it: 0.8 s end to end, over the 0.5 s target.
-    A smaller batch cannot shorten that wait, so only the txid's own 0.2 s counts, and
-    the size grows after every commit instead of spiralling down to the minimum."""
+    """With max_pending 4 and commits of 0.2 s, a txid that is processed at once waits
+    up to 0.6 s for the three before it: 0.8 s end to end, over the 0.5 s target. A
+    smaller batch cannot shorten that wait, so only the txid's own 0.2 s counts, and
+    the size grows after every commit instead of spiralling down to the minimum.
 
-    class SlowCommitter(MemoryCommitter):
-        def commit(self, attempt: TransactionAttempt, prepared: Any) -> CommitOutcome:
-            time.sleep(0.2)
-            return super().commit(attempt, prepared)
-
-    data = [f"r{i % 7}" for i in range(10 * 12)]
-    committer = SlowCommitter()
+    A schedule, not a timed run: the runtime's machine and its timing probe are given
+    the events a runner would meet, at the times they would meet them."""
     sizer = AdaptiveBatchSize(
         BatchSizeConfig(initial=10, step=1, minimum=1, maximum=1000, target_latency_s=0.5)
     )
-    runner = TransactionalRunner(
-        counting_topology(SizedSpout(data, batch_size=1), committer),
-        InMemoryStateStore(),
-        config=RunnerConfig(topology_id="t", max_pending=4),
-        engine=InMemoryEngine(),
-        batch_size=sizer,
+    stats = RunStats()
+    timings = Timings(stats, sizer)
+    machine = Machine(
+        Settings(
+            max_pending=4,
+            max_attempts=3,
+            attempt_timeout_s=None,
+            backoff_initial_s=0.1,
+            backoff_max_s=1.0,
+            poll_interval_s=1.0,
+            poll_max_s=1.0,
+            max_reelections=0,
+        )
     )
-    stats = runner.run(until_drained=True)
-    assert stats.committed_txids >= 8
-    assert [kind for kind, _ in sizer.history] == ["grow"] * stats.committed_txids
-    assert committer.counts == Counter(data)
+    commits: list[m.Commit] = []
+
+    def step(event: m.Event, now: float) -> None:
+        timings.on_event(event, now)
+        for command in machine.step(event, now):
+            timings.on_command(command, now)
+            if isinstance(command, m.Emit) and command.attempt.txid > 4:
+                step(m.NotReady(command.attempt.txid), now)  # four txids, then idle
+            elif isinstance(command, m.Emit):
+                step(m.Started(command.attempt), now)
+            elif isinstance(command, m.Verify):
+                step(m.Verified(command.attempt), now)
+            elif isinstance(command, m.Commit):
+                commits.append(command)
+
+    step(m.Opened(1, frozenset()), 0.0)
+    for txid in (4, 3, 2, 1):  # all four processed at once, at time 0
+        step(m.Processed(A(txid, txid), 10, empty=False), 0.0)
+    for k in (1, 2, 3, 4):  # then committed one after the other, 0.2 s each
+        (commit,) = commits
+        commits.clear()
+        assert commit.attempt.txid == k
+        step(m.CommitBegan(commit.attempt), 0.2 * (k - 1))
+        step(m.Committed(commit.attempt), 0.2 * k)
+        step(m.Advanced(commit.attempt), 0.2 * k)
+
+    # Queued 0, 0.2, 0.4 and 0.6 s: each txid's own latency is its 0.2 s commit.
+    assert [round(t.latency_s or 0, 9) for t in stats.timings] == [0.2] * 4
+    assert [kind for kind, _ in sizer.history] == ["grow"] * 4
