@@ -27,7 +27,6 @@ gives every table as of one committed txid.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from committers.snapshot import (
     latest_marker,
     next_marker,
     read_snapshot,
+    table_root,
 )
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, TransactionalError
@@ -127,8 +127,7 @@ class DeltaCommitter(CounterCommitter):
             raise ConfigurationError(
                 f"counter table name {DEAD_LETTERS_TABLE!r} is taken by the dead-letter table"
             )
-        # A relative path is not a valid Delta table name: anchor it here.
-        self.path = path.rstrip("/") if "://" in path else os.path.abspath(path)
+        self.path = table_root(path)
         self._key_types: dict[str, dict[str, str]] = {}
         self._sessions: dict[str, Any] = {}  # table -> its own session (see _SCOPED_CONF)
 

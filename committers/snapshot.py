@@ -94,6 +94,12 @@ class DeltaSnapshot:
         )
 
 
+def table_root(path: str) -> str:
+    """Where a committer's tables live: a URL as given (without a trailing ``/``), a
+    local path made absolute (a relative path is not a valid Delta table name)."""
+    return path.rstrip("/") if "://" in path else os.path.abspath(path)
+
+
 def _local_dir(location: str) -> Path | None:
     if location.startswith("file:"):
         return Path(urlsplit(location).path)
@@ -212,7 +218,7 @@ def read_snapshot(
     committer's. Raises ``ConfigurationError`` when no such txid is there to read."""
     if not tables:
         raise ConfigurationError("a snapshot of no tables: name the tables to read")
-    path = path.rstrip("/") if "://" in path else os.path.abspath(path)
+    path = table_root(path)
     prefix = f"{topology_id}:{committer_name}"
     markers = {t: _table_markers(spark, path, prefix, t, mode) for t in tables}
     opaque = any(is_opaque for is_opaque, _ in markers.values())

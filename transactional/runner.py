@@ -65,7 +65,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any
 
 from transactional import contracts
@@ -87,7 +86,6 @@ from transactional.runtime.probes import (
     Timings,
     TxTiming,
 )
-from transactional.runtime.state import Settings
 from transactional.spout import SpoutContext
 from transactional.store import StateStore, TopologyIdentity
 from transactional.topology import SPOUT, Topology
@@ -198,7 +196,7 @@ class TransactionalRunner:
         spout.open(SpoutContext(self.engine.spark, cfg.topology_id, self._sizing))
         for node in self.topology.committers:
             node.committer.open(session.context(self.engine.spark, node.name))
-        machine = Machine(_settings(cfg))
+        machine = Machine(cfg)
         executor = Executor(
             self.topology,
             machine,
@@ -221,8 +219,3 @@ class TransactionalRunner:
             quietly(node.committer.close, "committer close")
         quietly(self.topology.spout.close, "spout close")
         quietly(self.store.close, "store close")
-
-
-def _settings(config: RunnerConfig) -> Settings:
-    """The machine's settings: the ``RunnerConfig`` fields it reads."""
-    return Settings(**{f.name: getattr(config, f.name) for f in fields(Settings)})

@@ -15,7 +15,6 @@ from transactional.runner import TransactionalRunner
 from transactional.runtime import messages as m
 from transactional.runtime.machine import Machine
 from transactional.runtime.probes import RunStats, Timings
-from transactional.runtime.state import Settings
 from transactional.testing import (
     InMemoryEngine,
     InMemoryStateStore,
@@ -112,7 +111,8 @@ def test_time_queued_behind_earlier_commits_does_not_shrink_the_batch() -> None:
     stats = RunStats()
     timings = Timings(stats, sizer)
     machine = Machine(
-        Settings(
+        RunnerConfig(
+            topology_id="t",
             max_pending=4,
             max_attempts=3,
             attempt_timeout_s=None,

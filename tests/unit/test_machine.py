@@ -11,6 +11,7 @@ import itertools
 
 import pytest
 
+from transactional.config import RunnerConfig
 from transactional.errors import (
     AttemptTimeoutError,
     ContractError,
@@ -46,10 +47,11 @@ from transactional.runtime.messages import (
     Verified,
     Verify,
 )
-from transactional.runtime.state import InvariantError, Settings, SlotState
+from transactional.runtime.state import InvariantError, SlotState
 from transactional.types import TransactionAttempt as A
 
-SETTINGS = Settings(
+SETTINGS = RunnerConfig(
+    topology_id="machine",
     max_pending=3,
     max_attempts=3,
     attempt_timeout_s=10.0,
@@ -111,7 +113,7 @@ def test_a_failure_drops_the_txid_and_every_one_above_then_replays_them_after_a_
 
 
 def test_a_txid_that_fails_max_attempts_times_halts_as_a_poison_batch() -> None:
-    machine = Machine(Settings(**{**SETTINGS.__dict__, "max_pending": 1}))
+    machine = Machine(SETTINGS.model_copy(update={"max_pending": 1}))
     machine.step(Opened(1, frozenset()), 0.0)
     now, attempt = 0.0, A(1, 1)
     for failures in (1, 2):
@@ -148,7 +150,7 @@ def test_a_start_that_failed_after_storing_its_metadata_is_replayed() -> None:
 
 
 def test_an_attempt_past_its_deadline_fails_and_a_commit_deadline_starts_when_it_begins() -> None:
-    one = Settings(**{**SETTINGS.__dict__, "max_pending": 1})
+    one = SETTINGS.model_copy(update={"max_pending": 1})
     machine = Machine(one)
     machine.step(Opened(1, frozenset()), 0.0)
     assert machine.step(Started(A(1, 1)), 0.0) == []

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from transactional.config import RunnerConfig
 from transactional.errors import (
     AttemptTimeoutError,
     ConfigurationError,
@@ -56,7 +57,6 @@ from transactional.runtime.messages import (
     Verified,
     Verify,
 )
-from transactional.runtime.state import Settings
 from transactional.types import TransactionAttempt
 
 EXAMPLES = 500
@@ -229,7 +229,8 @@ ACTIONS = ["tick", "worker", "commit", "data", "leadership", "crash", "fenced", 
 def test_random_schedules_keep_every_invariant_and_count_each_record_once(
     max_pending: int, batch: int, total: int, steps: int, data: st.DataObject
 ) -> None:
-    config = Settings(
+    config = RunnerConfig(
+        topology_id="machine",
         max_pending=max_pending,
         max_attempts=4,
         attempt_timeout_s=10.0,
@@ -337,7 +338,7 @@ def never(what: str) -> bool:
 
 
 def test_a_configuration_error_halts_at_once() -> None:
-    machine = Machine(Settings(max_pending=2))
+    machine = Machine(RunnerConfig(topology_id="machine", max_pending=2))
     out = machine.step(Opened(1, frozenset()), 0.0)
     assert out == [Emit(TransactionAttempt(1, 1), 1)]
     error = ConfigurationError("bad")

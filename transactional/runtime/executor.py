@@ -229,8 +229,7 @@ class Executor:
     def _cancel(self, attempt: TransactionAttempt, failed: bool) -> None:
         self._results.pop(attempt, None)
         quietly(lambda: self.engine.cancel(job_group(attempt)), "cancel job group")
-        if self.driver.batches.get(attempt.txid, None) is not None:
-            quietly(lambda: self.driver.drop(attempt.txid, failed), "spout fail")
+        quietly(lambda: self.driver.drop(attempt.txid, failed), "spout fail")
 
     def _reacquire(self, error: LostLeadershipError) -> list[m.Event]:
         topology_id = self.session.topology_id

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from transactional.config import RunnerConfig
 from transactional.errors import (
     AttemptTimeoutError,
     ConfigurationError,
@@ -63,13 +64,14 @@ from transactional.runtime.messages import (
     Verified,
     Verify,
 )
-from transactional.runtime.state import Counts, InvariantError, Settings, Slot, SlotState
+from transactional.runtime.state import Counts, InvariantError, Slot, SlotState
 from transactional.types import TransactionAttempt
 
 
 @dataclass
 class Machine:
-    settings: Settings
+    #: The runner's configuration; the machine reads its limits, timeouts and back-off.
+    settings: RunnerConfig
     currtx: int = 1
     next_txid: int = 1
     #: Txids whose metadata is in the store (at or above ``currtx``): replayed, never

@@ -1,4 +1,5 @@
-"""The state machine's records: its settings, its in-flight slots and its counts."""
+"""The state machine's records: its in-flight slots and its counts. (Its settings are
+the runner's own ``RunnerConfig``.)"""
 
 from __future__ import annotations
 
@@ -16,25 +17,6 @@ class SlotState(Enum):
     PROCESSED = "processed"  # waiting for its turn to commit
     COMMITTING = "committing"  # the commit thread has it
     ADVANCING = "advancing"  # committed in every sink; the store not yet advanced
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the machine needs of ``RunnerConfig``."""
-
-    max_pending: int = 2
-    max_attempts: int = 10
-    attempt_timeout_s: float | None = 300.0
-    backoff_initial_s: float = 0.1
-    backoff_max_s: float = 5.0
-    poll_interval_s: float = 1.0
-    poll_max_s: float = 30.0
-    max_reelections: int = 10
-
-    def backoff(self, failures: int) -> float:
-        if failures <= 0:
-            return 0.0
-        return float(min(self.backoff_max_s, self.backoff_initial_s * 2 ** (failures - 1)))
 
 
 @dataclass

@@ -295,6 +295,3 @@ class ListOpaqueSpout(OpaquePartitionedTransactionalSpout[Range]):
         if self.source is not None:
             rows = self.source(attempt, partition, rows)
         return meta, list(rows)
-
-
-# ---------------------------------------------------------------------- bolt
