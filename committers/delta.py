@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import CounterCommitter, CounterTable
+from committers.delta_arrow import Unstorable, arrow_writable, merge_counts, null_sums_as_zero
 from committers.delta_sql import (
     OVERFLOW_MARK,
     batch_overflow_error,
@@ -58,6 +59,7 @@ from transactional.errors import CommitError, ConfigurationError, TransactionalE
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 log = logging.getLogger("committers.delta")
@@ -66,6 +68,14 @@ TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 DEAD_LETTERS_TABLE = "dead_letters"
+
+#: Above this many rows a table's per-txid sums (or a txid's dead letters) are not
+#: brought to the driver: that table is merged by delta-spark from the executors.
+#: Chosen from benchmarks/delta_paths.py: see DeltaCommitter.
+MAX_DRIVER_ROWS = 2_000_000
+
+#: The flag of a sum the declared type cannot hold (collected with the sums).
+_BAD = "__transactional_bad"
 
 #: Spark sessions are cheap views of one SparkContext, each with its own SQL conf.
 #: The txn confs are session-wide and MERGE has no per-call option for them, so every
@@ -83,12 +93,13 @@ _SCOPED_CONF = {
 
 @dataclass(frozen=True)
 class DeltaBatch:
-    """Per table, the batch summed per key as ``(keys..., inc)`` and materialised, so
-    the serial commit phase runs only the MERGEs."""
+    """Per table, the batch summed per key as ``(keys..., inc)``: an Arrow table on the
+    driver, or (above ``max_driver_rows``) a checkpointed Spark frame; so the serial
+    commit phase runs only the writes."""
 
     txid: int
-    counters: dict[str, DataFrame] = field(default_factory=dict)
-    dead_letters: DataFrame | None = None
+    counters: dict[str, pa.Table | DataFrame] = field(default_factory=dict)
+    dead_letters: pa.Table | DataFrame | None = None
 
 
 class DeltaCommitter(CounterCommitter):
@@ -100,6 +111,12 @@ class DeltaCommitter(CounterCommitter):
     batch key is cast to the table's type only when that keeps distinct keys distinct.
     Key types: string, integers, boolean, date, timestamp(_ntz), decimal, binary.
     Needs a classic (py4j) SparkSession, not Spark Connect.
+
+    Two commit paths, the same tables and markers. A table's per-txid sums of at most
+    ``max_driver_rows`` rows (the common case: sums are small next to their input) are
+    collected as Arrow and merged on the driver by delta-rs (``committers.delta_arrow``),
+    in tens of milliseconds; larger ones are merged by delta-spark from the executors,
+    so the driver's memory stays bounded. Dead letters likewise.
 
     Opaque mode keeps ``(count, prev, txid)`` per row. Re-committing txid t undoes every
     row whose txid is t, also rows absent from the new attempt (whenNotMatchedBySource),
@@ -119,8 +136,19 @@ class DeltaCommitter(CounterCommitter):
         counters: Mapping[str, CounterTable],
         dead_letters: str | None = None,
         mode: CommitMode = CommitMode.TRANSACTIONAL,
+        max_driver_rows: int = MAX_DRIVER_ROWS,
     ) -> None:
         super().__init__(counters, dead_letters, mode)
+        if isinstance(max_driver_rows, bool) or not isinstance(max_driver_rows, int):
+            raise ConfigurationError(
+                f"DeltaCommitter: max_driver_rows must be an integer >= 0, got {max_driver_rows!r}"
+            )
+        if max_driver_rows < 0:
+            raise ConfigurationError(
+                f"DeltaCommitter: max_driver_rows must be >= 0 (0: always merge with "
+                f"delta-spark), got {max_driver_rows}"
+            )
+        self.max_driver_rows = max_driver_rows
         if dead_letters is not None and any(
             t.name == DEAD_LETTERS_TABLE for t in self.counters.values()
         ):
@@ -129,6 +157,7 @@ class DeltaCommitter(CounterCommitter):
             )
         self.path = table_root(path)
         self._key_types: dict[str, dict[str, str]] = {}
+        self._by_driver: dict[str, bool] = {}  # table -> delta-rs may write it
         self._sessions: dict[str, Any] = {}  # table -> its own session (see _SCOPED_CONF)
 
     # -- set-up ---------------------------------------------------------------------
@@ -164,6 +193,17 @@ class DeltaCommitter(CounterCommitter):
         if self.dead_letters is not None:
             columns = [("raw", "STRING", True), ("reason", "STRING", True), ("txid", "LONG", False)]
             ensure_table(spark, self.location(DEAD_LETTERS_TABLE), columns)
+        from deltalake import DeltaTable
+
+        for name in self._tables():
+            writable = arrow_writable(DeltaTable(self.location(name)))
+            if not writable:
+                log.info(
+                    "table=%s has table features delta-rs does not write: committed "
+                    "through delta-spark",
+                    self.location(name),
+                )
+            self._by_driver[name] = writable
         for table in self.counters.values():
             session = spark.newSession()
             for key, value in _SCOPED_CONF.items():
@@ -195,36 +235,83 @@ class DeltaCommitter(CounterCommitter):
 
     # -- the two phases -------------------------------------------------------------
 
-    def prepare(self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]) -> DeltaBatch:
-        """Sum per key in the declared type and materialise in the parallel phase: the
-        MERGE then joins a small, fixed source, and a replayed commit sees exactly the
-        same rows. A sum the type cannot hold is a ``ContractError`` here, before any
-        commit."""
-        from pyspark.sql import functions as F
+    def collect_plan(
+        self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]
+    ) -> dict[str, DataFrame]:
+        """Per table, the batch summed per key in the declared type, with a flag on a sum
+        the type cannot hold; and the dead letters. Each is cut at one row more than
+        ``max_driver_rows``, so the driver never receives more."""
 
         if not self._key_types:
             raise ConfigurationError("DeltaCommitter.prepare before open()")
         self.check_inputs(inputs)
+        limit = self.max_driver_rows + 1
+        plan = {}
+        for input_name, table in self.counters.items():
+            if not self._by_driver[table.name]:
+                continue
+            sums, bad = batch_sums(inputs[input_name], table, self._key_types[table.name])
+            flagged = sums.select(*table.keys, "inc", bad.alias(_BAD))
+            plan[table.name] = flagged.limit(limit)
+        if self.dead_letters is not None and self._by_driver[DEAD_LETTERS_TABLE]:
+            plan[DEAD_LETTERS_TABLE] = self._dead_rows(attempt, inputs).limit(limit)
+        return plan
+
+    def _dead_rows(self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        assert self.dead_letters is not None
+        return inputs[self.dead_letters].select(
+            F.col("raw").cast("string"),
+            F.col("reason").cast("string"),
+            F.lit(attempt.txid).cast("long").alias("txid"),
+        )
+
+    def prepare_collected(
+        self,
+        attempt: TransactionAttempt,
+        inputs: Mapping[str, DataFrame],
+        collected: Mapping[str, pa.Table],
+    ) -> DeltaBatch:
+        """A sum the type cannot hold is a ``ContractError`` here, before any commit. A
+        table whose sums exceed ``max_driver_rows`` is summed again in Spark and
+        checkpointed, for delta-spark's MERGE."""
         batch = DeltaBatch(attempt.txid)
         for input_name, table in self.counters.items():
-            sums, bad = batch_sums(inputs[input_name], table, self._key_types[table.name])
-            try:
-                checked = checked_sums(sums, bad, table).localCheckpoint(eager=True)
-            except Exception as exc:
-                if OVERFLOW_MARK not in str(exc):
-                    raise
-                rows = diagnosed(sums.where(bad).limit(5).collect)
+            sums = collected.get(table.name)
+            if sums is None or sums.num_rows > self.max_driver_rows:
+                batch.counters[table.name] = self._spark_sums(attempt, input_name, table, inputs)
+                continue
+            bad = sums.filter(sums.column(_BAD))
+            if bad.num_rows:
+                rows = bad.slice(0, 5).to_pylist()
                 who = self.who()
-                raise batch_overflow_error(who, attempt.txid, input_name, table, rows) from exc
-            batch.counters[table.name] = checked
+                raise batch_overflow_error(who, attempt.txid, input_name, table, rows)
+            batch.counters[table.name] = null_sums_as_zero(sums.drop_columns([_BAD]))
         if self.dead_letters is not None:
-            dead = inputs[self.dead_letters].select(
-                F.col("raw").cast("string"),
-                F.col("reason").cast("string"),
-                F.lit(attempt.txid).cast("long").alias("txid"),
-            )
-            batch = DeltaBatch(batch.txid, batch.counters, dead.localCheckpoint(eager=True))
+            dead: pa.Table | DataFrame | None = collected.get(DEAD_LETTERS_TABLE)
+            if dead is None or dead.num_rows > self.max_driver_rows:
+                dead = self._dead_rows(attempt, inputs).localCheckpoint(eager=True)
+            batch = DeltaBatch(batch.txid, batch.counters, dead)
         return batch
+
+    def _spark_sums(
+        self,
+        attempt: TransactionAttempt,
+        input_name: str,
+        table: CounterTable,
+        inputs: Mapping[str, DataFrame],
+    ) -> DataFrame:
+        """The sums of a table too large for the driver, checkpointed for the MERGE."""
+        sums, bad = batch_sums(inputs[input_name], table, self._key_types[table.name])
+        try:
+            return checked_sums(sums, bad, table).localCheckpoint(eager=True)
+        except Exception as exc:
+            if OVERFLOW_MARK not in str(exc):
+                raise
+            rows = diagnosed(sums.where(bad).limit(5).collect)
+            who = self.who()
+            raise batch_overflow_error(who, attempt.txid, input_name, table, rows) from exc
 
     def commit(self, attempt: TransactionAttempt, prepared: DeltaBatch) -> CommitOutcome:
         """One MERGE per counter table, one write for dead letters, each carrying the
@@ -270,6 +357,38 @@ class DeltaCommitter(CounterCommitter):
         return next_marker(recorded, txid, self.mode, f"Delta table {self.location(table)}")
 
     def _commit_table(
+        self, txid: int, table: CounterTable, source: pa.Table | DataFrame, done: list[str]
+    ) -> CommitOutcome:
+        from pyspark.sql import DataFrame
+
+        if isinstance(source, DataFrame):
+            return self._merge_with_spark(txid, table, source, done)
+        from deltalake import DeltaTable
+
+        location = self.location(table.name)
+        dt = DeltaTable(location)
+        app_id = self._app_id(table.name)
+        version, outcome = next_marker(
+            dt.transaction_version(app_id), txid, self.mode, f"Delta table {location}"
+        )
+        if version is None:
+            return outcome
+        began = time.perf_counter()
+        try:
+            merge_counts(dt, table, source, txid, self.mode, (app_id, version))
+        except Unstorable as exc:
+            rows = [{**key, "stored": stored, "inc": inc} for key, stored, inc in exc.rows]
+            raise merge_overflow_error(self.who(), txid, location, table, rows, done) from None
+        log.debug(
+            "merged table=%s txid=%d rows=%d seconds=%.3f path=delta-rs",
+            table.name,
+            txid,
+            source.num_rows,
+            time.perf_counter() - began,
+        )
+        return outcome
+
+    def _merge_with_spark(
         self, txid: int, table: CounterTable, source: DataFrame, done: list[str]
     ) -> CommitOutcome:
         from delta.tables import DeltaTable
@@ -325,11 +444,44 @@ class DeltaCommitter(CounterCommitter):
             rows = diagnosed(lambda: merge_overflows(spark, location, source, table, opaque))
             raise merge_overflow_error(self.who(), txid, location, table, rows, done) from exc
         log.debug(
-            "merged table=%s txid=%d seconds=%.2f", table.name, txid, time.perf_counter() - began
+            "merged table=%s txid=%d seconds=%.2f path=delta-spark",
+            table.name,
+            txid,
+            time.perf_counter() - began,
         )
         return outcome
 
-    def _commit_dead_letters(self, txid: int, rows: DataFrame) -> CommitOutcome:
+    def _commit_dead_letters(self, txid: int, rows: pa.Table | DataFrame) -> CommitOutcome:
+        from pyspark.sql import DataFrame
+
+        if isinstance(rows, DataFrame):
+            return self._dead_letters_with_spark(txid, rows)
+        import pyarrow as pa
+        from deltalake import DeltaTable, write_deltalake
+        from deltalake.transaction import CommitProperties, Transaction
+
+        location = self.location(DEAD_LETTERS_TABLE)
+        dt = DeltaTable(location)
+        app_id = self._app_id(DEAD_LETTERS_TABLE)
+        version, outcome = next_marker(
+            dt.transaction_version(app_id), txid, self.mode, f"Delta table {location}"
+        )
+        if version is None:
+            return outcome
+        schema = pa.schema(dt.schema().to_arrow())
+        marker = CommitProperties(app_transactions=[Transaction(app_id, version)])
+        data = rows.cast(pa.schema([schema.field(n) for n in rows.column_names]))
+        if self.mode is CommitMode.OPAQUE:
+            # Replace this txid's rows in the same commit, so a replay whose bad records
+            # differ leaves exactly its own.
+            write_deltalake(
+                dt, data, mode="overwrite", predicate=f"txid = {txid}", commit_properties=marker
+            )
+        else:
+            write_deltalake(dt, data, mode="append", commit_properties=marker)
+        return outcome
+
+    def _dead_letters_with_spark(self, txid: int, rows: DataFrame) -> CommitOutcome:
         version, outcome = self._next_version(DEAD_LETTERS_TABLE, txid)
         if version is None:
             return outcome

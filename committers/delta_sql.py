@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import CounterTable
+from committers.counters import COUNT_COLUMN, CounterTable
 from committers.values import ValueType
 from transactional.errors import ContractError
 
@@ -30,7 +30,7 @@ OVERFLOW_MARK = "transactional-value-out-of-range"
 
 #: Working columns of the batch sums; ``inc`` is reserved (``RESERVED_COLUMNS``), these
 #: are named so that no key column is called the same.
-_VALUE, _COUNT = "__transactional_value", "__transactional_count"
+_VALUE, _COUNT = "__transactional_value", COUNT_COLUMN
 
 
 def keys_match(keys: tuple[str, ...]) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import CounterCommitter, CounterTable, Number, per_key_sums
+from committers.counters import CounterCommitter, CounterTable, Number, collected_sums, key_sums
 from committers.keys import decode_key, encode_key
 from committers.redis_read import RedisSnapshot, read_hashes, read_snapshot
 from committers.values import value_text
@@ -20,6 +20,7 @@ from transactional.secrets import redact_url
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import redis
     from pyspark.sql import DataFrame
 
@@ -28,6 +29,9 @@ __all__ = ["ABSENT", "RedisBatch", "RedisCommitter", "RedisSnapshot", "decode_ke
 #: Undo-log value meaning "the field did not exist before this txid". Counts are number
 #: strings, so an empty string can never be a real previous value.
 ABSENT = ""
+
+#: The dead letters' frame in a collect plan (hash names cannot hold a space).
+_DEAD = "dead letters"
 
 #: The commit script: see its header for what it checks and writes.
 COMMIT_SCRIPT = files("committers").joinpath("redis_commit.lua").read_text(encoding="utf-8")
@@ -161,15 +165,30 @@ class RedisCommitter(CounterCommitter):
     def _key(self, suffix: str) -> str:
         return f"{self.namespace}:{suffix}"
 
-    def prepare(self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]) -> RedisBatch:
-        """Bring the batch to the driver, summed per field in the declared type (exactly,
-        see ``committers.values.exact_sum``): the script needs the values, and summing
-        here keeps the one atomic call as short as possible. A sum that cannot be stored
-        is a ``ContractError`` here, before anything is committed."""
+    def collect_plan(
+        self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]
+    ) -> dict[str, DataFrame]:
+        """Per hash, the batch summed per key by Spark (``committers.counters.key_sums``);
+        and the dead letters. The script needs every value on the driver anyway."""
         self.check_inputs(inputs)
+        plan = {table.name: key_sums(inputs[name], table) for name, table in self.counters.items()}
+        if self.dead_letters is not None:
+            plan[_DEAD] = inputs[self.dead_letters].select("raw", "reason")
+        return plan
+
+    def prepare_collected(
+        self,
+        attempt: TransactionAttempt,
+        inputs: Mapping[str, DataFrame],
+        collected: Mapping[str, pa.Table],
+    ) -> RedisBatch:
+        """The sums as the script's fields, exact in the declared type (see
+        ``committers.values.exact_sum``). A sum that cannot be stored is a
+        ``ContractError`` here, before anything is committed."""
         batch = RedisBatch(attempt.txid)
         for input_name, table in self.counters.items():
-            sums, refused = per_key_sums(inputs[input_name], table)
+            frame = inputs[input_name]
+            sums, refused = collected_sums(collected[table.name], frame, table)
             if refused:
                 raise ContractError(
                     f"{self.who()}: txid {attempt.txid}, input {input_name!r}: Redis hash "
@@ -180,7 +199,7 @@ class RedisCommitter(CounterCommitter):
                 )
             batch.counters[table.name] = {encode_key(key): total for key, total in sums.items()}
         if self.dead_letters is not None:
-            frame = inputs[self.dead_letters].select("raw", "reason").toArrow()
+            frame = collected[_DEAD]
             for raw, reason in zip(
                 frame.column("raw").to_pylist(), frame.column("reason").to_pylist(), strict=True
             ):

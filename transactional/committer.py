@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -84,6 +85,26 @@ class Committer(ABC):
         parallel phase, so heavy Spark work belongs here. Default: materialise each
         input once, so the rows cannot change between prepare and commit."""
         return {name: df.localCheckpoint(eager=True) for name, df in inputs.items()}
+
+    def collect_plan(
+        self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]
+    ) -> Mapping[str, DataFrame]:
+        """Frames this committer wants on the driver as Arrow (per-key sums, small
+        tables). The runner collects every committer's frames of an attempt in one Spark
+        job, and hands each its own through ``prepare_collected`` instead of calling
+        ``prepare``. Default: none, and ``prepare`` is called as usual. A frame should be
+        cut (``limit``) at what the driver can hold."""
+        return {}
+
+    def prepare_collected(
+        self,
+        attempt: TransactionAttempt,
+        inputs: Mapping[str, DataFrame],
+        collected: Mapping[str, pa.Table],
+    ) -> Any:
+        """``prepare``, given ``collect_plan``'s frames as Arrow tables by the same names.
+        Default: ``prepare(attempt, inputs)``."""
+        return self.prepare(attempt, inputs)
 
     @abstractmethod
     def commit(self, attempt: TransactionAttempt, prepared: Any) -> CommitOutcome:

@@ -134,6 +134,23 @@ def bolt_streams(
     return streams
 
 
+def collect_plan(
+    value: object, is_frame: Callable[[object], bool], who: str, txid: int
+) -> dict[str, Any]:
+    """A committer's ``collect_plan``: a mapping of names (strings) to frames."""
+    must = f"it must return a mapping of names to frames, each {FRAME} (empty: collect nothing)"
+    if not isinstance(value, Mapping):
+        raise ContractError(f"{who}.collect_plan returned {qualified(value)} (txid {txid}); {must}")
+    for name, frame in value.items():
+        problem = frame_problem(frame, is_frame)
+        if not isinstance(name, str) or problem is not None:
+            what = problem or qualified(frame)
+            raise ContractError(
+                f"{who}.collect_plan returned {what} under {name!r} (txid {txid}); {must}"
+            )
+    return dict(value)
+
+
 def check_partition_count(value: object, who: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ContractError(

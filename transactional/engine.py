@@ -3,12 +3,13 @@ machine can be unit-tested with in-memory frames and run on Spark in production.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
@@ -37,6 +38,10 @@ class Engine(Protocol):
 
     def is_frame(self, value: object) -> bool: ...
 
+    def collect(self, frames: Mapping[Any, Any]) -> dict[Any, Any]: ...
+
+    def jobs(self, group: str) -> int | None: ...
+
 
 #: The low 32 bits of a long.
 _LOW32 = 0xFFFFFFFF
@@ -45,13 +50,16 @@ _PARTITION = "__transactional_partition"
 
 
 class SparkEngine:
-    """Materialises with ``localCheckpoint``: blocks are kept and lineage cut, so a
-    lost block fails the attempt instead of silently re-reading a changed source.
+    """Materialises with a lazy ``localCheckpoint``: the one job that counts the batch
+    (or digests it) also stores its rows, every later job of the attempt reads those
+    blocks, and the lineage is cut, so a lost block fails the attempt instead of
+    silently re-reading a changed source. (An eager checkpoint would cost a job of its
+    own before the count.)
 
     Digests cost no extra read of the source: the partitions are tagged, checkpointed
-    together, and one aggregation over the checkpoint (the job that would count the
-    batch anyway) gives each partition's count and ``sum(xxhash64(row))``, summed as a
-    decimal so it cannot overflow and does not depend on row order.
+    together, and that one aggregation gives each partition's count and
+    ``sum(xxhash64(row))``, summed so that it cannot overflow and does not depend on
+    row order.
     """
 
     def __init__(self, spark: SparkSession) -> None:
@@ -61,10 +69,11 @@ class SparkEngine:
         from pyspark.sql import functions as F
 
         if not digest:
-            batch = _union(frames).localCheckpoint(eager=True)
-            return Materialised(batch, int(batch.count()))
+            batch = _union(frames).localCheckpoint(eager=False)
+            records = int(batch.count())
+            return Materialised(_few_tasks(batch, records), records)
         tagged = _union([f.withColumn(_PARTITION, F.lit(p)) for p, f in enumerate(frames)])
-        tagged = tagged.localCheckpoint(eager=True)
+        tagged = tagged.localCheckpoint(eager=False)
         batch = tagged.drop(_PARTITION)
         # sum(h) as two sums of longs: of the high 32 bits (signed) and of the low 32
         # bits; each fits a long for 2^31 rows, and hi * 2^32 + lo is sum(h) exactly.
@@ -81,7 +90,8 @@ class SparkEngine:
         )
         found = {int(r[_PARTITION]): (int(r["n"]), str((r["hi"] << 32) + r["lo"])) for r in rows}
         digests = {p: found.get(p, (0, "0")) for p in range(len(frames))}
-        return Materialised(batch, sum(n for n, _ in digests.values()), digests)
+        records = sum(n for n, _ in digests.values())
+        return Materialised(_few_tasks(batch, records), records, digests)
 
     @contextmanager
     def job_group(self, group: str) -> Iterator[None]:
@@ -95,6 +105,16 @@ class SparkEngine:
     def cancel(self, group: str) -> None:
         self.spark.sparkContext.cancelJobGroup(group)
 
+    def collect(self, frames: Mapping[Any, DataFrame]) -> dict[Any, pa.Table]:
+        """``collect_arrow``: every frame as Arrow, by one Spark action."""
+        return collect_arrow(frames)
+
+    def jobs(self, group: str) -> int | None:
+        """How many Spark jobs ran in ``group`` (None: Spark no longer knows). With
+        adaptive execution each shuffle's map stage is a job of its own."""
+        ids = self.spark.sparkContext.statusTracker().getJobIdsForGroup(group)
+        return len(ids) if ids else None
+
     def is_frame(self, value: object) -> bool:
         from pyspark.sql import DataFrame
 
@@ -102,6 +122,41 @@ class SparkEngine:
         return isinstance(value, DataFrame) and not type(value).__module__.startswith(
             "pyspark.sql.connect"
         )
+
+
+def collect_arrow(frames: Mapping[Any, DataFrame]) -> dict[Any, pa.Table]:
+    """Every frame of ``frames`` brought to the driver as Arrow, each by its own job,
+    the jobs submitted together (in the caller's job group, so cancelling the attempt
+    cancels them).
+
+    Measured on the tweet topology (benchmarks/analysis.md): stacking the frames into
+    one (a tagged union, one job) took 0.8 to 1.0 s per txid where these jobs took 0.15
+    to 0.25 s together; the frames share their input, read once, from the attempt's
+    checkpointed batch either way."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark.util import inheritable_thread_target
+
+    if len(frames) <= 1:
+        return {name: frame.toArrow() for name, frame in frames.items()}
+    with ThreadPoolExecutor(max_workers=len(frames), thread_name_prefix="collect") as pool:
+        futures = {
+            name: pool.submit(inheritable_thread_target(frame.sparkSession)(frame.toArrow))
+            for name, frame in frames.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
+#: Rows of a checkpointed batch per task of the jobs that read it.
+ROWS_PER_TASK = 65_536
+
+
+def _few_tasks(batch: DataFrame, records: int) -> DataFrame:
+    """The checkpointed batch read by one task per ``ROWS_PER_TASK`` rows: a partition
+    per source split (often dozens) costs a task each in every later stage, 20 to 40 ms
+    apiece on a small machine, where a whole small batch takes less (a narrow
+    coalesce: no shuffle, the blocks are only grouped)."""
+    return batch.coalesce(max(1, -(-records // ROWS_PER_TASK)))
 
 
 def _union(frames: Sequence[DataFrame]) -> DataFrame:

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from committers import CounterTable, DeltaCommitter, RedisCommitter, decode_key
+from committers.delta import MAX_DRIVER_ROWS
 from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -134,9 +135,11 @@ def test_redis_typed_keys_are_spark_strings_and_others_are_refused(
     sink.close()
 
 
-def test_delta_keeps_tricky_key_columns_apart(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("driver_rows", [MAX_DRIVER_ROWS, 0], ids=["delta-rs", "delta-spark"])
+def test_delta_keeps_tricky_key_columns_apart(spark: Any, tmp_path: Path, driver_rows: int) -> None:
     rows, want = tricky_rows()
-    sink = DeltaCommitter(str(tmp_path), {"t": CounterTable("triples", COLUMNS, "n")})
+    triples = {"t": CounterTable("triples", COLUMNS, "n")}
+    sink = DeltaCommitter(str(tmp_path), triples, max_driver_rows=driver_rows)
     sink.open(CommitterContext(spark, "topo", "keys"))
     assert commit(sink, 1, 1, {"t": spark.createDataFrame(rows, SCHEMA)}) is CommitOutcome.APPLIED
     got = spark.read.format("delta").load(sink.location("triples")).collect()
@@ -178,3 +181,24 @@ def test_delta_key_types_are_declared_checked_and_never_cast_lossily(
     floats = DeltaCommitter(str(tmp_path), {"t": CounterTable("floats", ("x",))})
     with pytest.raises(ConfigurationError, match=r"key column 'x' is double.*cast to decimal"):
         floats.open(CommitterContext(spark, "topo", "keys"))
+
+
+@pytest.mark.parametrize("driver_rows", [MAX_DRIVER_ROWS, 0], ids=["delta-rs", "delta-spark"])
+def test_delta_key_columns_named_like_sql_words_or_in_mixed_case(
+    spark: Any, tmp_path: Path, driver_rows: int
+) -> None:
+    """delta-rs's SQL reads ``select`` as a keyword and ``User`` as ``user`` unless quoted."""
+    table = CounterTable("words", ("User", "select", "user_"), "n")
+    sink = DeltaCommitter(str(tmp_path), {"t": table}, max_driver_rows=driver_rows)
+    sink.open(CommitterContext(spark, "topo", "keys"))
+    rows = [("A", "x", "a", 1), ("a", "x", "A", 2), ("A", "x", "a", 3), (None, None, None, 4)]
+    schema = "User string, select string, user_ string, n bigint"
+    for txid in (1, 2):
+        frame = spark.createDataFrame(rows, schema)
+        assert commit(sink, txid, 1, {"t": frame}) is CommitOutcome.APPLIED
+    got = spark.read.format("delta").load(sink.location("words")).collect()
+    want = Counter[tuple[Any, ...]]()
+    for *key, n in rows:
+        want[tuple(key)] += 2 * n
+    assert Counter({(r["User"], r["select"], r["user_"]): r["count"] for r in got}) == want
+    assert len(got) == len(want)

@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from committers import CounterTable, DeltaCommitter, RedisCommitter
+from committers.delta import MAX_DRIVER_ROWS
 from committers.values import ValueType
 from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError, ContractError
@@ -298,8 +299,19 @@ def test_redis_refuses_to_open_a_hash_with_another_value_type(
 # -- Delta ---------------------------------------------------------------------------
 
 
-def delta_sink(path: Path, value_type: str, mode: CommitMode = CommitMode.TRANSACTIONAL) -> Any:
-    return DeltaCommitter(str(path), {"in": table(value_type)}, mode=mode)
+#: The Delta committer's two commit paths, as its ``max_driver_rows``.
+PATHS = {"delta-rs": MAX_DRIVER_ROWS, "delta-spark": 0}
+
+
+def delta_sink(
+    path: Path,
+    value_type: str,
+    mode: CommitMode = CommitMode.TRANSACTIONAL,
+    commit_path: str = "delta-rs",
+) -> Any:
+    return DeltaCommitter(
+        str(path), {"in": table(value_type)}, mode=mode, max_driver_rows=PATHS[commit_path]
+    )
 
 
 def opened(spark: Any, sink: DeltaCommitter) -> DeltaCommitter:
@@ -330,18 +342,20 @@ def test_delta_stores_a_quarter_plus_a_half_as_three_quarters(spark: Any, tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("value_type", "mode"),
+    ("value_type", "mode", "commit_path"),
     [
-        ("double", CommitMode.OPAQUE),
-        ("decimal(20,4)", CommitMode.TRANSACTIONAL),
-        ("decimal(20,4)", CommitMode.OPAQUE),
-        ("double", CommitMode.TRANSACTIONAL),
+        ("double", CommitMode.OPAQUE, "delta-rs"),
+        ("decimal(20,4)", CommitMode.TRANSACTIONAL, "delta-rs"),
+        ("decimal(20,4)", CommitMode.OPAQUE, "delta-rs"),
+        ("double", CommitMode.TRANSACTIONAL, "delta-rs"),
+        ("double", CommitMode.OPAQUE, "delta-spark"),
+        ("decimal(20,4)", CommitMode.TRANSACTIONAL, "delta-spark"),
     ],
 )
 def test_delta_sums_keep_their_type_across_replays_and_undo(
-    spark: Any, tmp_path: Path, value_type: str, mode: CommitMode
+    spark: Any, tmp_path: Path, value_type: str, mode: CommitMode, commit_path: str
 ) -> None:
-    sink = opened(spark, delta_sink(tmp_path, value_type, mode))
+    sink = opened(spark, delta_sink(tmp_path, value_type, mode, commit_path))
     batches = run_scenario(spark, sink, value_type, mode)
     got = delta_read(spark, sink)
     assert got == expected(value_type, batches)
@@ -351,11 +365,13 @@ def test_delta_sums_keep_their_type_across_replays_and_undo(
     assert [schema[c].dataType.simpleString() for c in columns] == [sql] * len(columns)
 
 
+@pytest.mark.parametrize("commit_path", PATHS)
 def test_delta_decimal_38_keeps_every_digit_and_overflow_names_the_key(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, commit_path: str
 ) -> None:
     money = CounterTable("amounts", ("k",), "amount", "decimal(38,10)")
-    sink = opened(spark, DeltaCommitter(str(tmp_path), {"in": money}))
+    sink = DeltaCommitter(str(tmp_path), {"in": money}, max_driver_rows=PATHS[commit_path])
+    sink = opened(spark, sink)
     big = Decimal("9999999999999999999999999999.1234567890")
     rows = [("a", big), ("b", Decimal("1.0000000001"))]
     schema = "k string, amount decimal(38,10)"
@@ -374,11 +390,13 @@ def test_delta_decimal_38_keeps_every_digit_and_overflow_names_the_key(
     assert delta_read(spark, sink) == want and sink.committed_txid() == 2
 
 
+@pytest.mark.parametrize("commit_path", PATHS)
 def test_delta_overflow_is_refused_with_nothing_of_the_table_written(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, commit_path: str
 ) -> None:
     first = CounterTable("first", ("k",), "amount")
-    sink = opened(spark, DeltaCommitter(str(tmp_path), {"one": first, "in": table("long")}))
+    tables = {"one": first, "in": table("long")}
+    sink = opened(spark, DeltaCommitter(str(tmp_path), tables, max_driver_rows=PATHS[commit_path]))
     schema = "k string, amount bigint"
 
     def inputs(rows: Rows) -> dict[str, Any]:
@@ -403,6 +421,15 @@ def test_delta_overflow_is_refused_with_nothing_of_the_table_written(
     # A batch whose own sum overflows, or holds a NaN, fails in prepare: nothing commits.
     with pytest.raises(ContractError, match=r"key \{'k': 'z'\} sums to beyond the type"):
         sink.prepare(at, inputs([("z", 2**62), ("z", 2**62)]))
-    doubles = opened(spark, delta_sink(tmp_path / "d", "double"))
+    doubles = opened(spark, delta_sink(tmp_path / "d", "double", commit_path=commit_path))
     with pytest.raises(ContractError, match=r"key \{'k': 'n'\} sums to nan"):
         doubles.prepare(at, {"in": frame(spark, "double", [("n", math.nan), ("m", 1.0)])})
+    # A stored double plus the batch's beyond the largest double: refused, not infinity.
+    at = TransactionAttempt(1, 1)
+    given = {"in": frame(spark, "double", [("big", 1.5e308), ("m", 1.0)])}
+    assert doubles.commit(at, doubles.prepare(at, given)) is CommitOutcome.APPLIED
+    at = TransactionAttempt(2, 1)
+    given = {"in": frame(spark, "double", [("m", 2.0), ("big", 1.5e308)])}
+    with pytest.raises(ContractError, match=r"key \{'k': 'big'\} \(it holds 1.5e\+308, adding"):
+        doubles.commit(at, doubles.prepare(at, given))
+    assert delta_read(spark, doubles) == {("big",): 1.5e308, ("m",): 1.0}

@@ -1,6 +1,8 @@
-"""DeltaCommitter against real Delta tables on local disk: Delta's own txn markers skip
-transactional replays, opaque replays undo and redo, and the session-wide txn confs never
-outlive a commit. Kept to few MERGEs: each costs seconds here."""
+"""DeltaCommitter against real Delta tables on local disk, on both of its commit paths
+(delta-rs from the driver, delta-spark's MERGE above ``max_driver_rows``): Delta's own
+txn markers skip transactional replays, opaque replays undo and redo, and the
+session-wide txn confs never outlive a commit. Kept to few MERGEs: each costs seconds on
+the delta-spark path."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from typing import Any
 import pytest
 
 from committers import CounterTable, DeltaCommitter
-from committers.delta import TXN_APP_ID_CONF, TXN_VERSION_CONF, DeltaBatch
+from committers.delta import MAX_DRIVER_ROWS, TXN_APP_ID_CONF, TXN_VERSION_CONF, DeltaBatch
+from tests.integration.delta_faults import broken
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -23,6 +26,12 @@ TAGS = CounterTable("hashtags", ("tag",))
 USER_TAGS = CounterTable("users_hashtags", ("user", "tag"))
 
 Pairs = list[tuple[str | None, str]]
+
+
+@pytest.fixture(params=["delta-rs", "delta-spark"])
+def driver_rows(request: pytest.FixtureRequest) -> int:
+    """The commit path under test, as the committer's ``max_driver_rows``."""
+    return MAX_DRIVER_ROWS if request.param == "delta-rs" else 0
 
 
 def frames(spark: Any, user_tags: Pairs, dead: list[tuple[str, str]]) -> dict[str, Any]:
@@ -72,10 +81,13 @@ B3: Pairs = [("@x", "#a"), (None, "#a")]
 
 
 def test_transactional_skips_replays_and_resumes_after_a_partial_commit(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, driver_rows: int
 ) -> None:
     committer = DeltaCommitter(
-        str(tmp_path), {"tags": TAGS, "user_tags": USER_TAGS}, dead_letters="bad"
+        str(tmp_path),
+        {"tags": TAGS, "user_tags": USER_TAGS},
+        dead_letters="bad",
+        max_driver_rows=driver_rows,
     )
     committer.open(CommitterContext(spark, "topo", "counts"))
     assert committer.committed_txid() is None
@@ -84,14 +96,10 @@ def test_transactional_skips_replays_and_resumes_after_a_partial_commit(
     # and the txn confs are gone although the MERGE raised.
     at = TransactionAttempt(1, 1)
     good = committer.prepare(at, frames(spark, B1, [("{x", "json")]))
-    from pyspark.sql import functions as F
-
-    broken_source = good.counters["users_hashtags"].withColumn(
-        "inc", F.raise_error(F.lit("injected")).cast("long")
-    )
-    broken = DeltaBatch(1, {**good.counters, "users_hashtags": broken_source}, good.dead_letters)
+    broken_source = broken(good.counters["users_hashtags"])
+    failing = DeltaBatch(1, {**good.counters, "users_hashtags": broken_source}, good.dead_letters)
     with pytest.raises(CommitError, match="txid 1"):
-        committer.commit(at, broken)
+        committer.commit(at, failing)
     assert confs_unset(spark)
     assert committer.recorded_version("hashtags") == 1
     assert committer.committed_txid() is None
@@ -114,11 +122,39 @@ def test_transactional_skips_replays_and_resumes_after_a_partial_commit(
     assert read_dead(spark, committer) == Counter([("{x", "json", 1), ("", "empty", 3)])
     assert committer.committed_txid() == 3
     assert confs_unset(spark)
+    for table in ("hashtags", "users_hashtags", "dead_letters"):
+        assert spark_marker(spark, committer.location(table), f"topo:counts:{table}") == 3
 
 
-def test_opaque_replay_undoes_the_earlier_attempt(spark: Any, tmp_path: Path) -> None:
+def spark_marker(spark: Any, location: str, app_id: str) -> int:
+    """The txid marker as delta-spark itself honours it: the highest ``txnVersion`` of
+    ``app_id`` whose write Spark skips (an empty append of ``n`` makes no new version
+    for every ``n`` up to it, and one for the next)."""
+    from delta.tables import DeltaTable
+
+    def version() -> int:
+        return int(DeltaTable.forPath(spark, location).history(1).collect()[0]["version"])
+
+    empty = spark.read.format("delta").load(location).limit(0)
+    n = 0
+    while True:
+        before = version()
+        writer = empty.write.format("delta").option("txnAppId", app_id)
+        writer.option("txnVersion", n + 1).mode("append").save(location)
+        if version() != before:
+            return n
+        n += 1
+
+
+def test_opaque_replay_undoes_the_earlier_attempt(
+    spark: Any, tmp_path: Path, driver_rows: int
+) -> None:
     committer = DeltaCommitter(
-        str(tmp_path), {"user_tags": USER_TAGS}, dead_letters="bad", mode=CommitMode.OPAQUE
+        str(tmp_path),
+        {"user_tags": USER_TAGS},
+        dead_letters="bad",
+        mode=CommitMode.OPAQUE,
+        max_driver_rows=driver_rows,
     )
     committer.open(CommitterContext(spark, "topo", "counts"))
     assert commit(committer, spark, 1, 1, B1, [("r0", "bad")]) is CommitOutcome.APPLIED

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import functions as F
 
 from committers import CounterTable, DeltaCommitter
 from committers.delta import DeltaBatch
+from tests.integration.delta_faults import broken
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -135,9 +135,9 @@ def test_a_commit_cut_short_between_tables_is_not_in_the_snapshot(
     # Txid 3 reaches t0 only: its MERGE into t1 fails.
     at = TransactionAttempt(3, 1)
     good = sink.prepare(at, inputs(spark, 3))
-    broken = good.counters["t1"].withColumn("inc", F.raise_error(F.lit("injected")).cast("long"))
+    failing = broken(good.counters["t1"])
     with pytest.raises(CommitError, match="txid 3"):
-        sink.commit(at, DeltaBatch(3, {**good.counters, "t1": broken}, good.dead_letters))
+        sink.commit(at, DeltaBatch(3, {**good.counters, "t1": failing}, good.dead_letters))
     latest = contents({name: spark.read.format("delta").load(sink.location(name)) for name in ALL})
     upto2, upto3 = expected([(1, 0), (2, 0)]), expected([(1, 0), (2, 0), (3, 0)])
     assert latest["t0"] == upto3["t0"] and latest["t1"] == upto2["t1"]  # a mixed read
@@ -165,9 +165,9 @@ def test_opaque_snapshots_read_only_final_txids_unless_asked(spark: Any, tmp_pat
     # Once a table holds txid 3, txid 2 is final: its last rewrite is what is read.
     at = TransactionAttempt(3, 1)
     good = sink.prepare(at, inputs(spark, 3))
-    broken = good.counters["t1"].withColumn("inc", F.raise_error(F.lit("injected")).cast("long"))
+    failing = broken(good.counters["t1"])
     with pytest.raises(CommitError):
-        sink.commit(at, DeltaBatch(3, {**good.counters, "t1": broken}, good.dead_letters))
+        sink.commit(at, DeltaBatch(3, {**good.counters, "t1": failing}, good.dead_letters))
     snap = snapshot(spark, tmp_path)
     assert snap.txid == 2 and snapshot_contents(snap) == expected([(1, 0), (2, 1)])
 

@@ -1,7 +1,9 @@
-"""The determinism check's digest on Spark (``SparkEngine.materialise``): per partition,
-the record count and the sum of each row's ``xxhash64``, checked against a sum computed
-here in Python's integers from the row hashes Spark gives; independent of row order and
-of a map's entry order; a changed value changes it."""
+"""The Spark engine: the determinism check's digest (``SparkEngine.materialise``): per
+partition, the record count and the sum of each row's ``xxhash64``, checked against a
+sum computed here in Python's integers from the row hashes Spark gives; independent of
+row order and of a map's entry order; a changed value changes it. The batch is read once
+and cut into few tasks; the committers' frames are collected whole, in the attempt's
+job group."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from transactional.engine import SparkEngine
+from transactional.engine import ROWS_PER_TASK, SparkEngine, collect_arrow
 
 pytestmark = pytest.mark.integration
 
@@ -65,3 +67,36 @@ def test_an_empty_partition_digests_to_zero(spark: Any) -> None:
     frames = [spark.createDataFrame(ROWS[:3], SCHEMA), spark.createDataFrame([], SCHEMA)]
     read = engine.materialise(frames, digest=True)
     assert read.digests == {0: python_sum(spark, ROWS[:3]), 1: (0, "0")}
+
+
+def test_frames_are_collected_whole_in_the_callers_job_group(spark: Any) -> None:
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # one job per plain scan
+    try:
+        frames = {
+            f"f{i}": spark.range(i * 10, i * 10 + 5 + i).selectExpr("id", "CAST(id AS STRING) s")
+            for i in range(4)
+        }
+        engine = SparkEngine(spark)
+        with engine.job_group("collect-test"):
+            got = collect_arrow(frames)
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
+    want = {
+        f"f{i}": [{"id": n, "s": str(n)} for n in range(i * 10, i * 10 + 5 + i)] for i in range(4)
+    }
+    assert {name: table.to_pylist() for name, table in got.items()} == want
+    # Each frame's job ran in the caller's group (so cancelling an attempt cancels it).
+    assert engine.jobs("collect-test") == len(frames)
+
+
+def test_a_batch_is_read_once_and_by_one_task_per_rows_per_task(spark: Any) -> None:
+    """``rand()`` differs at every read: equal sums prove later jobs read the kept rows."""
+    engine = SparkEngine(spark)
+    frames = [spark.range(0, 40, numPartitions=4).select("id", F.rand().alias("r"))] * 3
+    read = engine.materialise(frames, digest=False)
+    assert read.records == 120
+    assert read.batch.rdd.getNumPartitions() == 1  # 12 partitions of 120 rows: one task
+    first = read.batch.agg(F.sum("r")).collect()[0][0]
+    assert read.batch.agg(F.sum("r")).collect()[0][0] == first
+    big = engine.materialise([spark.range(0, ROWS_PER_TASK + 1, numPartitions=5)], digest=True)
+    assert big.batch.rdd.getNumPartitions() == 2

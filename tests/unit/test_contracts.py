@@ -37,6 +37,7 @@ from transactional.types import CommitMode, TransactionAttempt
 
 DATA = [f"r{i % 4}" for i in range(12)]
 MODULE = "tests.unit.test_contracts"
+FRAME = "a pyspark.sql.DataFrame (classic, not Spark Connect)"
 
 
 def run_to_refusal(topology: Any, store: InMemoryStateStore | None = None) -> str:
@@ -184,6 +185,61 @@ def test_a_committer_must_return_a_commit_outcome() -> None:
         "must return a CommitOutcome"
     )
     assert sink.last_txid == 1  # it wrote: the restart's commit of txid 1 skips it
+
+
+class Collecting(MemoryCommitter):
+    """Asks for its input on the driver (``collect_plan``) and sums what it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed: list[tuple[int, dict[str, Any]]] = []
+
+    def collect_plan(self, attempt: TransactionAttempt, inputs: Mapping[str, Any]) -> Any:
+        (rows,) = inputs.values()
+        return {"rows": rows}
+
+    def prepare(self, attempt: TransactionAttempt, inputs: Mapping[str, Any]) -> Any:
+        raise AssertionError("prepare is not called when collect_plan asked for frames")
+
+    def prepare_collected(
+        self, attempt: TransactionAttempt, inputs: Mapping[str, Any], collected: Mapping[str, Any]
+    ) -> Any:
+        self.handed.append((attempt.txid, dict(collected)))
+        return super().prepare(attempt, {"rows": collected["rows"]})
+
+
+class BadPlan(MemoryCommitter):
+    def collect_plan(self, attempt: TransactionAttempt, inputs: Mapping[str, Any]) -> Any:
+        return {"rows": "not a frame"}
+
+
+def test_collected_frames_reach_their_committer_and_plain_ones_prepare() -> None:
+    collecting, plain = Collecting(), MemoryCommitter()
+    topology = counting_topology(ListTransactionalSpout(DATA, 4), collecting, plain)
+    runner = TransactionalRunner(
+        topology,
+        InMemoryStateStore(),
+        config=RunnerConfig(topology_id="t", max_pending=1),
+        engine=InMemoryEngine(),
+    )
+    runner.run(until_drained=True)
+    want = dict(Counter(DATA))
+    assert collecting.counts == want and plain.counts == want
+    assert [txid for txid, _ in collecting.handed] == [1, 2, 3]
+    assert [sorted(rows) for _, rows in collecting.handed] == [["rows"]] * 3
+    batches = [DATA[0:4], DATA[4:8], DATA[8:12]]
+    for (txid, rows), records in zip(collecting.handed, batches, strict=True):
+        assert sorted(rows["rows"]) == sorted(Counter(records).items()), txid
+    assert [a.txid for a in plain.prepared] == [1, 2, 3]
+
+
+def test_a_collect_plan_that_is_not_frames_is_refused_naming_it() -> None:
+    message = run_to_refusal(counting_topology(ListTransactionalSpout(DATA, 4), BadPlan()))
+    assert message == (
+        f"committer 'sink' ({MODULE}.BadPlan).collect_plan returned str, not {FRAME} under "
+        f"'rows' (txid 1); it must return a mapping of names to frames, each {FRAME} (empty: "
+        "collect nothing)"
+    )
 
 
 class Named(MemoryCommitter):

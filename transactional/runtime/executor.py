@@ -312,6 +312,9 @@ class Executor:
             with self.engine.job_group(job_group(attempt)):
                 outcomes = self.sequence.commit(attempt, number, prepared)
             self._measure(attempt, "commit", began)
+            jobs = quietly(lambda: self.engine.jobs(job_group(attempt)), "count Spark jobs")
+            for probe in self.probes:
+                probe.on_jobs(attempt, jobs)
             self.stats.resolved_commits = self.sequence.resolved
             report = Report(m.Committed(attempt), outcomes=outcomes)
         except Exception as exc:
@@ -364,8 +367,10 @@ class Executor:
                 return
 
 
-def quietly(fn: Callable[[], Any], what: str) -> None:
+def quietly(fn: Callable[[], Any], what: str) -> Any:
+    """``fn()``, or None with a warning if it raised: for what must not fail a step."""
     try:
-        fn()
+        return fn()
     except Exception as exc:
         log.warning("%s failed error=%r", what, exc)
+        return None

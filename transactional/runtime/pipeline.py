@@ -1,9 +1,12 @@
 """Step 2 of the protocol, on a worker thread: build an attempt's batch, read it once,
 run the bolts over it and let each committer ``prepare`` its inputs.
 
-The batch is materialised once (``Engine.materialise``), so every bolt and committer of
-the attempt sees the same rows, even from a non-deterministic source. Every value a
-bolt hands back is checked against its contract (``transactional.contracts``).
+The batch is materialised once (``Engine.materialise``: one job reads, counts and keeps
+it), so every bolt and committer of the attempt sees the same rows, even from a
+non-deterministic source. Then one more job brings every committer's ``collect_plan``
+frames to the driver at once (``Engine.collect``): the outputs of all the committers
+come from one pass over the batch instead of a job each. Every value a bolt or a
+committer hands back is checked against its contract (``transactional.contracts``).
 """
 
 from __future__ import annotations
@@ -56,12 +59,34 @@ class Pipeline:
         began = time.perf_counter()
         streams = self._bolts(attempt, read.batch)
         self.faults.check(FaultPoint.PROCESS, attempt, batch.number)
-        prepared = [
-            node.committer.prepare(attempt, {k: streams[ref] for k, ref in node.inputs.items()})
-            for node in self.topology.committers
-        ]
         self.measure(attempt, "process", began)
+        began = time.perf_counter()
+        prepared = self._prepare(attempt, streams)
+        self.measure(attempt, "prepare", began)
         return Result(Processed(attempt, read.records, empty=False), prepared, read.digests)
+
+    def _prepare(
+        self, attempt: TransactionAttempt, streams: dict[tuple[str, str], Any]
+    ) -> list[Any]:
+        """Every committer's ``collect_plan`` collected by one job, then each one's
+        ``prepare_collected``; ``prepare`` for a committer that collects nothing."""
+        nodes = self.topology.committers
+        inputs = [{k: streams[ref] for k, ref in node.inputs.items()} for node in nodes]
+        plans = []
+        for node, given in zip(nodes, inputs, strict=True):
+            who = contracts.component("committer", node.name, node.committer)
+            plan = node.committer.collect_plan(attempt, given)
+            plans.append(contracts.collect_plan(plan, self.engine.is_frame, who, attempt.txid))
+        fused = {(n, name): frame for n, plan in enumerate(plans) for name, frame in plan.items()}
+        collected = self.engine.collect(fused) if fused else {}
+        prepared = []
+        for n, (node, given, plan) in enumerate(zip(nodes, inputs, plans, strict=True)):
+            if not plan:
+                prepared.append(node.committer.prepare(attempt, given))
+                continue
+            own = {name: collected[(n, name)] for name in plan}
+            prepared.append(node.committer.prepare_collected(attempt, given, own))
+        return prepared
 
     def _bolts(self, attempt: TransactionAttempt, batch: Any) -> dict[tuple[str, str], Any]:
         is_frame = self.engine.is_frame

@@ -32,11 +32,13 @@ class RunListener(Protocol):
 @dataclass(frozen=True)
 class TxTiming:
     """Seconds per protocol step of one committed txid: ``store`` writes its metadata,
-    ``emit`` builds and materialises the batch, ``process`` runs the bolts and the
-    committers' ``prepare``, ``commit`` the committers, ``advance`` the fenced store write.
+    ``emit`` builds and materialises the batch (one Spark job reads, counts and keeps
+    it), ``process`` runs the bolts (Spark plans them lazily: their work is done in
+    the next step's job), ``prepare`` the committers' one collecting job and their
+    ``prepare``, ``commit`` the committers, ``advance`` the fenced store write.
     ``latency`` is what the adaptive batch size is fed: from its metadata stored to its
     commit done, through every attempt, less the time it sat processed, queued behind
-    earlier commits."""
+    earlier commits. ``jobs``: the Spark jobs its last attempt ran (None: not known)."""
 
     txid: int
     store_s: float
@@ -45,6 +47,8 @@ class TxTiming:
     commit_s: float
     advance_s: float
     latency_s: float | None = None
+    prepare_s: float = 0.0
+    jobs: int | None = None
 
 
 @dataclass
@@ -77,6 +81,9 @@ class Probe:
     def on_measure(self, attempt: TransactionAttempt, step: str, seconds: float) -> None:
         """``step`` of ``attempt`` took ``seconds``."""
 
+    def on_jobs(self, attempt: TransactionAttempt, jobs: int | None) -> None:
+        """``attempt``, committed, ran ``jobs`` Spark jobs (None: not known)."""
+
 
 class Faults:
     """Fault injection at the named points of ``transactional.faults.FaultPoint``."""
@@ -98,6 +105,7 @@ class Timings(Probe):
         self.batch_size = batch_size
         self._first_started: dict[int, float] = {}  # txid -> when its first attempt began
         self._steps: dict[int, dict[str, float]] = {}  # txid -> step -> seconds
+        self._jobs: dict[int, int | None] = {}  # txid -> Spark jobs of its last attempt
 
     def on_event(self, event: m.Event, now: float) -> None:
         if isinstance(event, m.Started):
@@ -105,9 +113,13 @@ class Timings(Probe):
         elif isinstance(event, m.Retracted):
             self._first_started.pop(event.attempt.txid, None)
             self._steps.pop(event.attempt.txid, None)
+            self._jobs.pop(event.attempt.txid, None)
 
     def on_measure(self, attempt: TransactionAttempt, step: str, seconds: float) -> None:
         self._steps.setdefault(attempt.txid, {})[step] = seconds
+
+    def on_jobs(self, attempt: TransactionAttempt, jobs: int | None) -> None:
+        self._jobs[attempt.txid] = jobs
 
     def on_command(self, command: m.Command, now: float) -> None:
         if isinstance(command, m.Backoff) and self.batch_size is not None:
@@ -130,6 +142,8 @@ class Timings(Probe):
                 steps.get("commit", 0.0),
                 steps.get("advance", 0.0),
                 latency,
+                steps.get("prepare", 0.0),
+                self._jobs.pop(txid, None),
             )
         )
         if self.batch_size is not None and latency is not None:

@@ -65,6 +65,12 @@ class InMemoryEngine:
     def cancel(self, group: str) -> None:
         self.cancelled.append(group)
 
+    def collect(self, frames: Mapping[Any, list[Any]]) -> dict[Any, list[Any]]:
+        return {name: list(rows) for name, rows in frames.items()}
+
+    def jobs(self, group: str) -> int | None:
+        return None
+
     def is_frame(self, value: object) -> bool:
         return isinstance(value, list)
 
