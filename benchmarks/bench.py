@@ -144,8 +144,9 @@ def table(results: list[Result]) -> list[str]:
 
 def profile(results: list[Result]) -> list[str]:
     lines = [
-        "| sink | case | txids | store ms | emit s | process s | commit s | advance ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| sink | case | txids | store ms | emit s | process s | prepare s | commit s | "
+        "advance ms | Spark jobs |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         t = r.timings
@@ -155,15 +156,21 @@ def profile(results: list[Result]) -> list[str]:
         def med(name: str, scale: float = 1.0, t: list[Any] = t) -> str:
             return f"{statistics.median(getattr(x, name) for x in t) * scale:.2f}"
 
+        jobs = [x.jobs for x in t if x.jobs is not None]
         lines.append(
             f"| {r.sink} | {r.name} | {len(t)} | {med('store_s', 1000)} | {med('emit_s')} | "
-            f"{med('process_s')} | {med('commit_s')} | {med('advance_s', 1000)} |"
+            f"{med('process_s')} | {med('prepare_s')} | {med('commit_s')} | "
+            f"{med('advance_s', 1000)} | {statistics.median(jobs) if jobs else '-'} |"
         )
     lines += [
         "",
-        "`emit` reads and materialises the batch; `process` runs the bolts and the "
-        "committers' `prepare` (with `max_pending` > 1 several txids share the cores, so "
-        "each takes longer while more run at once); `commit` is the serial sink write.",
+        "`emit` reads the batch, counts (and digests) it and keeps it: one Spark job; "
+        "`process` runs the bolts (Spark plans them lazily: their work runs in the next "
+        "step); `prepare` collects the committers' per-key sums and dead letters as Arrow "
+        "(concurrent jobs) and prepares them; `commit` is the serial sink write. With "
+        "`max_pending` > 1 several txids share the cores, so each step takes longer while "
+        "more run at once. `Spark jobs`: per txid, all steps (adaptive execution runs each "
+        "shuffle's map stage as a job of its own).",
     ]
     return lines
 

@@ -40,18 +40,30 @@ def count_lines(data: Path) -> int:
 
 
 def _committer(
-    sink: str, redis_url: str, work: Path, mode: CommitMode = CommitMode.TRANSACTIONAL
+    sink: str,
+    redis_url: str,
+    work: Path,
+    mode: CommitMode = CommitMode.TRANSACTIONAL,
+    anchor: bool = False,
 ) -> Any:
-    """A fresh sink for one timed run: a flushed Redis database or a new Delta directory."""
+    """A fresh sink for one timed run: a flushed Redis database or a new Delta directory.
+    ``anchor``: the sink as a Spark user would write it without this framework; for Delta
+    that is delta-spark's MERGE with ``txnAppId``/``txnVersion`` (the committer's own
+    delta-spark path), not the framework's delta-rs path."""
+    from committers import DeltaCommitter
     from examples.tweets.commands import make_committer
+    from examples.tweets.sinks import DEAD_LETTERS, counter_tables
 
     if sink == "redis":
         import redis
 
         redis.Redis.from_url(redis_url).flushdb()
         return make_committer("redis", mode, delta_path=None, redis_url=redis_url)
-    path = work / f"delta-{uuid.uuid4().hex[:8]}"
-    return make_committer("delta", mode, delta_path=str(path), redis_url=None)
+    path = str(work / f"delta-{uuid.uuid4().hex[:8]}")
+    if anchor:
+        tables = counter_tables()
+        return DeltaCommitter(path, tables, dead_letters=DEAD_LETTERS, mode=mode, max_driver_rows=0)
+    return make_committer("delta", mode, delta_path=path, redis_url=None)
 
 
 def _fresh(work: Path) -> Path:
@@ -83,7 +95,7 @@ def bare_spark(spark: Any, data: Path, sink: str, redis_url: str, work: Path, **
     total = count_lines(data)
 
     def run() -> int:
-        committer = _committer(sink, redis_url, _fresh(work))
+        committer = _committer(sink, redis_url, _fresh(work), anchor=True)
         _open(committer, spark, "bench-bare")
         _commit_batch(committer, 1, _raw(spark.read.text(str(data))))
         return total
@@ -98,7 +110,7 @@ def structured_streaming(
 
     def run() -> int:
         base = _fresh(work)
-        committer = _committer(sink, redis_url, base)
+        committer = _committer(sink, redis_url, base, anchor=True)
         _open(committer, spark, "bench-ss")
         query = (
             _raw(spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(data)))

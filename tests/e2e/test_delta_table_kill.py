@@ -53,16 +53,17 @@ def counts(spark: Any, tmp_path: Path, table: str) -> dict[str, int]:
     return {row["key"]: row["count"] for row in rows}
 
 
+@pytest.mark.parametrize("driver_rows", ["2000000", "0"], ids=["delta-rs", "delta-spark"])
 def test_a_kill_between_two_tables_of_one_delta_commit_is_repaired_exactly(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, driver_rows: str
 ) -> None:
-    killed = run(tmp_path, TWO_TABLES_KILL="2")
+    killed = run(tmp_path, TWO_TABLES_KILL="2", TWO_TABLES_DRIVER_ROWS=driver_rows)
     output = killed.stdout + killed.stderr
     assert killed.returncode == -9, output[-3000:]  # died by SIGKILL, not by an error
     assert "killed_between_tables txid=2 after=buckets" in output, output[-3000:]
     assert markers(tmp_path) == {"buckets": 2, "parity": 1}  # the commit was half done
 
-    rerun = run(tmp_path)
+    rerun = run(tmp_path, TWO_TABLES_DRIVER_ROWS=driver_rows)
     assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-3000:]
     assert markers(tmp_path) == {"buckets": 4, "parity": 4}
     assert counts(spark, tmp_path, "buckets") == dict(Counter(f"k{n % 7}" for n in range(TOTAL)))

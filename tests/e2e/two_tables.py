@@ -5,7 +5,8 @@ after the first table's MERGE of txid T: inside the committer's multi-table comm
 one table holding T and the other not.
 
 Settings from the environment: ``TWO_TABLES_DELTA`` (a directory), ``TWO_TABLES_TOTAL``
-(numbers 0..TOTAL-1), ``TWO_TABLES_BATCH`` (numbers per txid).
+(numbers 0..TOTAL-1), ``TWO_TABLES_BATCH`` (numbers per txid), ``TWO_TABLES_DRIVER_ROWS``
+(the committer's ``max_driver_rows``: 0 commits through delta-spark; default: delta-rs).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from committers import CounterTable, DeltaCommitter
+from committers.delta import MAX_DRIVER_ROWS
 from tests.integration.topologies import BucketBolt, RangeSpout
 from transactional import Bolt, TopologyBuilder
 from transactional.faults import kill_process_tree
@@ -53,6 +55,7 @@ def build() -> Topology:
         os.environ["TWO_TABLES_DELTA"],
         {"bucket": CounterTable("buckets", ("key",)), "parity": CounterTable("parity", ("key",))},
         kill_txid=int(kill) if kill else None,
+        max_driver_rows=int(os.environ.get("TWO_TABLES_DRIVER_ROWS", MAX_DRIVER_ROWS)),
     )
     spout = RangeSpout(int(os.environ["TWO_TABLES_TOTAL"]), int(os.environ["TWO_TABLES_BATCH"]))
     return (
