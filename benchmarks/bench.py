@@ -167,7 +167,7 @@ def profile(results: list[Result]) -> list[str]:
         "`emit` reads the batch, counts (and digests) it and keeps it: one Spark job; "
         "`process` runs the bolts (Spark plans them lazily: their work runs in the next "
         "step); `prepare` collects the committers' per-key sums and dead letters as Arrow "
-        "(concurrent jobs) and prepares them; `commit` is the serial sink write. With "
+        "(a job each) and prepares them; `commit` is the serial sink write. With "
         "`max_pending` > 1 several txids share the cores, so each step takes longer while "
         "more run at once. `Spark jobs`: per txid, all steps (adaptive execution runs each "
         "shuffle's map stage as a job of its own).",

@@ -226,7 +226,7 @@ class CounterCommitter(Committer):
                 )
 
     def prepare(self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]) -> Any:
-        """``collect_plan``'s frames collected in one Spark job, then
+        """``collect_plan``'s frames collected (``transactional.engine.collect_arrow``), then
         ``prepare_collected``: what the runner does, for a caller that drives the
         committer itself."""
         from transactional.engine import collect_arrow

@@ -90,9 +90,9 @@ class Committer(ABC):
         self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]
     ) -> Mapping[str, DataFrame]:
         """Frames this committer wants on the driver as Arrow (per-key sums, small
-        tables). The runner collects every committer's frames of an attempt in one Spark
-        job, and hands each its own through ``prepare_collected`` instead of calling
-        ``prepare``. Default: none, and ``prepare`` is called as usual. A frame should be
+        tables). The runner collects every committer's frames of an attempt together
+        (``Engine.collect``), and hands each its own through ``prepare_collected``
+        instead of calling ``prepare``. Default: none, and ``prepare`` is called as usual. A frame should be
         cut (``limit``) at what the driver can hold."""
         return {}
 

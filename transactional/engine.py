@@ -125,26 +125,15 @@ class SparkEngine:
 
 
 def collect_arrow(frames: Mapping[Any, DataFrame]) -> dict[Any, pa.Table]:
-    """Every frame of ``frames`` brought to the driver as Arrow, each by its own job,
-    the jobs submitted together (in the caller's job group, so cancelling the attempt
-    cancels them).
+    """Every frame of ``frames`` brought to the driver as Arrow, one job each, in the
+    caller's job group (cancelling the attempt cancels them).
 
     Measured on the tweet topology (benchmarks/analysis.md): stacking the frames into
-    one (a tagged union, one job) took 0.8 to 1.0 s per txid where these jobs took 0.15
-    to 0.25 s together; the frames share their input, read once, from the attempt's
-    checkpointed batch either way."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pyspark.util import inheritable_thread_target
-
-    if len(frames) <= 1:
-        return {name: frame.toArrow() for name, frame in frames.items()}
-    with ThreadPoolExecutor(max_workers=len(frames), thread_name_prefix="collect") as pool:
-        futures = {
-            name: pool.submit(inheritable_thread_target(frame.sparkSession)(frame.toArrow))
-            for name, frame in frames.items()
-        }
-        return {name: future.result() for name, future in futures.items()}
+    one (a tagged union, one job) took 0.8 to 1.0 s per txid where these jobs took 0.25 s
+    together; the frames share their input, read once, from the attempt's checkpointed
+    batch either way. Submitted from concurrent threads they took 0.17 s, but Spark then
+    logged errors for the late task reports of plans already released."""
+    return {name: frame.toArrow() for name, frame in frames.items()}
 
 
 #: Rows of a checkpointed batch per task of the jobs that read it.

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from committers.delta import MAX_DRIVER_ROWS
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: two Spark processes
 ROOT = Path(__file__).resolve().parents[2]
 TOTAL, BATCH = 200, 50  # four txids
@@ -53,7 +55,9 @@ def counts(spark: Any, tmp_path: Path, table: str) -> dict[str, int]:
     return {row["key"]: row["count"] for row in rows}
 
 
-@pytest.mark.parametrize("driver_rows", ["2000000", "0"], ids=["delta-rs", "delta-spark"])
+@pytest.mark.parametrize(
+    "driver_rows", [str(MAX_DRIVER_ROWS), "0"], ids=["delta-rs", "delta-spark"]
+)
 def test_a_kill_between_two_tables_of_one_delta_commit_is_repaired_exactly(
     spark: Any, tmp_path: Path, driver_rows: str
 ) -> None:

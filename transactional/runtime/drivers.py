@@ -57,14 +57,11 @@ class Batch:
     def txid(self) -> int:
         return self.attempt.txid
 
-    @property
-    def group(self) -> str:
-        return job_group(self.attempt)
 
-
-def job_group(attempt: TransactionAttempt) -> str:
-    """The Spark job group of an attempt: its jobs are cancelled with it."""
-    return f"txid-{attempt.txid}-attempt-{attempt.attempt_id}"
+def job_group(attempt: TransactionAttempt, run: str) -> str:
+    """The Spark job group of an attempt of the run ``run``: its jobs are cancelled with
+    it, and counted (a name of its own per run: Spark remembers finished groups)."""
+    return f"txid-{attempt.txid}-attempt-{attempt.attempt_id}-run-{run}"
 
 
 class SpoutDriver(ABC):

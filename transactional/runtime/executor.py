@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -85,6 +86,8 @@ class Executor:
         self._results: dict[TransactionAttempt, Report] = {}
         self._workers = ThreadPoolExecutor(self.machine.settings.max_pending, "txn-process")
         self._committer = ThreadPoolExecutor(1, "txn-commit")
+        #: Names this run's Spark job groups (``drivers.job_group``).
+        self.run = uuid.uuid4().hex[:8]
 
     # ------------------------------------------------------------------ the loop
 
@@ -228,7 +231,7 @@ class Executor:
 
     def _cancel(self, attempt: TransactionAttempt, failed: bool) -> None:
         self._results.pop(attempt, None)
-        quietly(lambda: self.engine.cancel(job_group(attempt)), "cancel job group")
+        quietly(lambda: self.engine.cancel(self._group(attempt)), "cancel job group")
         quietly(lambda: self.driver.drop(attempt.txid, failed), "spout fail")
 
     def _reacquire(self, error: LostLeadershipError) -> list[m.Event]:
@@ -293,7 +296,7 @@ class Executor:
         """Worker thread: build the batch, read it once, run the bolts and ``prepare``."""
         attempt = batch.attempt
         try:
-            with self.engine.job_group(batch.group):
+            with self.engine.job_group(self._group(attempt)):
                 processed = self.pipeline.run(batch)
             report = Report(processed.event, processed.prepared, processed.digests)
         except Exception as exc:  # reported to the coordinator thread, never lost
@@ -309,10 +312,10 @@ class Executor:
         self.reports.put(Report(m.CommitBegan(attempt)))
         began = time.perf_counter()
         try:
-            with self.engine.job_group(job_group(attempt)):
+            with self.engine.job_group(self._group(attempt)):
                 outcomes = self.sequence.commit(attempt, number, prepared)
             self._measure(attempt, "commit", began)
-            jobs = quietly(lambda: self.engine.jobs(job_group(attempt)), "count Spark jobs")
+            jobs = quietly(lambda: self.engine.jobs(self._group(attempt)), "count Spark jobs")
             for probe in self.probes:
                 probe.on_jobs(attempt, jobs)
             self.stats.resolved_commits = self.sequence.resolved
@@ -322,6 +325,9 @@ class Executor:
         except BaseException as exc:
             report = Report(None, crash=exc)
         self.reports.put(report)
+
+    def _group(self, attempt: TransactionAttempt) -> str:
+        return job_group(attempt, self.run)
 
     def _measure(self, attempt: TransactionAttempt, step: str, began: float) -> None:
         for probe in self.probes:
@@ -336,7 +342,7 @@ class Executor:
         committing = self.machine.committing
         for slot in list(self.machine.slots.values()):
             if slot.txid != committing:
-                quietly(partial(self.engine.cancel, job_group(slot.attempt)), "cancel job group")
+                quietly(partial(self.engine.cancel, self._group(slot.attempt)), "cancel job group")
         self._workers.shutdown(wait=False, cancel_futures=True)
         stopped = self.stopping.is_set()
         self._committer.shutdown(wait=stopped, cancel_futures=True)

@@ -3,9 +3,9 @@ run the bolts over it and let each committer ``prepare`` its inputs.
 
 The batch is materialised once (``Engine.materialise``: one job reads, counts and keeps
 it), so every bolt and committer of the attempt sees the same rows, even from a
-non-deterministic source. Then one more job brings every committer's ``collect_plan``
-frames to the driver at once (``Engine.collect``): the outputs of all the committers
-come from one pass over the batch instead of a job each. Every value a bolt or a
+non-deterministic source. Then every committer's ``collect_plan`` frames (per-key sums,
+dead letters) come to the driver as Arrow (``Engine.collect``: a job each, reading the
+kept batch, not the source). Every value a bolt or a
 committer hands back is checked against its contract (``transactional.contracts``).
 """
 
@@ -68,7 +68,7 @@ class Pipeline:
     def _prepare(
         self, attempt: TransactionAttempt, streams: dict[tuple[str, str], Any]
     ) -> list[Any]:
-        """Every committer's ``collect_plan`` collected by one job, then each one's
+        """Every committer's ``collect_plan`` collected together, then each one's
         ``prepare_collected``; ``prepare`` for a committer that collects nothing."""
         nodes = self.topology.committers
         inputs = [{k: streams[ref] for k, ref in node.inputs.items()} for node in nodes]
