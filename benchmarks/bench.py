@@ -31,6 +31,7 @@ from benchmarks.cases import (
     framework,
     structured_streaming,
 )
+from benchmarks.growth import SIZES, draw_growth, draw_throughput, growth_table, measure_growth
 from benchmarks.overheads import overheads_section
 from transactional.testing.servers import RedisServer, ZooKeeperServer
 
@@ -241,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="100k tweets, one repetition")
     parser.add_argument("--no-overheads", action="store_true")
     parser.add_argument(
+        "--growth-sizes",
+        default=",".join(str(n) for n in SIZES),
+        help="records per txid of the growth section (comma-separated; empty: skip it)",
+    )
+    parser.add_argument(
         "--only",
         metavar="TEXT",
         help="run only the cases whose name holds TEXT (e.g. 'max_pending=4'); the first "
@@ -249,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.tweets, args.repeat = 100_000, 1
+        if args.growth_sizes == ",".join(str(n) for n in SIZES):
+            args.growth_sizes = "1000,10000"
 
     from committers import delta_spark_conf
     from transactional.session import create_spark_session
@@ -289,6 +297,31 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(measure(case, args.repeat, progress, warm_up=i == 0))
         lines = table(results)
         print("\n".join(lines))
+        rates = [(r.sink, r.name, r.rate) for r in results]
+        figures = ["![Throughput per case and sink](throughput.png)", ""] if rates else []
+        if rates:
+            draw_throughput(rates, RESULTS.parent / "throughput.png")
+        growth: list[str] = []
+        sizes = [int(x) for x in args.growth_sizes.split(",") if x.strip()]
+        if sizes:
+            grown = measure_growth(
+                spark,
+                redis_server.url,
+                args.sinks.split(","),
+                sizes,
+                dataset,
+                WORK / "growth",
+                progress,
+            )
+            draw_growth(grown, RESULTS.parent / "growth.png")
+            growth = [
+                "## How a txid's cost grows with its size (max_pending=1, medians per txid)",
+                "",
+                *growth_table(grown),
+                "",
+                "![Time per txid by step against records per txid](growth.png)",
+                "",
+            ]
         sections = [
             "# Benchmark results",
             "",
@@ -301,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *lines,
             "",
+            *figures,
             *[f"- {r.name} [{r.sink}]: {r.note}" for r in results if r.note],
             "",
             "## Where a framework txid's time goes (last timed run, medians per txid)",
@@ -310,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             "## Targets",
             "",
             *targets(results),
+            "",
+            *growth,
         ]
         # Written now and again below: a failure in the overheads keeps the throughput.
         RESULTS.write_text("\n".join(sections) + "\n")
