@@ -3,7 +3,7 @@ delta-rs from the driver (the sums collected as Arrow) and delta-spark's MERGE f
 executors. For each size, a table is first filled with that many keys, then one txid of
 as many sums (half of them keys the table holds) is prepared and committed; the figures
 are that txid's prepare and commit seconds, and the driver's memory (RSS of this Python
-process) before and at its peak during the delta-rs commit. ``DeltaCommitter``'s
+process) before and at its peak during the commit. ``DeltaCommitter``'s
 ``max_driver_rows`` default is chosen from these figures.
 
     python -m benchmarks.delta_paths [--sizes 10000,100000,1000000,3000000]
@@ -14,45 +14,18 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.growth import peak_rss
 from committers import CounterTable, DeltaCommitter, delta_spark_conf
 from transactional.committer import CommitterContext
 from transactional.types import TransactionAttempt
 
 WORK = Path(__file__).resolve().parent / ".work" / "delta_paths"
 TABLE = CounterTable("sums", ("k",), "n")
-
-
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-@contextmanager
-def peak_rss() -> Iterator[list[float]]:
-    """The highest RSS seen (sampled every 10 ms) while the block runs: ``[peak]``."""
-    peak = [rss_mib()]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.01):
-            peak[0] = max(peak[0], rss_mib())
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield peak
-    finally:
-        done.set()
-        thread.join()
 
 
 def one_size(spark: Any, size: int, driver_rows: int) -> dict[str, float]:
@@ -71,8 +44,8 @@ def one_size(spark: Any, size: int, driver_rows: int) -> dict[str, float]:
     began = time.perf_counter()
     prepared = sink.prepare(at, batch(size // 2))
     prepare_s = time.perf_counter() - began
-    before = rss_mib()
-    with peak_rss() as peak:
+    with peak_rss(None) as peak:
+        before = peak[0]
         began = time.perf_counter()
         sink.commit(at, prepared)
         commit_s = time.perf_counter() - began

@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import CounterCommitter, CounterTable
-from committers.delta_arrow import Unstorable, arrow_writable, merge_counts, null_sums_as_zero
+from committers.delta_arrow import (
+    Unstorable,
+    arrow_writable,
+    merge_counts,
+    null_sums_as_zero,
+    write_dead_letters,
+)
 from committers.delta_sql import (
     OVERFLOW_MARK,
     batch_overflow_error,
@@ -365,19 +371,13 @@ class DeltaCommitter(CounterCommitter):
 
         if isinstance(source, DataFrame):
             return self._merge_with_spark(txid, table, source, done)
-        from deltalake import DeltaTable
-
         location = self.location(table.name)
-        dt = DeltaTable(location)
-        app_id = self._app_id(table.name)
-        version, outcome = next_marker(
-            dt.transaction_version(app_id), txid, self.mode, f"Delta table {location}"
-        )
-        if version is None:
+        dt, marker, outcome = self._arrow_marker(table.name, txid)
+        if marker is None:
             return outcome
         began = time.perf_counter()
         try:
-            merge_counts(dt, table, source, txid, self.mode, (app_id, version))
+            merge_counts(dt, table, source, txid, self.mode, marker)
         except Unstorable as exc:
             rows = [{**key, "stored": stored, "inc": inc} for key, stored, inc in exc.rows]
             raise merge_overflow_error(self.who(), txid, location, table, rows, done) from None
@@ -458,30 +458,25 @@ class DeltaCommitter(CounterCommitter):
 
         if isinstance(rows, DataFrame):
             return self._dead_letters_with_spark(txid, rows)
-        import pyarrow as pa
-        from deltalake import DeltaTable, write_deltalake
-        from deltalake.transaction import CommitProperties, Transaction
+        dt, marker, outcome = self._arrow_marker(DEAD_LETTERS_TABLE, txid)
+        if marker is not None:
+            write_dead_letters(dt, rows, txid, self.mode, marker)
+        return outcome
 
-        location = self.location(DEAD_LETTERS_TABLE)
+    def _arrow_marker(
+        self, table: str, txid: int
+    ) -> tuple[Any, tuple[str, int] | None, CommitOutcome]:
+        """The table as delta-rs loads it, the marker ``(app id, version)`` a commit of
+        ``txid`` writes to it (None: it holds the txid already, skip) and the outcome."""
+        from deltalake import DeltaTable
+
+        location = self.location(table)
         dt = DeltaTable(location)
-        app_id = self._app_id(DEAD_LETTERS_TABLE)
+        app_id = self._app_id(table)
         version, outcome = next_marker(
             dt.transaction_version(app_id), txid, self.mode, f"Delta table {location}"
         )
-        if version is None:
-            return outcome
-        schema = pa.schema(dt.schema().to_arrow())
-        marker = CommitProperties(app_transactions=[Transaction(app_id, version)])
-        data = rows.cast(pa.schema([schema.field(n) for n in rows.column_names]))
-        if self.mode is CommitMode.OPAQUE:
-            # Replace this txid's rows in the same commit, so a replay whose bad records
-            # differ leaves exactly its own.
-            write_deltalake(
-                dt, data, mode="overwrite", predicate=f"txid = {txid}", commit_properties=marker
-            )
-        else:
-            write_deltalake(dt, data, mode="append", commit_properties=marker)
-        return outcome
+        return dt, None if version is None else (app_id, version), outcome
 
     def _dead_letters_with_spark(self, txid: int, rows: DataFrame) -> CommitOutcome:
         version, outcome = self._next_version(DEAD_LETTERS_TABLE, txid)

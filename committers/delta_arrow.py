@@ -113,6 +113,28 @@ def merge_counts(
     merger.execute()
 
 
+def write_dead_letters(
+    dt: DeltaTable, rows: pa.Table, txid: int, mode: CommitMode, marker: tuple[str, int]
+) -> None:
+    """Append a txid's dead letters ``(raw, reason, txid)``, carrying ``marker``; in
+    opaque mode replace that txid's rows in the same commit, so a replay whose bad
+    records differ leaves exactly its own."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from deltalake.transaction import CommitProperties, Transaction
+
+    schema = _arrow_schema(dt)
+    app_id, version = marker
+    properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
+    data = rows.cast(pa.schema([schema.field(n) for n in rows.column_names]))
+    if mode is CommitMode.OPAQUE:
+        write_deltalake(
+            dt, data, mode="overwrite", predicate=f"txid = {txid}", commit_properties=properties
+        )
+    else:
+        write_deltalake(dt, data, mode="append", commit_properties=properties)
+
+
 def _arrow_schema(dt: DeltaTable) -> pa.Schema:
     import pyarrow as pa
 
