@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from committers.counters import CounterCommitter, CounterTable
 from committers.delta_arrow import (
     Unstorable,
     arrow_writable,
+    combined_sums,
     merge_counts,
     null_sums_as_zero,
     write_dead_letters,
@@ -321,6 +322,14 @@ class DeltaCommitter(CounterCommitter):
             who = self.who()
             raise batch_overflow_error(who, attempt.txid, input_name, table, rows) from exc
 
+    def groupable(self, prepared: Any) -> bool:
+        """A batch whose sums and dead letters are all on the driver (Arrow): a group of
+        them is added there and merged as one. A table merged by delta-spark is not."""
+        import pyarrow as pa
+
+        parts = [*prepared.counters.values(), prepared.dead_letters]
+        return all(p is None or isinstance(p, pa.Table) for p in parts)
+
     def commit(self, attempt: TransactionAttempt, prepared: DeltaBatch) -> CommitOutcome:
         """One MERGE per counter table, one write for dead letters, each carrying the
         txid marker. A crash between tables is fine: the replay finds the marker on the
@@ -334,24 +343,81 @@ class DeltaCommitter(CounterCommitter):
                 f"prepared batch is for txid {prepared.txid}, commit was asked for "
                 f"{attempt.txid}: a stale prepare result reached commit"
             )
+        return self._commit_span((attempt.txid, attempt.txid), prepared)
+
+    def commit_group(
+        self, attempts: Sequence[TransactionAttempt], prepared: Sequence[DeltaBatch | None]
+    ) -> CommitOutcome:
+        """The group's sums added per key (``delta_arrow.combined_sums``, exactly; on
+        Spark if a txid's table was too large for the driver), then one MERGE per table
+        marked with the last txid, as ``commit`` does for one."""
+        for attempt, batch in zip(attempts, prepared, strict=True):
+            if batch is not None and batch.txid != attempt.txid:
+                raise CommitError(
+                    f"prepared batch is for txid {batch.txid}, the group has txid "
+                    f"{attempt.txid} there: a stale prepare result reached commit"
+                )
+        span = (attempts[0].txid, attempts[-1].txid)
+        given = [b for b in prepared if b is not None]
+        combined = DeltaBatch(span[1])
+        for input_name, table in self.counters.items():
+            parts = [b.counters[table.name] for b in given]
+            combined.counters[table.name] = self._combined(span, input_name, table, parts)
+        if self.dead_letters is not None:
+            dead = [b.dead_letters for b in given if b.dead_letters is not None]
+            combined = DeltaBatch(span[1], combined.counters, _concat(dead))
+        return self._commit_span(span, combined)
+
+    def _combined(
+        self,
+        span: tuple[int, int],
+        input_name: str,
+        table: CounterTable,
+        parts: list[pa.Table | DataFrame],
+    ) -> pa.Table | DataFrame | None:
+        import pyarrow as pa
+
+        if not parts:
+            return None
+        if all(isinstance(p, pa.Table) for p in parts):
+            try:
+                return combined_sums(parts, table)
+            except Unstorable as exc:
+                rows = [{**key, "inc": inc} for key, _, inc in exc.rows]
+                who = self.who()
+                txids = f"{span[0]}..{span[1]}"
+                raise batch_overflow_error(who, txids, input_name, table, rows) from None
+        spark = self._sessions[table.name]
+        frames = [p if not isinstance(p, pa.Table) else spark.createDataFrame(p) for p in parts]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        renamed = union.withColumnRenamed("inc", table.value)
+        key_types = {k: union.schema[k].dataType.simpleString() for k in table.keys}
+        sums, bad = batch_sums(renamed, table, key_types)
+        return checked_sums(sums, bad, table).localCheckpoint(eager=True)
+
+    def _commit_span(self, span: tuple[int, int], prepared: DeltaBatch) -> CommitOutcome:
         leads = self._context().check_leadership
         outcomes: list[CommitOutcome] = []
         done: list[str] = []
+        first, txid = span
         try:
             for table in self.counters.values():
                 leads()  # right before each table's write: see the module's note on fencing
                 outcomes.append(
-                    self._commit_table(attempt.txid, table, prepared.counters[table.name], done)
+                    self._commit_table(span, table, prepared.counters[table.name], done)
                 )
                 done.append(table.name)
-            if self.dead_letters is not None and prepared.dead_letters is not None:
+            if self.dead_letters is not None:
                 leads()
-                outcomes.append(self._commit_dead_letters(attempt.txid, prepared.dead_letters))
+                outcomes.append(self._commit_dead_letters(span, prepared.dead_letters))
         except TransactionalError:
             raise
         except Exception as exc:
+            what = f"txid {txid}" if first == txid else f"txids {first}..{txid}"
             raise CommitError(
-                f"Delta commit of txid {attempt.txid} under {self.path} failed: "
+                f"Delta commit of {what} under {self.path} failed: "
                 f"{type(exc).__name__}: {brief(exc)}. Retrying the commit is safe."
             ) from exc
         for outcome in (CommitOutcome.REAPPLIED, CommitOutcome.APPLIED):
@@ -359,25 +425,30 @@ class DeltaCommitter(CounterCommitter):
                 return outcome
         return CommitOutcome.SKIPPED
 
-    def _next_version(self, table: str, txid: int) -> tuple[int | None, CommitOutcome]:
-        """The marker version to write for ``txid`` (None: already holds it, skip)."""
+    def _next_version(self, table: str, span: tuple[int, int]) -> tuple[int | None, CommitOutcome]:
+        """The marker version to write for ``span`` (None: already holds it, skip)."""
         recorded = self.recorded_version(table)
-        return next_marker(recorded, txid, self.mode, f"Delta table {self.location(table)}")
+        return next_marker(recorded, span, self.mode, f"Delta table {self.location(table)}")
 
     def _commit_table(
-        self, txid: int, table: CounterTable, source: pa.Table | DataFrame, done: list[str]
+        self,
+        span: tuple[int, int],
+        table: CounterTable,
+        source: pa.Table | DataFrame | None,
+        done: list[str],
     ) -> CommitOutcome:
         from pyspark.sql import DataFrame
 
         if isinstance(source, DataFrame):
-            return self._merge_with_spark(txid, table, source, done)
+            return self._merge_with_spark(span, table, source, done)
+        txid = span[1]
         location = self.location(table.name)
-        dt, marker, outcome = self._arrow_marker(table.name, txid)
+        dt, marker, outcome = self._arrow_marker(table.name, span)
         if marker is None:
             return outcome
         began = time.perf_counter()
         try:
-            merge_counts(dt, table, source, txid, self.mode, marker)
+            merge_counts(dt, table, source, span, self.mode, marker)
         except Unstorable as exc:
             rows = [{**key, "stored": stored, "inc": inc} for key, stored, inc in exc.rows]
             raise merge_overflow_error(self.who(), txid, location, table, rows, done) from None
@@ -385,17 +456,18 @@ class DeltaCommitter(CounterCommitter):
             "merged table=%s txid=%d rows=%d seconds=%.3f path=delta-rs",
             table.name,
             txid,
-            source.num_rows,
+            0 if source is None else source.num_rows,
             time.perf_counter() - began,
         )
         return outcome
 
     def _merge_with_spark(
-        self, txid: int, table: CounterTable, source: DataFrame, done: list[str]
+        self, span: tuple[int, int], table: CounterTable, source: DataFrame, done: list[str]
     ) -> CommitOutcome:
         from delta.tables import DeltaTable
 
-        version, outcome = self._next_version(table.name, txid)
+        first, txid = span
+        version, outcome = self._next_version(table.name, span)
         if version is None:
             return outcome
         spark = self._sessions[table.name]
@@ -410,23 +482,23 @@ class DeltaCommitter(CounterCommitter):
             merge = merge.whenMatchedUpdate(set={"count": checked_add("t.`count`", table)})
             merge = merge.whenNotMatchedInsert(values={**keys, "count": "s.inc"})
         else:
-            t = str(txid)
+            t, f = str(txid), str(first)
             zero = f"CAST(0 AS {table.declared.sql})"
             merge = (
-                # Rows this txid wrote before: rebuild from prev (null: t created it).
+                # Rows these txids wrote before: rebuild from prev (null: they created it).
                 merge.whenMatchedUpdate(
-                    condition=f"t.txid = {t}",
+                    condition=f"t.txid >= {f}",
                     set={"count": checked_add(f"coalesce(t.prev, {zero})", table)},
                 )
                 .whenMatchedUpdate(
-                    condition=f"t.txid < {t}",
+                    condition=f"t.txid < {f}",
                     set={"prev": "t.`count`", "count": checked_add("t.`count`", table), "txid": t},
                 )
                 .whenNotMatchedInsert(values={**keys, "count": "s.inc", "prev": null, "txid": t})
-                # Rows the earlier attempt of t wrote that this attempt no longer has.
-                .whenNotMatchedBySourceDelete(condition=f"t.txid = {t} AND t.prev IS NULL")
+                # Rows an earlier attempt wrote that this attempt no longer has.
+                .whenNotMatchedBySourceDelete(condition=f"t.txid >= {f} AND t.prev IS NULL")
                 .whenNotMatchedBySourceUpdate(
-                    condition=f"t.txid = {t}",
+                    condition=f"t.txid >= {f}",
                     set={"count": "t.prev", "prev": null, "txid": "0"},
                 )
             )
@@ -440,7 +512,7 @@ class DeltaCommitter(CounterCommitter):
         except Exception as exc:
             if OVERFLOW_MARK not in str(exc):
                 raise
-            opaque = txid if self.mode is CommitMode.OPAQUE else None
+            opaque = first if self.mode is CommitMode.OPAQUE else None
             location = self.location(table.name)
             spark = self._spark()
             rows = diagnosed(lambda: merge_overflows(spark, location, source, table, opaque))
@@ -453,33 +525,36 @@ class DeltaCommitter(CounterCommitter):
         )
         return outcome
 
-    def _commit_dead_letters(self, txid: int, rows: pa.Table | DataFrame) -> CommitOutcome:
+    def _commit_dead_letters(
+        self, span: tuple[int, int], rows: pa.Table | DataFrame | None
+    ) -> CommitOutcome:
         from pyspark.sql import DataFrame
 
         if isinstance(rows, DataFrame):
-            return self._dead_letters_with_spark(txid, rows)
-        dt, marker, outcome = self._arrow_marker(DEAD_LETTERS_TABLE, txid)
+            return self._dead_letters_with_spark(span, rows)
+        dt, marker, outcome = self._arrow_marker(DEAD_LETTERS_TABLE, span)
         if marker is not None:
-            write_dead_letters(dt, rows, txid, self.mode, marker)
+            write_dead_letters(dt, rows, span[0], self.mode, marker)
         return outcome
 
     def _arrow_marker(
-        self, table: str, txid: int
+        self, table: str, span: tuple[int, int]
     ) -> tuple[Any, tuple[str, int] | None, CommitOutcome]:
         """The table as delta-rs loads it, the marker ``(app id, version)`` a commit of
-        ``txid`` writes to it (None: it holds the txid already, skip) and the outcome."""
+        ``span`` writes to it (None: it holds the txids already, skip) and the outcome."""
         from deltalake import DeltaTable
 
         location = self.location(table)
         dt = DeltaTable(location)
         app_id = self._app_id(table)
         version, outcome = next_marker(
-            dt.transaction_version(app_id), txid, self.mode, f"Delta table {location}"
+            dt.transaction_version(app_id), span, self.mode, f"Delta table {location}"
         )
         return dt, None if version is None else (app_id, version), outcome
 
-    def _dead_letters_with_spark(self, txid: int, rows: DataFrame) -> CommitOutcome:
-        version, outcome = self._next_version(DEAD_LETTERS_TABLE, txid)
+    def _dead_letters_with_spark(self, span: tuple[int, int], rows: DataFrame) -> CommitOutcome:
+        first = span[0]
+        version, outcome = self._next_version(DEAD_LETTERS_TABLE, span)
         if version is None:
             return outcome
         writer = (
@@ -490,7 +565,7 @@ class DeltaCommitter(CounterCommitter):
         if self.mode is CommitMode.OPAQUE:
             # Replace this txid's rows in the same commit, so a replay whose bad records
             # differ leaves exactly its own.
-            writer = writer.mode("overwrite").option("replaceWhere", f"txid = {txid}")
+            writer = writer.mode("overwrite").option("replaceWhere", f"txid >= {first}")
         else:
             writer = writer.mode("append")
         writer.save(self.location(DEAD_LETTERS_TABLE))
@@ -526,3 +601,21 @@ class DeltaCommitter(CounterCommitter):
                 version if self.mode is CommitMode.TRANSACTIONAL else version // ATTEMPT_SLOTS
             )
         return min(held)
+
+
+def _concat(parts: list[pa.Table | DataFrame]) -> pa.Table | DataFrame | None:
+    """A group's dead letters, each row with its own txid: one Arrow table, or one
+    Spark frame if any txid had more than the driver takes."""
+    import pyarrow as pa
+
+    if not parts:
+        return None
+    if all(isinstance(p, pa.Table) for p in parts):
+        return pa.concat_tables(parts, promote_options="default")
+    frames = [p for p in parts if not isinstance(p, pa.Table)]
+    spark = frames[0].sparkSession
+    union = None
+    for part in parts:
+        frame = spark.createDataFrame(part) if isinstance(part, pa.Table) else part
+        union = frame if union is None else union.unionByName(frame)
+    return union

@@ -14,6 +14,11 @@ Opaque mode: each row keeps ``(count, prev, txid)``. A batch key the table holds
 earlier txid gets ``prev = count, count += inc``; one that txid ``t`` wrote before is
 rebuilt from its ``prev``; a row ``t`` wrote that the new attempt no longer has is
 undone (deleted if ``t`` created it, else ``count = prev, txid = 0``).
+
+A commit group ``first..t`` (``combined_sums`` adds its txids' sums, exactly) is one
+MERGE marked with ``t``; in opaque mode every row stamped ``first`` or above was written
+by an earlier attempt of this group (``first`` is the state store's ``currtx``), so
+those rows are what is rebuilt or undone.
 """
 
 from __future__ import annotations
@@ -71,25 +76,95 @@ def keys_match(keys: Sequence[str]) -> str:
     return " AND ".join(f"(t.{quoted(k)} IS NOT DISTINCT FROM s.{quoted(k)})" for k in keys)
 
 
+def combined_sums(parts: Sequence[pa.Table], table: CounterTable) -> pa.Table:
+    """The per-key sums ``(keys..., inc)`` of the txids of a commit group, added
+    exactly: LONG and decimals wide (decimal128(38,0), decimal256), cast back with a
+    safe cast; doubles with ``math.fsum`` per key. A total the declared type cannot
+    hold raises ``Unstorable`` (its stored value unknown: None)."""
+    import math
+
+    import pyarrow as pa
+
+    keys = list(table.keys)
+    data = pa.concat_tables([p.select([*keys, "inc"]) for p in parts], promote_options="default")
+    inc = data.column("inc")
+    declared = table.declared
+    if declared.kind == "double":
+        grouped = data.group_by(keys, use_threads=False).aggregate([("inc", "list")])
+        totals = [math.fsum(v) for v in grouped.column("inc_list").to_pylist()]
+        summed = pa.array(totals, inc.type)
+        if any(not math.isfinite(v) for v in totals):
+            raise Unstorable(_rows_where(grouped, keys, summed, lambda v: not math.isfinite(v)))
+        return grouped.select(keys).append_column("inc", summed)
+    wide = pa.decimal128(38, 0) if declared.kind == "long" else pa.decimal256(76, declared.scale)
+    data = data.set_column(data.schema.get_field_index("inc"), "inc", inc.cast(wide))
+    grouped = data.group_by(keys, use_threads=False).aggregate([("inc", "sum")])
+    total = grouped.column("inc_sum")
+    try:
+        narrowed = total.cast(inc.type)
+    except (pa.ArrowInvalid, OverflowError):
+        raise Unstorable(_rows_where(grouped, keys, total, _beyond(inc.type))) from None
+    return grouped.select(keys).append_column("inc", narrowed)
+
+
+def _beyond(arrow_type: pa.DataType) -> Any:
+    import pyarrow as pa
+
+    def does_not_fit(value: Any) -> bool:
+        try:
+            pa.array([value]).cast(arrow_type)
+        except (pa.ArrowInvalid, OverflowError):
+            return True
+        return False
+
+    return does_not_fit
+
+
+def _rows_where(
+    grouped: pa.Table, keys: list[str], totals: Any, bad: Any
+) -> list[tuple[dict[str, Any], Any, Any]]:
+    found = []
+    for row, total in zip(grouped.select(keys).to_pylist(), totals.to_pylist(), strict=True):
+        if bad(total):
+            found.append((row, None, total))
+            if len(found) == 5:
+                break
+    return found
+
+
+def _empty_sums(schema: pa.Schema, table: CounterTable) -> pa.Table:
+    """No sums (every txid of a group came out empty), in the table's types."""
+    import pyarrow as pa
+
+    fields = [schema.field(k) for k in table.keys] + [schema.field("count").with_name("inc")]
+    return pa.schema(fields).empty_table()
+
+
 def merge_counts(
     dt: DeltaTable,
     table: CounterTable,
-    sums: pa.Table,
-    txid: int,
+    sums: pa.Table | None,
+    span: tuple[int, int],
     mode: CommitMode,
     marker: tuple[str, int],
 ) -> None:
-    """Add ``sums`` (``(keys..., inc)``, one row per key) into ``dt`` for ``txid``, in
-    one commit carrying ``marker`` (app id, version). Raises ``Unstorable`` (nothing
-    written) when a new value does not fit the declared type."""
+    """Add ``sums`` (``(keys..., inc)``, one row per key; None: none) into ``dt`` for
+    the txids ``span`` (``(first, last)``: one txid, or a commit group), in one commit
+    carrying ``marker`` (app id, version). Raises ``Unstorable`` (nothing written) when
+    a new value does not fit the declared type."""
     from deltalake.transaction import CommitProperties, Transaction
 
     schema = _arrow_schema(dt)
     keys = list(table.keys)
+    sums = _empty_sums(schema, table) if sums is None else sums
     source = _cast(sums.select([*keys, "inc"]), schema, {**{k: k for k in keys}, "inc": "count"})
     opaque = mode is CommitMode.OPAQUE
-    target = _target(dt, schema, table, source, txid if opaque else None)
-    rows = _opaque_rows(table, source, target, txid) if opaque else _rows(table, source, target)
+    first, txid = span
+    target = _target(dt, schema, table, source, first if opaque else None)
+    if opaque:
+        rows = _opaque_rows(table, source, target, first, txid)
+    else:
+        rows = _rows(table, source, target)
     rows = _cast(rows, schema, {c: c for c in rows.column_names if c in schema.names})
     app_id, version = marker
     merger = dt.merge(
@@ -114,11 +189,12 @@ def merge_counts(
 
 
 def write_dead_letters(
-    dt: DeltaTable, rows: pa.Table, txid: int, mode: CommitMode, marker: tuple[str, int]
+    dt: DeltaTable, rows: pa.Table | None, first: int, mode: CommitMode, marker: tuple[str, int]
 ) -> None:
-    """Append a txid's dead letters ``(raw, reason, txid)``, carrying ``marker``; in
-    opaque mode replace that txid's rows in the same commit, so a replay whose bad
-    records differ leaves exactly its own."""
+    """Append the dead letters ``(raw, reason, txid)`` of the txids from ``first`` (one
+    txid, or a commit group; None: none), carrying ``marker``; in opaque mode replace
+    the rows of those txids in the same commit, so a replay whose bad records differ
+    leaves exactly its own."""
     import pyarrow as pa
     from deltalake import write_deltalake
     from deltalake.transaction import CommitProperties, Transaction
@@ -126,10 +202,12 @@ def write_dead_letters(
     schema = _arrow_schema(dt)
     app_id, version = marker
     properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
+    if rows is None:
+        rows = schema.empty_table()
     data = rows.cast(pa.schema([schema.field(n) for n in rows.column_names]))
     if mode is CommitMode.OPAQUE:
         write_deltalake(
-            dt, data, mode="overwrite", predicate=f"txid = {txid}", commit_properties=properties
+            dt, data, mode="overwrite", predicate=f"txid >= {first}", commit_properties=properties
         )
     else:
         write_deltalake(dt, data, mode="append", commit_properties=properties)
@@ -198,7 +276,8 @@ def _target(
     dt: DeltaTable, schema: pa.Schema, table: CounterTable, source: pa.Table, own: int | None
 ) -> pa.Table:
     """The table's rows that may match a batch key (pruned on the first key column),
-    and with ``own`` (opaque) every row that txid wrote."""
+    and with ``own`` (opaque) every row stamped ``own`` or above (written by an earlier
+    attempt of the txid or group starting at ``own``)."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
@@ -216,7 +295,7 @@ def _target(
     if source.column(first).null_count:
         condition = condition | ds.field(first).is_null()
     if own is not None:
-        condition = condition | (ds.field("txid") == own)
+        condition = condition | (ds.field("txid") >= own)
     batches = [
         batch.filter(condition) for batch in dataset.to_batches(columns=columns, batch_size=1 << 16)
     ]
@@ -243,9 +322,12 @@ def _rows(table: CounterTable, source: pa.Table, target: pa.Table) -> pa.Table:
     return joined.select(list(table.keys)).append_column("count", count)
 
 
-def _opaque_rows(table: CounterTable, source: pa.Table, target: pa.Table, txid: int) -> pa.Table:
+def _opaque_rows(
+    table: CounterTable, source: pa.Table, target: pa.Table, first: int, txid: int
+) -> pa.Table:
     """Opaque: ``(keys..., count, prev, txid, op)`` for every batch key, and an undo row
-    for each row ``txid`` wrote before that this attempt no longer has."""
+    for each row an earlier attempt of the txids ``first..txid`` wrote that this attempt
+    no longer has."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -258,7 +340,7 @@ def _opaque_rows(table: CounterTable, source: pa.Table, target: pa.Table, txid: 
             f"table {table.name!r} holds rows of a txid after {txid}: the sink is ahead of "
             "the state store"
         )
-    own = pc.fill_null(pc.equal(held, txid), False)
+    own = pc.fill_null(pc.greater_equal(held, first), False)
     base = pc.if_else(own, joined.column("t_prev"), joined.column("t_count"))
     count = _added(table, joined, base)
     n = joined.num_rows
@@ -266,8 +348,8 @@ def _opaque_rows(table: CounterTable, source: pa.Table, target: pa.Table, txid: 
     upserts = upserts.append_column("prev", base)
     upserts = upserts.append_column("txid", pa.array([txid] * n, pa.int64()))
     upserts = upserts.append_column(_OP, pa.array([_UPSERT] * n, pa.string()))
-    # Rows of this txid that the batch no longer has.
-    mine = target.filter(pc.equal(target.column("txid"), txid))
+    # Rows of these txids that the batch no longer has.
+    mine = target.filter(pc.greater_equal(target.column("txid"), first))
     if mine.num_rows == 0:
         return upserts
     enc_mine, names = _encoded_keys(mine, keys)

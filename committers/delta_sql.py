@@ -137,7 +137,7 @@ def merge_overflows(
 
 
 def batch_overflow_error(
-    who: str, txid: int, input_name: str, table: CounterTable, rows: list[Any]
+    who: str, txid: int | str, input_name: str, table: CounterTable, rows: list[Any]
 ) -> ContractError:
     """The error of a batch whose sum for some key cannot be stored (``prepare``)."""
     keys = "; ".join(

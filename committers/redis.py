@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -207,36 +208,84 @@ class RedisCommitter(CounterCommitter):
                 batch.dead_letters.append(json.dumps(item, ensure_ascii=False))
         return batch
 
+    def groupable(self, prepared: Any) -> bool:
+        """Every batch: a group's sums are added on the driver, exactly."""
+        return True
+
     def commit(self, attempt: TransactionAttempt, prepared: RedisBatch) -> CommitOutcome:
         """One script call: check the txid, check every new value, undo (opaque replay),
         apply, record the txid. A lost reply is safe to retry: the script sees its own
         txid and skips or redoes."""
-        import redis
-
-        if self._client is None or self._script is None:
-            raise CommitError("RedisCommitter.commit before open(): the runner must open it")
         if prepared.txid != attempt.txid:
             raise CommitError(
                 f"prepared batch is for txid {prepared.txid}, commit was asked for "
                 f"{attempt.txid}: a stale prepare result reached commit"
             )
+        return self._commit(attempt.txid, attempt.txid, prepared)
+
+    def commit_group(
+        self, attempts: Sequence[TransactionAttempt], prepared: Sequence[RedisBatch | None]
+    ) -> CommitOutcome:
+        """The group's sums added per field on the driver (exactly: Python ints,
+        decimals, ``math.fsum`` of the doubles), then one script call marked with the
+        last txid; each dead letter keeps its own txid."""
+        for attempt, batch in zip(attempts, prepared, strict=True):
+            if batch is not None and batch.txid != attempt.txid:
+                raise CommitError(
+                    f"prepared batch is for txid {batch.txid}, the group has txid "
+                    f"{attempt.txid} there: a stale prepare result reached commit"
+                )
+        first, last = attempts[0].txid, attempts[-1].txid
+        return self._commit(first, last, self._combined(last, prepared))
+
+    def _combined(self, last: int, batches: Sequence[RedisBatch | None]) -> RedisBatch:
+        given = [b for b in batches if b is not None]
+        combined = RedisBatch(last)
+        for name in {name: None for b in given for name in b.counters}:
+            kind = self._tables[name].declared.kind
+            fields: dict[str, list[Number]] = {}
+            for batch in given:
+                for f, inc in batch.counters.get(name, {}).items():
+                    fields.setdefault(f, []).append(inc)
+            totals = {f: _group_sum(values, kind) for f, values in fields.items()}
+            bad = [
+                f for f, total in totals.items() if kind == "double" and not math.isfinite(total)
+            ]
+            if bad:
+                raise ContractError(
+                    f"{self.who()}: Redis hash {name!r} cannot store the group ending at txid "
+                    f"{last}: the increments of key {decode_key(bad[0], len(self._tables[name].keys))} "
+                    "sum beyond the largest double. Nothing was committed; use a wider "
+                    "value_type for a new hash"
+                )
+            combined.counters[name] = totals
+        for batch in given:
+            combined.dead_letters.extend(batch.dead_letters)
+        return combined
+
+    def _commit(self, first: int, last: int, prepared: RedisBatch) -> CommitOutcome:
+        import redis
+
+        if self._client is None or self._script is None:
+            raise CommitError("RedisCommitter.commit before open(): the runner must open it")
         hashes = list(prepared.counters)
         keys = [self._key(s) for s in ("txid", "undo", "undo_dl", "mode")]
         keys += [self.dead_letters_key, self._key("fence"), self._key("value_types"), *hashes]
         # Read at each commit: the runner raises it when it takes leadership back.
         token = None if self.context is None else self.context.fence_token
-        payload = self._payload(attempt.txid, prepared, hashes, token)
+        payload = self._payload(first, last, prepared, hashes, token)
+        what = f"txid {last}" if first == last else f"txids {first}..{last}"
         try:
             status, detail = self._script(keys=keys, args=[json.dumps(payload)])
         except redis.RedisError as exc:
             raise CommitError(
-                f"Redis commit of txid {attempt.txid} at {redact_url(self.url)} failed: "
+                f"Redis commit of {what} at {redact_url(self.url)} failed: "
                 f"{type(exc).__name__}: {exc}. Retrying the commit is safe."
             ) from exc
-        return self._outcome(attempt.txid, status, detail, token)
+        return self._outcome(last, status, detail, token)
 
     def _payload(
-        self, txid: int, prepared: RedisBatch, hashes: list[str], token: int | None
+        self, first: int, txid: int, prepared: RedisBatch, hashes: list[str], token: int | None
     ) -> dict[str, Any]:
         """The script's argument: every increment as text of its declared type."""
         counters = []
@@ -245,7 +294,7 @@ class RedisCommitter(CounterCommitter):
             fields = [
                 x
                 for f, inc in prepared.counters[name].items()
-                for x in (f, value_text(inc, declared))
+                for x in (f, _increment_text(inc, declared))
             ]
             counters.append(
                 {
@@ -258,6 +307,7 @@ class RedisCommitter(CounterCommitter):
                 }
             )
         payload: dict[str, Any] = {
+            "first": str(first),
             "txid": str(txid),
             "mode": self.mode.value,
             "absent": ABSENT,
@@ -316,6 +366,12 @@ class RedisCommitter(CounterCommitter):
         )
 
     def _refusal(self, txid: int, status: str, detail: str) -> str:
+        if status == "split":
+            return (
+                f"commit of the group ending at txid {txid} refused: Redis namespace "
+                f"{self.namespace!r} holds txid {detail}, inside the group. A commit group "
+                "is written whole; was the state store reset?"
+            )
         if status == "behind":
             return (
                 f"opaque commit of txid {txid} refused: Redis namespace {self.namespace!r} "
@@ -381,3 +437,20 @@ class RedisCommitter(CounterCommitter):
         dead = self.dead_letters_key if self.dead_letters is not None else None
         with self._reader() as client:
             return read_snapshot(client, list(self._tables.values()), self._key("txid"), dead)
+
+
+def _group_sum(values: list[Number], kind: str) -> Number:
+    """One field's increments over a commit group, exactly: the script checks what the
+    stored value plus the total may hold."""
+    if kind == "double":
+        return math.fsum(float(v) for v in values)
+    return sum(values[1:], values[0])
+
+
+def _increment_text(value: Number, declared: Any) -> str:
+    """``value_text``, except that a group's decimal total is sent with its exact digits
+    even past the declared precision: only the new stored value must fit (the script
+    checks it)."""
+    if declared.kind == "decimal":
+        return format(value, "f")
+    return value_text(value, declared)

@@ -12,7 +12,8 @@
 --
 -- - ``long``: ``HINCRBY``. The new value is checked first: in doubles when both numbers
 --   are below 2^62 in magnitude (their sum cannot reach 2^63), else exactly, in decimal
---   digit strings.
+--   digit strings; a group's increment beyond 64 bits (whose sum with the stored value
+--   fits) is written as the new value with ``HSET``.
 -- - ``double``: the sum of the stored double and the increment, one IEEE 754 addition in
 --   Lua (whose numbers are C doubles), stored with ``HSET`` as the shortest of ``%.15g``,
 --   ``%.16g``, ``%.17g`` that reads back as the same double. Not ``HINCRBYFLOAT``: it adds
@@ -26,8 +27,15 @@
 -- is checked first and raised by every commit that passes, a skipped one included:
 -- once a new leader has committed anything here, no commit of an earlier leader gets
 -- through.
+-- A commit group (txids ``first``..``txid``, one write marked with ``txid``): the runner
+-- records it before this script first runs for it and commits exactly it again until
+-- it is through, so the namespace holds either ``txid`` (all of it) or a txid below
+-- ``first``. A txid in between is refused ('split'); in opaque mode a held txid at or
+-- above ``first`` can only come from a write of this group (``first`` is the store's
+-- currtx), so that write is undone before this one applies.
 local batch = cjson.decode(ARGV[1])
 local txid = tonumber(batch.txid)
+local first = tonumber(batch.first or batch.txid)
 local opaque = batch.mode == 'opaque'
 local fence = tonumber(batch.fence)
 if fence then
@@ -48,6 +56,9 @@ if last_n and txid <= last_n and not opaque then
 end
 if last_n and txid < last_n then
   return {'behind', last}
+end
+if last_n and first <= last_n and last_n < txid then
+  return {'split', last}
 end
 for i = 5, #KEYS do
   if i > 6 or (i == 5 and batch.dl) then
@@ -146,7 +157,8 @@ local function add(c, base, inc)
     local si, mi = dec_parse(inc, 0)
     local s, m = dec_add(sb, mb, si, mi)
     if not fits_long(s, m) then return nil, 'overflow' end
-    return inc
+    if fits_long(si, mi) then return inc end
+    return dec_format(s, m, 0)
   elseif c.kind == 'double' then
     local b = 0
     if base then b = tonumber(base) end
@@ -171,7 +183,7 @@ local function add(c, base, inc)
   return dec_format(s, m, c.s)
 end
 
-local replay = opaque and last_n == txid
+local replay = opaque and last_n and last_n >= first
 local n = 0
 local entries, undo = {}, {}
 if replay then
@@ -181,7 +193,8 @@ if replay then
     if #tail ~= n then return {'foreign', KEYS[5]} end
     for _, item in ipairs(tail) do
       local ok, d = pcall(cjson.decode, item)
-      if not ok or type(d) ~= 'table' or tonumber(d.txid) ~= txid then
+      local dt = ok and type(d) == 'table' and tonumber(d.txid)
+      if not dt or dt < first or dt > txid then
         return {'foreign', KEYS[5]}
       end
     end
@@ -233,7 +246,7 @@ for ci, c in ipairs(batch.counters) do
       local prev = redis.call('HGET', h, fs[j])
       redis.call('HSETNX', KEYS[2], h .. '\0' .. fs[j], prev or batch.absent)
     end
-    if c.kind == 'long' then
+    if c.kind == 'long' and out[(j + 1) / 2] == fs[j + 1] then
       redis.call('HINCRBY', h, fs[j], fs[j + 1])
     else
       redis.call('HSET', h, fs[j], out[(j + 1) / 2])

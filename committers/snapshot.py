@@ -179,17 +179,22 @@ def latest_marker(location: str, app_id: str) -> int | None:
 
 
 def next_marker(
-    recorded: int | None, txid: int, mode: CommitMode, where: str
+    recorded: int | None, span: tuple[int, int], mode: CommitMode, where: str
 ) -> tuple[int | None, CommitOutcome]:
-    """The marker version a commit of ``txid`` writes to a table that holds
-    ``recorded`` (None: no marker yet), and what the commit does: None and ``SKIPPED``
-    when a transactional table holds the txid; in opaque mode the next rewrite of it."""
+    """The marker version a commit of the txids ``span`` (``(first, last)``: one txid,
+    or a commit group) writes to a table that holds ``recorded`` (None: no marker yet),
+    and what the commit does: None and ``SKIPPED`` when a transactional table holds the
+    last txid; in opaque mode the next rewrite of it. A table holding a txid inside the
+    group (the group is always written whole) is refused."""
+    first, txid = span
     if mode is CommitMode.TRANSACTIONAL:
         if recorded is not None and recorded >= txid:
             return None, CommitOutcome.SKIPPED
+        if recorded is not None and recorded >= first:
+            raise _split(where, recorded, first, txid)
         return txid, CommitOutcome.APPLIED
     held = None if recorded is None else recorded // ATTEMPT_SLOTS
-    if held is None or held < txid:
+    if held is None or held < first:
         return txid * ATTEMPT_SLOTS, CommitOutcome.APPLIED
     if held > txid:
         raise CommitError(
@@ -197,10 +202,19 @@ def next_marker(
             "sink is ahead of the state store; was the store reset or another topology "
             "given this path?"
         )
+    if held < txid:
+        raise _split(where, held, first, txid)
     assert recorded is not None
     if (recorded + 1) // ATTEMPT_SLOTS != txid:
         raise CommitError(f"txid {txid} was rewritten {ATTEMPT_SLOTS} times; giving up")
     return recorded + 1, CommitOutcome.REAPPLIED
+
+
+def _split(where: str, held: int, first: int, last: int) -> CommitError:
+    return CommitError(
+        f"commit of txids {first}..{last} refused: {where} holds txid {held}, inside the "
+        "group. A commit group is written whole; was the state store reset?"
+    )
 
 
 def read_snapshot(

@@ -6,12 +6,15 @@ on every backend, so it is decided here, once:
 
 - metadata and digests are written once and never change;
 - a txid below ``currtx`` is committed: it cannot start, be retracted or get a digest;
-- ``advance`` moves ``currtx`` from exactly ``txid`` to ``txid + 1``;
+- ``advance`` moves ``currtx`` from exactly ``txid`` to ``txid + 1``, or, for a commit
+  group, from its first txid past its last, and only for the group recorded;
+- a commit group, once recorded, never changes while it may have reached a sink (its
+  first txid is ``currtx``), and no txid of it is retracted;
 - every write is refused unless this runner still holds the fence it took when it
   became leader (``FencedError``).
 
 A backend supplies the atomic, fenced write on its server (``_write_start``,
-``_write_advance``, ``_write_digest``, ``_write_retract``) and calls the matching
+``_write_advance``, ``_write_digest``, ``_write_retract``, ``_write_group``) and calls the matching
 ``_check_*`` rule with what it read inside that write (or, when its server checks the
 fence itself, what it last wrote). Values are stored as canonical JSON (``encode``).
 """
@@ -30,7 +33,7 @@ from transactional.errors import (
 )
 from transactional.store import JsonValue, StateStore, TopologyIdentity
 
-__all__ = ["FencedStore", "decode", "encode"]
+__all__ = ["FencedStore", "decode", "decode_group", "encode", "encode_group"]
 
 
 def encode(value: JsonValue, what: str) -> str:
@@ -63,9 +66,16 @@ class FencedStore(StateStore):
         parts = _encoded_partitions(txid, partitions)
         self._write_start(self._require_fence(), txid, meta_text, parts)
 
-    def advance(self, txid: int, partitions: Mapping[int, JsonValue] | None = None) -> None:
+    def advance(
+        self, txid: int, partitions: Mapping[int, JsonValue] | None = None, first: int | None = None
+    ) -> None:
         parts = _encoded_partitions(txid, partitions or {})
-        self._write_advance(self._require_fence(), txid, parts)
+        self._write_advance(self._require_fence(), txid, parts, txid if first is None else first)
+
+    def record_group(self, first: int, last: int) -> None:
+        if not first < last:
+            raise CoordinatorError(f"a commit group needs first < last, got {first}..{last}")
+        self._write_group(self._require_fence(), first, last)
 
     def record_digest(self, txid: int, digest: JsonValue) -> None:
         text = encode(digest, f"the digest of txid {txid}")
@@ -79,9 +89,13 @@ class FencedStore(StateStore):
         """Store a new txid's metadata and its partitions' (``_check_start``)."""
 
     @abstractmethod
-    def _write_advance(self, fence: int, txid: int, parts: dict[int, str]) -> None:
-        """Store ``parts`` for ``txid``, move currtx past it, delete what is below it
-        (``_check_advance``)."""
+    def _write_advance(self, fence: int, txid: int, parts: dict[int, str], first: int) -> None:
+        """Store ``parts`` for ``txid``, move currtx from ``first`` past ``txid``, delete
+        what is below it (``_check_advance``)."""
+
+    @abstractmethod
+    def _write_group(self, fence: int, first: int, last: int) -> None:
+        """Store the commit group ``first..last`` (``_check_group``)."""
 
     @abstractmethod
     def _write_digest(self, fence: int, txid: int, digest: str) -> None:
@@ -101,11 +115,32 @@ class FencedStore(StateStore):
         if exists:
             raise CoordinatorError(self._already_stored(f"metadata of txid {txid}"))
 
-    def _check_advance(self, txid: int, currtx: int) -> None:
-        if currtx != txid:
+    def _check_advance(
+        self, txid: int, currtx: int, first: int, group: tuple[int, int] | None
+    ) -> None:
+        if currtx != first:
+            since = "" if first == txid else f" from txid {first}"
             raise FencedError(
-                f"cannot advance topology {self._topology_id!r} past txid {txid}: "
+                f"cannot advance topology {self._topology_id!r} past txid {txid}{since}: "
                 f"currtx is {currtx}"
+            )
+        if first != txid and group != (first, txid):
+            raise CoordinatorError(
+                f"cannot advance topology {self._topology_id!r} past txids {first}..{txid} "
+                f"as one group: the recorded group is {_group_text(group)}"
+            )
+
+    def _check_group(
+        self, first: int, last: int, currtx: int, started: bool, group: tuple[int, int] | None
+    ) -> None:
+        if first != currtx or not started:
+            raise CoordinatorError(
+                f"cannot record the commit group {first}..{last}: it must start at currtx "
+                f"({currtx}) and every txid of it must be started"
+            )
+        if group is not None and group[0] == currtx and group != (first, last):
+            raise CoordinatorError(
+                self._already_stored(f"the commit group from txid {first} ({_group_text(group)})")
             )
 
     def _check_digest(self, txid: int, currtx: int, started: bool) -> None:
@@ -115,10 +150,15 @@ class FencedStore(StateStore):
                 f"(currtx is {currtx})"
             )
 
-    def _check_retract(self, txid: int, currtx: int) -> None:
+    def _check_retract(self, txid: int, currtx: int, group: tuple[int, int] | None) -> None:
         if txid < currtx:
             raise FencedError(
                 f"cannot retract txid {txid} of topology {self._topology_id!r}: currtx is {currtx}"
+            )
+        if group is not None and group[0] == currtx and txid <= group[1]:
+            raise CoordinatorError(
+                f"cannot retract txid {txid}: it is in the recorded commit group "
+                f"{_group_text(group)}, which may have reached a sink"
             )
 
     def _check_identity(
@@ -161,6 +201,22 @@ class FencedStore(StateStore):
     @staticmethod
     def _not_open() -> CoordinatorError:
         return CoordinatorError("the state store is not open: call open(topology_id) first")
+
+
+def _group_text(group: tuple[int, int] | None) -> str:
+    return "none" if group is None else f"{group[0]}..{group[1]}"
+
+
+def encode_group(first: int, last: int) -> str:
+    return encode({"first": first, "last": last}, "a commit group")
+
+
+def decode_group(data: str | bytes | None) -> tuple[int, int] | None:
+    """A stored group (None: none stored, or cleared)."""
+    if not data:
+        return None
+    value = decode(data)
+    return None if value is None else (int(value["first"]), int(value["last"]))
 
 
 def _encoded_partitions(txid: int, partitions: Mapping[int, JsonValue]) -> dict[int, str]:

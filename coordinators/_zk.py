@@ -22,7 +22,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from coordinators._fenced import decode
+from coordinators._fenced import decode, decode_group
 from transactional.errors import (
     ConfigurationError,
     CoordinatorError,
@@ -181,5 +181,9 @@ def read_tree(client: Any, root: str) -> tuple[StoredState, dict[int, set[int]]]
     partitions: dict[int, dict[int, JsonValue]] = {}
     for (t, p), get in sorted(part_gets.items()):
         partitions.setdefault(t, {})[p] = decode(get.get()[0])
-    state = StoredState(currtx=currtx, metas=metas, partitions=partitions, digests=digests)
+    try:  # absent from a topology stored before commit groups
+        group = decode_group(client.get(f"{root}/coordinator/group")[0])
+    except NoNodeError:
+        group = None
+    state = StoredState(currtx, metas, partitions, digests, group)
     return state, index

@@ -51,6 +51,11 @@ CREATE TABLE IF NOT EXISTS digest (
     digest TEXT NOT NULL,
     PRIMARY KEY (topology_id, txid)
 );
+CREATE TABLE IF NOT EXISTS commit_group (
+    topology_id TEXT PRIMARY KEY,
+    first INTEGER NOT NULL,
+    last INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS partition_meta (
     topology_id TEXT NOT NULL,
     txid INTEGER NOT NULL,
@@ -307,6 +312,7 @@ class SQLiteStateStore(FencedStore):
                 if has_digests
                 else []
             )
+            group = self._group(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback(conn)
@@ -319,7 +325,19 @@ class SQLiteStateStore(FencedStore):
             metas={txid: decode(meta) for txid, meta in metas},
             partitions=partitions,
             digests={txid: decode(digest) for txid, digest in digests},
+            group=group,
         )
+
+    def _group(self, conn: sqlite3.Connection) -> tuple[int, int] | None:
+        exists = conn.execute(  # a read-only look at a store older than commit groups
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'commit_group'"
+        ).fetchone()
+        if not exists:
+            return None
+        row = conn.execute(
+            "SELECT first, last FROM commit_group WHERE topology_id = ?", (self._tid,)
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
 
     def _started(self, conn: sqlite3.Connection, txid: int) -> bool:
         return (
@@ -347,9 +365,11 @@ class SQLiteStateStore(FencedStore):
                 what = f"partition metadata of txid {txid}"
                 raise CoordinatorError(self._already_stored(what)) from exc
 
-    def _write_advance(self, fence: int, txid: int, parts: dict[int, str]) -> None:
+    def _write_advance(self, fence: int, txid: int, parts: dict[int, str], first: int) -> None:
         with self._write() as conn:
-            self._check_advance(txid, self._check_fence(conn, fence))
+            currtx = self._check_fence(conn, fence)
+            self._check_advance(txid, currtx, first, self._group(conn))
+            conn.execute("DELETE FROM commit_group WHERE topology_id = ?", (self._tid,))
             conn.executemany(
                 "INSERT OR REPLACE INTO partition_meta (topology_id, txid, partition, meta) "
                 "VALUES (?, ?, ?, ?)",
@@ -376,9 +396,24 @@ class SQLiteStateStore(FencedStore):
                 what = f"the digest of txid {txid}"
                 raise CoordinatorError(self._already_stored(what)) from exc
 
+    def _write_group(self, fence: int, first: int, last: int) -> None:
+        with self._write() as conn:
+            currtx = self._check_fence(conn, fence)
+            (started,) = conn.execute(
+                "SELECT count(*) FROM coordinator_meta WHERE topology_id = ? AND txid "
+                "BETWEEN ? AND ?",
+                (self._tid, first, last),
+            ).fetchone()
+            all_started = started == last - first + 1
+            self._check_group(first, last, currtx, all_started, self._group(conn))
+            conn.execute(
+                "INSERT OR REPLACE INTO commit_group (topology_id, first, last) VALUES (?, ?, ?)",
+                (self._tid, first, last),
+            )
+
     def _write_retract(self, fence: int, txid: int) -> None:
         with self._write() as conn:
-            self._check_retract(txid, self._check_fence(conn, fence))
+            self._check_retract(txid, self._check_fence(conn, fence), self._group(conn))
             for table in ("coordinator_meta", "partition_meta", "digest"):
                 conn.execute(
                     f"DELETE FROM {table} WHERE topology_id = ? AND txid >= ?", (self._tid, txid)

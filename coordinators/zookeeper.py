@@ -2,8 +2,9 @@
 
 Layout under ``/transactional/<topology-id>/``: ``identity``, ``leader`` (ephemeral,
 holds the leader's runner id), ``coordinator/currtx``, ``coordinator/meta/<txid>``,
-``coordinator/digest/<txid>`` (what a txid's first emit held, for the determinism check)
-and ``partition/<p>/<txid>``, txids zero-padded so that names sort. Values are JSON.
+``coordinator/digest/<txid>`` (what a txid's first emit held, for the determinism check),
+``coordinator/group`` (the commit group last recorded, ``{"first", "last"}``, empty when
+none) and ``partition/<p>/<txid>``, txids zero-padded so that names sort. Values are JSON.
 
 The fence is the version of ``currtx``: a new leader rewrites ``currtx`` to bump its
 version, and every write of ours is a multi-op that checks the version we last saw.
@@ -41,7 +42,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from coordinators import _zk
-from coordinators._fenced import FencedStore, decode, encode
+from coordinators._fenced import FencedStore, decode, encode, encode_group
 from coordinators._zk import node
 from transactional.errors import (
     ConfigurationError,
@@ -85,6 +86,7 @@ class ZooKeeperStateStore(FencedStore):
         self._metas: set[int] | None = None
         self._partitions: dict[int, set[int]] = {}
         self._digests: set[int] = set()
+        self._group: tuple[int, int] | None = None  # valid while self._metas is not None
 
     def _path(self, *parts: str) -> str:
         if self._topology_id is None:
@@ -121,6 +123,7 @@ class ZooKeeperStateStore(FencedStore):
         try:
             client.ensure_path(self._path("coordinator", "meta"))
             client.ensure_path(self._path("coordinator", "digest"))
+            client.ensure_path(self._path("coordinator", "group"))
             client.ensure_path(self._path("partition"))
         except KazooException as exc:
             self.close()
@@ -301,6 +304,7 @@ class ZooKeeperStateStore(FencedStore):
         self._metas = set(state.metas)
         self._partitions = index
         self._digests = set(state.digests)
+        self._group = state.group
         return state
 
     def _index(self) -> tuple[set[int], dict[int, set[int]]]:
@@ -332,12 +336,14 @@ class ZooKeeperStateStore(FencedStore):
         for p in parts:
             index.setdefault(p, set()).add(txid)
 
-    def _write_advance(self, fence: int, txid: int, parts: dict[int, str]) -> None:
-        self._check_advance(txid, self._currtx)
+    def _write_advance(self, fence: int, txid: int, parts: dict[int, str], first: int) -> None:
         metas, index = self._index()
+        self._check_advance(txid, self._currtx, first, self._group)
         tx = self._zk.transaction()
         # Checks the fence and moves currtx in one operation.
         tx.set_data(self._path("coordinator", "currtx"), _data(txid + 1, "currtx"), fence)
+        if first != txid:
+            tx.set_data(self._path("coordinator", "group"), b"")
         for p, value in parts.items():
             path = self._path("partition", str(p), node(txid))
             if p not in index:
@@ -351,6 +357,8 @@ class ZooKeeperStateStore(FencedStore):
         results = self._commit(tx, f"advancing past txid {txid}")
         self._fence = results[0].version
         self._currtx = txid + 1
+        if first != txid:
+            self._group = None
         self._digests -= done
         metas.difference_update({t for t in metas if t < txid})
         for p in parts:
@@ -380,9 +388,19 @@ class ZooKeeperStateStore(FencedStore):
         self._commit(tx, f"recording the digest of txid {txid}", on_exists=exists)
         self._digests.add(txid)
 
+    def _write_group(self, fence: int, first: int, last: int) -> None:
+        metas, _ = self._index()
+        started = all(t in metas for t in range(first, last + 1))
+        self._check_group(first, last, self._currtx, started, self._group)
+        tx = self._zk.transaction()
+        tx.check(self._path("coordinator", "currtx"), fence)
+        tx.set_data(self._path("coordinator", "group"), encode_group(first, last).encode())
+        self._commit(tx, f"recording the commit group {first}..{last}")
+        self._group = (first, last)
+
     def _write_retract(self, fence: int, txid: int) -> None:
-        self._check_retract(txid, self._currtx)
         metas, index = self._index()
+        self._check_retract(txid, self._currtx, self._group)
         tx = self._zk.transaction()
         tx.check(self._path("coordinator", "currtx"), fence)
         self._delete(tx, lambda t: t >= txid, {t for t in self._digests if t >= txid})

@@ -181,6 +181,7 @@ def _add_store_flags(parser: argparse.ArgumentParser) -> None:
 _RUN_SETTINGS = (
     ("--batch-size", "N|auto", "records per new txid, or auto"),
     ("--max-pending", "K", "txids in flight (default 2)"),
+    ("--max-group", "K", "processed txids committed as one sink write, at most (default 8)"),
     ("--max-attempts", "N", "failures of a txid before exit 1"),
     (
         "--attempt-timeout",
@@ -314,6 +315,7 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         "until_drained": args.until_drained,
         "crash_at": args.crash_at,
         "max_pending": args.max_pending,
+        "max_group": args.max_group,
         "max_attempts": args.max_attempts,
         "attempt_timeout_s": args.attempt_timeout,
         "leader_timeout_s": args.leader_timeout,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -57,6 +57,15 @@ class Committer(ABC):
       ``CommitOutcome.SKIPPED``;
     - opaque mode: committing ``txid == last`` first undoes everything the earlier
       attempt of that txid wrote, then applies; ``txid < last`` is a ``CommitError``.
+
+    Commit groups (optional, ``groupable`` and ``commit_group``): the runner may commit
+    consecutive txids ``first..last`` as one write marked with ``last``. It records the
+    group in its store first and, until the group is committed, commits exactly that
+    group again, so the sink only ever holds ``last`` for the whole group or a txid
+    below ``first``. The rules above then read: transactional mode skips a group whose
+    ``last`` the sink holds; opaque mode undoes the earlier write of a group when the
+    sink holds a txid at or above ``first`` (only a write starting at ``first`` can
+    have put it there, since ``first`` is the state store's ``currtx``).
     """
 
     mode: ClassVar[CommitMode] = CommitMode.TRANSACTIONAL
@@ -111,6 +120,23 @@ class Committer(ABC):
         """Write ``prepared`` for ``attempt.txid`` atomically with the txid. Raise
         ``FencedError`` (writing nothing) if the sink holds a higher fence token than
         ``context.fence_token``: another runner leads now."""
+
+    def groupable(self, prepared: Any) -> bool:
+        """Whether the attempt whose ``prepare`` gave ``prepared`` may be committed in a
+        group with the txids beside it (``commit_group``). Default False: every txid is
+        committed alone (``max_group`` has no effect)."""
+        return False
+
+    def commit_group(
+        self, attempts: Sequence[TransactionAttempt], prepared: Sequence[Any]
+    ) -> CommitOutcome:
+        """Write the txids of ``attempts`` (two or more, consecutive, in order; their
+        ``prepared`` beside them, ``None`` for a txid that came out empty) as one atomic
+        write, marked with the last txid; the same duties as ``commit`` (see the class),
+        for the group. Called only with attempts ``groupable`` said yes to, except when
+        a recorded group is committed again after a failure or a restart: then it must
+        also cope with prepared results it would not have grouped."""
+        raise NotImplementedError(f"{type(self).__name__} does not commit groups")
 
     def committed_txid(self) -> int | None:
         """The last txid the sink holds (None if none or unknown).

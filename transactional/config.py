@@ -12,6 +12,13 @@ class RunnerConfig(BaseModel):
     topology_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     #: Transactions processed at once; commits stay strictly ordered.
     max_pending: int = Field(default=2, ge=1, le=64)
+    #: Consecutive processed txids committed as one sink transaction, at most (one
+    #: write per table, one Redis script, marked with the group's last txid). Groups
+    #: form only from txids already processed when a commit is due; 1: every txid alone.
+    max_group: int = Field(default=8, ge=1, le=64)
+    #: How long a processed txid may wait for the txids after it that are still being
+    #: processed, to commit with them in one group (0: commit what is processed now).
+    group_wait_s: float = Field(default=0.0, ge=0)
     #: Attempts of one txid before the runner stops with ``PoisonBatchError``.
     max_attempts: int = Field(default=10, ge=1)
     #: Seconds an attempt may take to process, and again to commit, before its Spark

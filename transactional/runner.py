@@ -211,7 +211,7 @@ class TransactionalRunner:
             self.clock,
         )
         self._executor = executor
-        return executor, Opened(state.currtx, stored)
+        return executor, Opened(state.currtx, stored, state.group)
 
     def _close(self, executor: Executor) -> None:
         executor.close()

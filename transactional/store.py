@@ -27,6 +27,9 @@ class StoredState:
     partitions: Mapping[int, Mapping[int, JsonValue]] = field(default_factory=dict)
     #: txid -> the digest of its first emit (``record_digest``), for uncommitted txids.
     digests: Mapping[int, JsonValue] = field(default_factory=dict)
+    #: The last commit group recorded (``record_group``) as ``(first, last)``: while
+    #: ``first == currtx`` it may have reached a sink, and is committed again exactly.
+    group: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -106,11 +109,24 @@ class StateStore(ABC):
         Refuse (``CoordinatorError``) if ``txid`` already has metadata: it never changes."""
 
     @abstractmethod
-    def advance(self, txid: int, partitions: Mapping[int, JsonValue] | None = None) -> None:
-        """``txid`` committed: in one atomic, fenced write, store ``partitions`` (opaque
-        spouts) for it, set ``currtx = txid + 1`` and delete all metadata below ``txid``
-        (its own is kept as the previous metadata of ``txid + 1``). Raise ``FencedError``
-        if ``currtx`` is not ``txid`` or another runner took the fence."""
+    def advance(
+        self, txid: int, partitions: Mapping[int, JsonValue] | None = None, first: int | None = None
+    ) -> None:
+        """``txid`` committed, and with it every txid from ``first`` (a commit group;
+        default: ``txid`` alone): in one atomic, fenced write, store ``partitions``
+        (opaque spouts) for ``txid``, set ``currtx = txid + 1`` and delete all metadata
+        below ``txid`` (its own is kept as the previous metadata of ``txid + 1``). Raise
+        ``FencedError`` if ``currtx`` is not ``first`` or another runner took the fence,
+        and ``CoordinatorError`` if a group is not the one ``record_group`` stored."""
+
+    @abstractmethod
+    def record_group(self, first: int, last: int) -> None:
+        """Before txids ``first..last`` (``first == currtx``, all started) are committed
+        as one sink write: store the group, in one atomic, fenced write, so that a
+        replay after a crash commits exactly this group again (a sink that holds the
+        group's last txid holds all of it). Refuse (``CoordinatorError``) a different
+        group from the same ``first``: like metadata, it never changes. Recording the
+        same group again changes nothing."""
 
     @abstractmethod
     def record_digest(self, txid: int, digest: JsonValue) -> None:
@@ -126,7 +142,8 @@ class StateStore(ABC):
         partition metadata and digests in one atomic, fenced write. The runner does this
         when a started batch turned out empty: nothing of it reached a sink, and an idle
         source must not leave a txid per poll behind. Raise ``FencedError`` if ``txid`` is
-        below ``currtx`` or another runner took the fence."""
+        below ``currtx`` or another runner took the fence, and ``CoordinatorError`` if it
+        is inside the recorded commit group (which may have reached a sink)."""
 
 
 def open_store(zookeeper: str | None, state_dir: str) -> StateStore:

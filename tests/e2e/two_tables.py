@@ -40,9 +40,12 @@ class KilledBetweenTables(DeltaCommitter):
         super().__init__(*args, **kwargs)
         self.kill_txid = kill_txid
 
-    def _commit_table(self, txid: int, table: CounterTable, source: Any, done: list[str]) -> Any:
-        outcome = super()._commit_table(txid, table, source, done)
-        if txid == self.kill_txid:
+    def _commit_table(
+        self, span: tuple[int, int], table: CounterTable, source: Any, done: list[str]
+    ) -> Any:
+        outcome = super()._commit_table(span, table, source, done)
+        txid = span[1]
+        if span[0] <= self.kill_txid <= txid:
             print(f"killed_between_tables txid={txid} after={table.name}", flush=True)
             sys.stderr.flush()
             kill_process_tree()

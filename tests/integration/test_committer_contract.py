@@ -67,12 +67,16 @@ class DeltaSink(SinkUnderTest):
 
 
 class TestRedisCommitter(CommitterContract):
+    groups = True
+
     @pytest.fixture
     def sink(self, redis_url: str, spark: Any) -> RedisSink:
         return RedisSink(redis_url, spark)
 
 
 class TestDeltaCommitter(CommitterContract):
+    groups = True
+
     @pytest.fixture
     def sink(self, tmp_path: Path, spark: Any) -> DeltaSink:
         return DeltaSink(tmp_path / "delta", spark)

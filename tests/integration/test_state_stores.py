@@ -252,6 +252,36 @@ def test_retract_forgets_started_txids_from_one_up(backend: Backend) -> None:
     )
 
 
+def test_a_commit_group_is_recorded_once_and_advanced_past_whole(backend: Backend) -> None:
+    store = leader(backend)
+    for txid in (1, 2, 3, 4):
+        store.start_transaction(txid, meta(txid), {0: part(txid, 0)})
+    store.record_group(1, 3)
+    store.record_group(1, 3)  # the same group again: nothing changes
+    assert store.read_state().group == (1, 3)
+    assert backend.open().read_state().group == (1, 3)
+    with pytest.raises(CoordinatorError, match=r"commit group from txid 1 \(1..3\) is already"):
+        store.record_group(1, 2)
+    with pytest.raises(CoordinatorError, match="must start at currtx"):
+        store.record_group(2, 3)
+    with pytest.raises(CoordinatorError, match="every txid of it must be started"):
+        store.record_group(1, 5)
+    with pytest.raises(CoordinatorError, match="first < last"):
+        store.record_group(1, 1)
+    with pytest.raises(CoordinatorError, match=r"in the recorded commit group 1\.\.3"):
+        store.retract(3)
+    with pytest.raises(CoordinatorError, match=r"as one group: the recorded group is 1\.\.3"):
+        store.advance(2, first=1)
+    with pytest.raises(FencedError, match="past txid 3: currtx is 1"):
+        store.advance(3)
+    assert backend.open().read_state().currtx == 1
+    store.retract(4)  # above the group: allowed
+    store.advance(3, {0: part(30, 0)}, first=1)
+    expected = StoredState(currtx=4, metas={3: meta(3)}, partitions={3: {0: part(30, 0)}})
+    assert store.read_state() == expected
+    assert backend.open().read_state() == expected  # the group is gone with its advance
+
+
 def test_retract_and_record_digest_are_fenced(backend: Backend) -> None:
     old = leader(backend)
     old.start_transaction(1, meta(1), {})
@@ -264,6 +294,8 @@ def test_retract_and_record_digest_are_fenced(backend: Backend) -> None:
         old.retract(1)
     with pytest.raises(LostLeadershipError):
         old.record_digest(2, {"0": [1, "1"]})
+    with pytest.raises(LostLeadershipError):
+        old.record_group(1, 2)
     assert new.read_state() == before
     new.retract(2)
     assert new.read_state() == StoredState(currtx=1, metas={1: meta(1)}, partitions={})
@@ -416,8 +448,10 @@ def test_zookeeper_layout(zk_hosts: str) -> None:
             assert sorted(client.get_children(f"{root}/coordinator")) == [
                 "currtx",
                 "digest",
+                "group",
                 "meta",
             ]
+            assert client.get(f"{root}/coordinator/group")[0] == b""  # none recorded
             assert sorted(client.get_children(f"{root}/coordinator/meta")) == [
                 "00000000000000000002",
                 "00000000000000000003",

@@ -80,7 +80,7 @@ def test_the_window_fills_one_start_at_a_time_and_commits_only_currtx() -> None:
     assert process(machine, A(1, 1)) == [Commit(A(1, 1), 1)]
     assert process(machine, A(3, 3)) == []  # one commit at a time
     assert machine.step(CommitBegan(A(1, 1)), 1.0) == []
-    assert machine.step(Committed(A(1, 1)), 2.0) == [Advance(A(1, 1))]
+    assert machine.step(Committed(A(1, 1)), 2.0) == [Advance(A(1, 1), 1)]
     # Advanced: txid 1 acknowledged, txid 4 may start, and txid 2 commits.
     assert machine.step(Advanced(A(1, 1)), 2.0) == [
         Acknowledge(A(1, 1), 1, 5, queued_s=0.0),
@@ -282,3 +282,128 @@ def test_an_event_before_a_start_is_answered_is_a_bug() -> None:
     machine.step(Opened(1, frozenset()), 0.0)  # Emit(1) asked for
     with pytest.raises(InvariantError, match="unanswered"):
         machine.step(Tick(), 0.0)
+
+
+# ---------------------------------------------------------------------- commit groups
+
+
+def grouped(machine: Machine, attempt: A, now: float = 0.0, records: int = 5) -> list[object]:
+    """``process`` for an attempt every committer may commit in a group."""
+    out = machine.step(Processed(attempt, records, empty=False, groupable=True), now)
+    assert out == [Verify(attempt)]
+    return list(machine.step(Verified(attempt), now))
+
+
+def running(machine: Machine, txids: int) -> None:
+    """Opened at txid 1 (no recorded group: txid 1 is pinned alone), txid 1 committed
+    and advanced, txids 2..``txids`` started."""
+    machine.step(Opened(1, frozenset()), 0.0)
+    for t in range(1, txids + 1):
+        machine.step(Started(A(t, t)), 0.0)
+    assert grouped(machine, A(1, 1)) == [Commit(A(1, 1), 1)]
+    machine.step(Committed(A(1, 1)), 0.0)
+    out = machine.step(Advanced(A(1, 1)), 0.0)
+    assert Acknowledge(A(1, 1), 1, 5, queued_s=0.0) in out
+    for command in out:
+        if isinstance(command, Emit):  # the window moved: nothing new this time
+            assert machine.step(NotReady(command.attempt.txid), 0.0) == []
+
+
+def test_processed_txids_behind_a_commit_go_as_one_group_of_at_most_max_group() -> None:
+    machine = Machine(SETTINGS.model_copy(update={"max_pending": 5, "max_group": 3}))
+    running(machine, 5)  # the window [2, 7): 6 was asked for, and is not ready
+    for t in (3, 4, 5):
+        assert grouped(machine, A(t, t)) == []  # txid 2 is not processed
+    # txid 2 done: 2, 3 and 4 go together (max_group=3); 5 waits for the next commit.
+    assert grouped(machine, A(2, 2)) == [Commit(A(2, 2), 1, ((A(3, 3), 1), (A(4, 4), 1)))]
+    assert machine.pinned == (2, 4)
+    assert machine.step(Committed(A(2, 2)), 1.0) == [Advance(A(2, 2), 4)]
+    out = machine.step(Advanced(A(2, 2)), 1.0)
+    assert out[:3] == [Acknowledge(A(t, t), 1, 5, queued_s=0.0) for t in (2, 3, 4)]
+    assert out[3:] == [Emit(A(6, 7), 1)]  # the window moved to [5, 10)
+    assert machine.currtx == 5 and machine.pinned is None
+    assert machine.counts.committed_txids == 4 and machine.counts.grouped_commits == 1
+
+
+def test_a_txid_a_committer_will_not_group_ends_the_group_before_it() -> None:
+    machine = Machine(SETTINGS.model_copy(update={"max_pending": 4}))
+    running(machine, 4)
+    assert process(machine, A(3, 3)) == []  # not groupable (``Committer.groupable``)
+    assert grouped(machine, A(4, 4)) == []
+    assert grouped(machine, A(2, 2)) == [Commit(A(2, 2), 1)]
+    machine.step(Committed(A(2, 2)), 0.0)
+    assert machine.step(Advanced(A(2, 2)), 0.0)[-1] == Commit(A(3, 3), 1)  # alone
+
+
+def test_a_failed_group_is_committed_again_exactly_whatever_is_processed_by_then() -> None:
+    machine = Machine(SETTINGS.model_copy(update={"max_pending": 4}))
+    running(machine, 4)
+    for t in (3, 2):
+        grouped(machine, A(t, t))
+    # 2 and 3 went as a group; 4 is processed meanwhile.
+    assert grouped(machine, A(4, 4)) == []
+    out = machine.step(Failed(A(2, 2), RuntimeError("lost reply"), Phase.COMMIT), 1.0)
+    assert [c for c in out if isinstance(c, Cancel)] == [Cancel(A(t, t), True) for t in (2, 3, 4)]
+    assert machine.pinned == (2, 3)
+    # Back after the back-off: 2, 3 and 4 replayed and processed; the group is 2..3.
+    assert machine.step(Tick(), 2.0) == [Replay(A(2, 6), 2)]
+    assert machine.step(Started(A(2, 6)), 2.0) == [Replay(A(3, 7), 2)]
+    assert machine.step(Started(A(3, 7)), 2.0) == [Replay(A(4, 8), 2)]
+    assert machine.step(Started(A(4, 8)), 2.0) == [Emit(A(5, 9), 1)]
+    assert machine.step(NotReady(5), 2.0) == []
+    assert grouped(machine, A(4, 8), 2.0) == []
+    assert grouped(machine, A(2, 6), 2.0) == []  # waits for all of the pinned group
+    assert grouped(machine, A(3, 7), 2.0) == [Commit(A(2, 6), 2, ((A(3, 7), 2),))]
+
+
+def test_a_recorded_group_is_replayed_whole_even_past_max_pending_and_an_empty_txid_stays_in_it() -> (
+    None
+):
+    machine = Machine(SETTINGS.model_copy(update={"max_pending": 1, "max_group": 1}))
+    out = machine.step(Opened(4, frozenset({4, 5, 6}), group=(4, 6)), 0.0)
+    assert out == [Replay(A(4, 1), 1)]
+    assert machine.step(Started(A(4, 1)), 0.0) == [Replay(A(5, 2), 1)]  # window: 3
+    assert machine.step(Started(A(5, 2)), 0.0) == [Replay(A(6, 3), 1)]
+    assert machine.step(Started(A(6, 3)), 0.0) == []
+    assert process(machine, A(4, 1)) == []  # not groupable: the recorded group rules
+    # txid 5 came out empty this time: committed in its group, not retracted.
+    assert machine.step(Processed(A(5, 2), 0, empty=True), 0.0) == [Verify(A(5, 2))]
+    assert machine.step(Verified(A(5, 2)), 0.0) == []
+    assert process(machine, A(6, 3)) == [Commit(A(4, 1), 1, ((A(5, 2), 1), (A(6, 3), 1)))]
+    machine.step(Committed(A(4, 1)), 0.0)
+    machine.step(Advanced(A(4, 1)), 0.0)
+    assert machine.currtx == 7 and machine.window() == 1
+
+
+def test_after_opened_without_a_recorded_group_currtx_is_committed_alone() -> None:
+    # An earlier run may have committed txid 2 alone (no record): grouping it now with 3
+    # would put the sink's marker inside the group.
+    machine = Machine(SETTINGS)
+    machine.step(Opened(2, frozenset({2, 3}), group=(1, 2)), 0.0)  # a stale record
+    assert machine.pinned == (2, 2)
+    machine.step(Started(A(2, 1)), 0.0)
+    assert machine.step(Started(A(3, 2)), 0.0) == [Emit(A(4, 3), 1)]
+    assert machine.step(NotReady(4), 0.0) == []
+    assert grouped(machine, A(3, 2)) == []
+    assert grouped(machine, A(2, 1)) == [Commit(A(2, 1), 1)]
+
+
+def test_group_wait_holds_a_processed_txid_for_the_ones_still_processing_up_to_its_limit() -> None:
+    settings = SETTINGS.model_copy(
+        update={"max_pending": 3, "group_wait_s": 5.0, "poll_interval_s": 99, "poll_max_s": 99}
+    )
+    machine = Machine(settings)
+    running(machine, 3)  # 2 and 3 in flight; 4 not ready (asked again at t=99)
+    assert grouped(machine, A(2, 2), now=1.0) == []  # 3 is still processing: wait
+    assert machine.wait_time(1.0) <= 1.0
+    assert grouped(machine, A(3, 3), now=2.0) == [Commit(A(2, 2), 1, ((A(3, 3), 1),))]
+    machine.step(Committed(A(2, 2)), 2.0)
+    machine.step(Advanced(A(2, 2)), 2.0)
+    machine.poll_at = 2.0  # data came: 4 and 5 start
+    assert machine.step(Tick(), 2.0) == [Emit(A(4, 5), 1)]
+    assert machine.step(Started(A(4, 5)), 2.0) == [Emit(A(5, 6), 1)]
+    assert machine.step(Started(A(5, 6)), 2.0) == [Emit(A(6, 7), 1)]
+    machine.step(NotReady(6), 2.0)
+    assert grouped(machine, A(4, 5), now=3.0) == []  # 5 is still processing...
+    assert machine.step(Tick(), 7.9) == []
+    assert machine.step(Tick(), 8.0) == [Commit(A(4, 5), 1)]  # ...for 5 s at most

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, note, settings
+from hypothesis import event as label_example
 from hypothesis import strategies as st
 
 from transactional.config import RunnerConfig
@@ -72,19 +73,31 @@ class Store:
 
     currtx: int = 1
     metas: dict[int, tuple[int, int]] = field(default_factory=dict)
+    group: tuple[int, int] | None = None
 
     def start(self, txid: int, meta: tuple[int, int]) -> None:
         assert txid not in self.metas, f"metadata of txid {txid} written twice"
         assert txid >= self.currtx
         self.metas[txid] = meta
 
-    def advance(self, txid: int) -> None:
-        assert txid == self.currtx, f"advance of {txid} with currtx={self.currtx}"
+    def record_group(self, first: int, last: int) -> None:
+        assert first == self.currtx and first < last
+        assert all(t in self.metas for t in range(first, last + 1))
+        if self.group is not None and self.group[0] == first:
+            assert self.group == (first, last), f"group {self.group} changed to {first}..{last}"
+        self.group = (first, last)
+
+    def advance(self, txid: int, first: int) -> None:
+        assert first == self.currtx, f"advance from {first} with currtx={self.currtx}"
+        if first != txid:
+            assert self.group == (first, txid), f"advance of {first}..{txid}, not {self.group}"
         self.currtx = txid + 1
         self.metas = {t: m for t, m in self.metas.items() if t >= txid}
 
     def retract(self, txid: int) -> None:
         assert txid >= self.currtx
+        group = self.group
+        assert group is None or group[0] != self.currtx or txid > group[1], "retract in a group"
         self.metas = {t: m for t, m in self.metas.items() if t < txid}
 
 
@@ -96,13 +109,14 @@ class Sink:
     applied: list[int] = field(default_factory=list)  # source positions, in commit order
     commits: list[int] = field(default_factory=list)
 
-    def commit(self, txid: int, meta: tuple[int, int]) -> None:
-        if txid <= self.last:
+    def commit(self, first: int, last: int, metas: list[tuple[int, int]]) -> None:
+        if last <= self.last:
             return  # a replay: skipped
-        assert txid == self.last + 1, f"commit of {txid} after {self.last}: a gap"
-        self.applied.extend(range(*meta))
-        self.last = txid
-        self.commits.append(txid)
+        assert first == self.last + 1, f"commit of {first}..{last} after {self.last}"
+        for meta in metas:
+            self.applied.extend(range(*meta))
+        self.last = last
+        self.commits.append(last)
 
 
 @dataclass
@@ -118,7 +132,8 @@ class World:
     sink: Sink = field(default_factory=Sink)
     now: float = 0.0
     pending: list[Event] = field(default_factory=list)
-    commits_queued: list[tuple[TransactionAttempt, bool]] = field(default_factory=list)
+    #: Queued commits: the group's first attempt and its last txid.
+    commits_queued: list[tuple[TransactionAttempt, int]] = field(default_factory=list)
     idle: tuple[int, tuple[int, int]] | None = None
     cancelled: set[TransactionAttempt] = field(default_factory=set)
     halted: Halt | None = None
@@ -150,24 +165,29 @@ class World:
                 self.store.start(attempt.txid, meta)
                 if fail("after its metadata is stored"):
                     return [Failed(attempt, Boom("emit"), Phase.START, stored=True)]
-                self.pending.append(Processed(attempt, meta[1] - meta[0], meta[0] == meta[1]))
+                self.pending.append(self.processed(attempt, meta, fail))
                 return [Started(attempt)]
             case Replay(attempt, _):
                 assert attempt.txid in self.store.metas, f"replay of unstored {attempt.txid}"
                 if fail("replay"):
                     return [Failed(attempt, Boom("replay"), Phase.START)]
                 meta = self.store.metas[attempt.txid]
-                self.pending.append(Processed(attempt, meta[1] - meta[0], meta[0] == meta[1]))
+                self.pending.append(self.processed(attempt, meta, fail))
                 return [Started(attempt)]
             case Verify(attempt):
                 return [Verified(attempt)]
-            case Commit(attempt, _):
-                self.commits_queued.append((attempt, False))
+            case Commit(attempt, _, more):
+                last = more[-1][0].txid if more else attempt.txid
+                if more:
+                    if fail("record the group"):
+                        return [Failed(attempt, Boom("record"), Phase.COMMIT)]
+                    self.store.record_group(attempt.txid, last)
+                self.commits_queued.append((attempt, last))
                 return []
-            case Advance(attempt):
+            case Advance(attempt, through):
                 if fail("advance"):
                     return [Failed(attempt, Boom("advance"), Phase.ADVANCE)]
-                self.store.advance(attempt.txid)
+                self.store.advance(through, attempt.txid)
                 return [Advanced(attempt)]
             case Retract(attempt):
                 meta = self.store.metas[attempt.txid]
@@ -178,13 +198,23 @@ class World:
                 self.cancelled.add(attempt)
                 return []
             case Reacquire(_):
-                return [Opened(self.store.currtx, frozenset(self.store.metas))]
+                return [self.opened()]
             case Halt():
                 self.halted = command
                 return []
             case Acknowledge() | Backoff():
                 return []
         raise AssertionError(f"unknown command {command}")
+
+    def processed(
+        self, attempt: TransactionAttempt, meta: tuple[int, int], fail: Callable[[str], bool]
+    ) -> Processed:
+        """What the worker will report; a committer may refuse to group it."""
+        records = meta[1] - meta[0]
+        return Processed(attempt, records, records == 0, groupable=not fail("ungroupable"))
+
+    def opened(self) -> Opened:
+        return Opened(self.store.currtx, frozenset(self.store.metas), self.store.group)
 
 
 def run_commands(
@@ -199,13 +229,16 @@ def run_commands(
             todo.extend(machine.step(event, world.now))
 
 
-def commit_thread(world: World, attempt: TransactionAttempt, outcome: str) -> list[Event]:
-    """The commit thread takes up a queued commit: it applies, fails, or applies and
-    then reports a failure (a lost reply: the outcome is unknown to the runner)."""
-    meta = world.store.metas[attempt.txid]
+def commit_thread(
+    world: World, attempt: TransactionAttempt, last: int, outcome: str
+) -> list[Event]:
+    """The commit thread takes up a queued commit (one txid or a group): it applies,
+    fails, or applies and then reports a failure (a lost reply: the outcome is unknown
+    to the runner)."""
+    metas = [world.store.metas[t] for t in range(attempt.txid, last + 1)]
     if outcome == "fail":
         return [CommitBegan(attempt), Failed(attempt, Boom("commit"), Phase.COMMIT)]
-    world.sink.commit(attempt.txid, meta)
+    world.sink.commit(attempt.txid, last, metas)
     if outcome == "lost reply":
         return [CommitBegan(attempt), Failed(attempt, Boom("reply lost"), Phase.COMMIT)]
     return [CommitBegan(attempt), Committed(attempt)]
@@ -221,17 +254,27 @@ ACTIONS = ["tick", "worker", "commit", "data", "leadership", "crash", "fenced", 
 )
 @given(
     max_pending=st.integers(1, 4),
+    max_group=st.integers(1, 4),
+    group_wait=st.sampled_from([0.0, 0.0, 2.0]),
     batch=st.integers(1, 5),
     total=st.integers(0, 30),
     steps=st.integers(10, 120),
     data=st.data(),
 )
 def test_random_schedules_keep_every_invariant_and_count_each_record_once(
-    max_pending: int, batch: int, total: int, steps: int, data: st.DataObject
+    max_pending: int,
+    max_group: int,
+    group_wait: float,
+    batch: int,
+    total: int,
+    steps: int,
+    data: st.DataObject,
 ) -> None:
     config = RunnerConfig(
         topology_id="machine",
         max_pending=max_pending,
+        max_group=max_group,
+        group_wait_s=group_wait,
         max_attempts=4,
         attempt_timeout_s=10.0,
         backoff_initial_s=0.5,
@@ -257,8 +300,7 @@ def test_random_schedules_keep_every_invariant_and_count_each_record_once(
         world.halted = None
         world.idle = None
         fresh = Machine(config)
-        opened = Opened(world.store.currtx, frozenset(world.store.metas))
-        run_commands(fresh, world, fresh.step(opened, world.now), fail)
+        run_commands(fresh, world, fresh.step(world.opened(), world.now), fail)
         return fresh
 
     try:
@@ -275,11 +317,11 @@ def test_random_schedules_keep_every_invariant_and_count_each_record_once(
                 world.log.append(f"{event}")
                 run_commands(machine, world, machine.step(event, world.now), fail)
             elif action == "commit" and world.commits_queued:
-                attempt, _ = world.commits_queued.pop(0)  # one commit thread: in order
+                attempt, last = world.commits_queued.pop(0)  # one commit thread: in order
                 if attempt.txid not in world.store.metas:
                     continue  # retracted since (cannot happen for a queued commit)
                 outcome = data.draw(st.sampled_from(["ok", "ok", "fail", "lost reply"]))
-                for event in commit_thread(world, attempt, outcome):
+                for event in commit_thread(world, attempt, last, outcome):
                     world.log.append(f"{event} ({outcome})")
                     run_commands(machine, world, machine.step(event, world.now), fail)
             elif action == "data" and world.available < total:
@@ -315,9 +357,9 @@ def test_random_schedules_keep_every_invariant_and_count_each_record_once(
                 event = world.pending.pop(0)
                 run_commands(machine, world, machine.step(event, world.now), never)
             elif world.commits_queued:
-                attempt, _ = world.commits_queued.pop(0)
+                attempt, last = world.commits_queued.pop(0)
                 if attempt.txid in world.store.metas:
-                    for event in commit_thread(world, attempt, "ok"):
+                    for event in commit_thread(world, attempt, last, "ok"):
                         run_commands(machine, world, machine.step(event, world.now), never)
             elif machine.drained(world.now) and len(world.sink.applied) == total:
                 break
@@ -329,7 +371,11 @@ def test_random_schedules_keep_every_invariant_and_count_each_record_once(
         note("\n".join(world.log[-300:]))  # the schedule, when an example fails
     assert machine.drained(world.now), "did not drain"
     assert world.sink.applied == list(range(total)), "records lost or counted twice"
-    assert world.sink.commits == list(range(1, len(world.sink.commits) + 1))
+    commits = world.sink.commits  # the last txid of each commit (a group's, or its own)
+    assert commits == sorted(set(commits))
+    steps_of = [b - a for a, b in zip([0, *commits], commits, strict=False)]
+    assert all(1 <= n <= max_group for n in steps_of), f"a group above max_group: {commits}"
+    label_example(f"commit groups of 2+: {'yes' if any(n > 1 for n in steps_of) else 'no'}")
     assert world.store.currtx == machine.currtx == world.sink.last + 1
 
 

@@ -31,6 +31,8 @@ class MemorySink(SinkUnderTest):
 
 
 class TestMemoryCommitter(CommitterContract):
+    groups = True
+
     @pytest.fixture
     def sink(self) -> MemorySink:
         return MemorySink()

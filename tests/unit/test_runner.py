@@ -44,6 +44,7 @@ def make_runner(
     settings: dict[str, Any] = {
         "topology_id": "t",
         "max_pending": 3,
+        "max_group": 1,  # each txid alone: these tests follow single commits
         "backoff_initial_s": 0.0,
         "backoff_max_s": 0.0,
         "poll_interval_s": 0.01,

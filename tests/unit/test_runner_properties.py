@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,7 @@ class Scenario:
     partitions: tuple[tuple[str, ...], ...]
     batch_size: int
     max_pending: int
+    max_group: int
     sinks: int
     mode: CommitMode
     rules: tuple[FaultRule, ...]
@@ -102,15 +103,29 @@ class Checker:
                 if value != first:
                     self.fail(f"{step}: {table} of txid {txid} changed: {first} -> {value}")
 
-    def check_commit(self, sink: CheckedCommitter, attempt: TransactionAttempt) -> None:
-        txid, store = attempt.txid, self.store
-        if txid != store.currtx:
-            self.fail(f"commit of txid {txid} while currtx is {store.currtx}")
-        if txid not in store.metas:
-            self.fail(f"commit of txid {txid} whose metadata is not stored")
-        called = [a.txid for a, _ in sink.calls]
-        if called and txid not in (called[-1], called[-1] + 1):
-            self.fail(f"commit of txid {txid} after txid {called[-1]}: a gap or a step back")
+    def check_commit(self, sink: CheckedCommitter, attempts: Sequence[TransactionAttempt]) -> None:
+        first, last, store = attempts[0].txid, attempts[-1].txid, self.store
+        if [a.txid for a in attempts] != list(range(first, last + 1)):
+            self.fail(f"commit of txids {[a.txid for a in attempts]}: not consecutive")
+        if first != store.currtx:
+            self.fail(f"commit of txid {first} while currtx is {store.currtx}")
+        if any(t not in store.metas for t in range(first, last + 1)):
+            self.fail(f"commit of txids {first}..{last} whose metadata is not all stored")
+        if last - first + 1 > self.scenario.max_group:
+            self.fail(f"commit group {first}..{last} above max_group={self.scenario.max_group}")
+        if first != last and store.group != (first, last):
+            self.fail(f"commit group {first}..{last} not recorded (store: {store.group})")
+        if not sink.spans:
+            return
+        before = sink.spans[-1]
+        if first not in (before[0], before[1] + 1):
+            self.fail(f"commit of txid {first} after {before}: a gap or a step back")
+        regrouped = first == before[0] and last != before[1]
+        # A single txid's opaque replay may come out empty and be retracted: then its
+        # new batch may be grouped (the opaque rules undo what the single wrote).
+        single_retracted = before[0] == before[1] and self.scenario.mode is CommitMode.OPAQUE
+        if regrouped and not single_retracted:
+            self.fail(f"commit of {first}..{last} after {before}: regrouped")
 
     def check_emit(self, txid: int, partition: int | None, meta: Range | None) -> None:
         store = self.store
@@ -150,9 +165,11 @@ class CheckedStore(InMemoryStateStore):
         super().start_transaction(txid, meta, partitions)
         self.checker.check_store(f"start of txid {txid}")
 
-    def advance(self, txid: int, partitions: Mapping[int, Any] | None = None) -> None:
+    def advance(
+        self, txid: int, partitions: Mapping[int, Any] | None = None, first: int | None = None
+    ) -> None:
         try:
-            super().advance(txid, partitions)
+            super().advance(txid, partitions, first)
         finally:
             self.checker.check_store(f"advance of txid {txid}")
 
@@ -170,9 +187,11 @@ class CheckedCommitter(MemoryCommitter):
         super().__init__(checker.scenario.mode, fail=fail_once)
         self.checker = checker
 
-    def commit(self, attempt: TransactionAttempt, prepared: Counter[Any]) -> CommitOutcome:
-        self.checker.check_commit(self, attempt)
-        return super().commit(attempt, prepared)
+    def commit_group(
+        self, attempts: Sequence[TransactionAttempt], prepared: Sequence[Counter[Any] | None]
+    ) -> CommitOutcome:
+        self.checker.check_commit(self, attempts)
+        return super().commit_group(attempts, prepared)
 
 
 class NumberedPlan(FaultPlan):
@@ -293,6 +312,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         partitions=partitions,
         batch_size=draw(st.integers(1, 10)),
         max_pending=draw(st.integers(1, 5)),
+        max_group=draw(st.integers(1, 4)),
         sinks=draw(st.integers(1, 2)),
         mode=mode,
         rules=tuple(draw(st.lists(fault_rules(8), max_size=6))),
@@ -331,9 +351,13 @@ def play(s: Scenario) -> tuple[Checker, CheckedStore, list[CheckedCommitter]]:
     for _ in range(len(s.rules) + 2):  # each crash fires once; each poison is fixed once
         plan.numbers.clear()
         try:
-            result = harness.run_until_drained(plan, max_pending=s.max_pending)
+            result = harness.run_until_drained(
+                plan, max_pending=s.max_pending, max_group=s.max_group
+            )
         except PoisonBatchError as err:
-            every = [r for r in plan.rules if r.attempts is None and r.txid == err.txid]
+            # A commit group fails as one: a rule on any txid of it poisons its first.
+            group = range(err.txid, err.txid + s.max_group)
+            every = [r for r in plan.rules if r.attempts is None and r.txid in group]
             assert every, f"txid {err.txid} poisoned without a rule failing every attempt"
             plan.rules = [r for r in plan.rules if r.attempts is not None]
             continue
@@ -363,10 +387,16 @@ def test_invariants_hold_at_every_step_and_the_sinks_are_exact(s: Scenario) -> N
         sequence = sink.committed_sequence()
         assert sorted(set(sequence)) == list(range(1, committed + 1))
         if s.mode is CommitMode.TRANSACTIONAL:
-            applied = [a.txid for a, o in sink.calls if o is CommitOutcome.APPLIED]
+            outcomes = [o for _, o in sink.calls]
+            applied = [
+                t
+                for (first, last), o in zip(sink.spans, outcomes, strict=True)
+                if o is CommitOutcome.APPLIED
+                for t in range(first, last + 1)
+            ]
             assert applied == list(range(1, committed + 1))
-        failed = [a.txid for a, o in sink.calls if o is None]
-        assert set(failed) <= s.commit_failures
+        failed = [span for span, (_, o) in zip(sink.spans, sink.calls, strict=True) if o is None]
+        assert all(s.commit_failures & set(range(f, t + 1)) for f, t in failed)
 
 
 def test_a_broken_invariant_is_caught() -> None:
@@ -377,6 +407,7 @@ def test_a_broken_invariant_is_caught() -> None:
         partitions=(("a",) * 5,),
         batch_size=2,
         max_pending=2,
+        max_group=1,
         sinks=1,
         mode=CommitMode.TRANSACTIONAL,
         rules=(),

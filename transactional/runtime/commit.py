@@ -1,5 +1,6 @@
-"""Step 3 of the protocol: one txid committed through every committer, in the order they
-were added, on the commit thread.
+"""Step 3 of the protocol: one txid, or one commit group of consecutive txids, committed
+through every committer, in the order they were added, on the commit thread (a group:
+``Committer.commit_group``, one write per committer, marked with its last txid).
 
 A commit that raised may have been applied anyway (a reply lost to a timeout): before
 treating it as a failure, the sink is asked which txid it holds
@@ -28,7 +29,7 @@ _BEFORE = (FaultPoint.BEFORE_SINK_WRITE, FaultPoint.BETWEEN_COMMITTERS)
 
 
 class CommitSequence:
-    """Commits one txid at a time through ``committers``."""
+    """Commits one txid (or one group) at a time through ``committers``."""
 
     def __init__(
         self, committers: Sequence[CommitterNode], resolve_unknown: bool, checkpoint: Checkpoint
@@ -40,38 +41,50 @@ class CommitSequence:
         self.resolved = 0
 
     def commit(
-        self, attempt: TransactionAttempt, number: int, prepared: Sequence[Any]
+        self, members: Sequence[tuple[TransactionAttempt, int]], prepared: Sequence[Sequence[Any]]
     ) -> list[CommitOutcome]:
-        """Every committer commits ``attempt.txid``, atomically with the txid in its sink;
-        raises what the first failing one raised (nothing after it is written)."""
+        """Every committer commits the txids of ``members`` (one, or a group; with their
+        attempt numbers), atomically with the last txid in its sink; ``prepared``: per
+        member, per committer. Raises what the first failing committer raised (nothing
+        after it is written). A fault point is met once per member, so a fault planned
+        for any txid of a group fires."""
+        attempts = [attempt for attempt, _ in members]
         outcomes = []
-        for i, (node, inputs) in enumerate(zip(self.committers, prepared, strict=True)):
+        for i, node in enumerate(self.committers):
             if i < len(_BEFORE):  # each point once per attempt: only the first gap is named
-                self.checkpoint(_BEFORE[i], attempt, number)
-            outcomes.append(self._commit_one(node, attempt, inputs))
-        self.checkpoint(FaultPoint.AFTER_SINK_WRITE, attempt, number)
+                for attempt, number in members:
+                    self.checkpoint(_BEFORE[i], attempt, number)
+            inputs = [given[i] for given in prepared]
+            outcomes.append(self._commit_one(node, attempts, inputs))
+        for attempt, number in members:
+            self.checkpoint(FaultPoint.AFTER_SINK_WRITE, attempt, number)
         return outcomes
 
     def _commit_one(
-        self, node: CommitterNode, attempt: TransactionAttempt, prepared: Any
+        self, node: CommitterNode, attempts: Sequence[TransactionAttempt], prepared: Sequence[Any]
     ) -> CommitOutcome:
         committer = node.committer
+        last = attempts[-1]
         try:
-            outcome = committer.commit(attempt, prepared)
+            if len(attempts) == 1:
+                outcome = committer.commit(last, prepared[0])
+            else:
+                outcome = committer.commit_group(attempts, prepared)
         except (LostLeadershipError, ConfigurationError):
             raise  # step 7, or a refusal that every attempt would meet again
         except Exception as exc:
             if not self.resolve_unknown:
                 raise
-            return self._resolve(node, attempt, exc)
+            return self._resolve(node, last, exc)
         who = contracts.component("committer", node.name, committer)
-        return contracts.check_outcome(outcome, who, attempt.txid)
+        return contracts.check_outcome(outcome, who, last.txid)
 
     def _resolve(
         self, node: CommitterNode, attempt: TransactionAttempt, exc: Exception
     ) -> CommitOutcome:
         """The commit raised: read what the sink holds rather than guess. A txid it holds
-        is not committed again (its reply was lost, not its write)."""
+        is not committed again (its reply was lost, not its write). ``attempt`` is the
+        last of its group: a group is written whole or not at all, marked with it."""
         try:
             held = node.committer.committed_txid()
         except Exception as unreadable:

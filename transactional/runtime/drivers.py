@@ -172,10 +172,11 @@ class SpoutDriver(ABC):
                 del table[gone]
         self.idle = (txid, self.decision(batch))
 
-    def advance(self, batch: Batch) -> None:
-        """The txid is committed in every sink: the fenced store write, then the mirror."""
+    def advance(self, batch: Batch, first: int | None = None) -> None:
+        """The txid (with every txid from ``first``: a commit group) is committed in
+        every sink: the fenced store write, then the mirror."""
         txid = batch.txid
-        self.store.advance(txid, self._committed_partitions(batch))
+        self.store.advance(txid, self._committed_partitions(batch), first=first)
         for table in (self.metas, self.partitions):
             for old in [t for t in table if t < txid]:
                 del table[old]
@@ -370,8 +371,8 @@ class OpaqueDriver(SpoutDriver):
     def _committed_partitions(self, batch: Batch) -> dict[int, Any] | None:
         return {p: dump_meta(m) for p, m in batch.partitions.items()}
 
-    def advance(self, batch: Batch) -> None:
-        super().advance(batch)
+    def advance(self, batch: Batch, first: int | None = None) -> None:
+        super().advance(batch, first)
         self.partitions[batch.txid] = dict(batch.partitions)  # where the next txid starts
 
 

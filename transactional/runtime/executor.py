@@ -145,10 +145,10 @@ class Executor:
                 return self._start(command, attempt, number)
             case m.Verify(attempt):
                 return self._verify(attempt)
-            case m.Commit(attempt, number):
-                return self._commit(attempt, number)
-            case m.Advance(attempt):
-                return self._guarded(attempt, m.Phase.ADVANCE, self._advance)
+            case m.Commit():
+                return self._commit(command)
+            case m.Advance(attempt, through):
+                return self._guarded(attempt, m.Phase.ADVANCE, partial(self._advance, through))
             case m.Retract(attempt):
                 return self._guarded(attempt, m.Phase.RETRACT, self._retract)
             case m.Acknowledge():
@@ -190,13 +190,20 @@ class Executor:
             return [m.Failed(attempt, exc, m.Phase.PROCESS)]
         return [m.Verified(attempt)]
 
-    def _commit(self, attempt: TransactionAttempt, number: int) -> list[m.Event]:
+    def _commit(self, command: m.Commit) -> list[m.Event]:
+        attempt, members = command.attempt, command.members
         try:
             self.session.check()  # a runner that lost leadership must not commit
         except LostLeadershipError as lost:
             return [m.LeadershipLost(lost)]
-        prepared = self._results.pop(attempt).prepared
-        self._committer.submit(self._commit_on_thread, attempt, number, prepared)
+        if len(members) > 1:
+            last = members[-1][0].txid
+            try:  # before any sink sees the group: a replay commits exactly this group
+                self.driver.store.record_group(attempt.txid, last)
+            except CoordinatorError as exc:  # lost leadership is routed by the machine
+                return [m.Failed(attempt, exc, m.Phase.COMMIT)]
+        prepared = [self._results.pop(a).prepared for a, _ in members]
+        self._committer.submit(self._commit_on_thread, members, prepared)
         return []
 
     def _guarded(
@@ -208,9 +215,9 @@ class Executor:
         except CoordinatorError as exc:  # lost leadership is routed by the machine
             return [m.Failed(attempt, exc, phase)]
 
-    def _advance(self, batch: Batch) -> m.Event:
+    def _advance(self, through: int, batch: Batch) -> m.Event:
         began = time.perf_counter()
-        self.driver.advance(batch)
+        self.driver.advance(self.driver.batches[through], first=batch.txid)
         for probe in self.probes:
             probe.on_measure(batch.attempt, "advance", time.perf_counter() - began)
         return m.Advanced(batch.attempt)
@@ -259,7 +266,7 @@ class Executor:
             sorted(t for t in stored if t >= state.currtx),
             self.session.token,
         )
-        return [m.Opened(state.currtx, stored)]
+        return [m.Opened(state.currtx, stored, state.group)]
 
     def _halt_error(self, halt: m.Halt) -> BaseException:
         error = halt.error
@@ -306,15 +313,22 @@ class Executor:
         self.reports.put(report)
 
     def _commit_on_thread(
-        self, attempt: TransactionAttempt, number: int, prepared: Sequence[Any]
+        self,
+        members: Sequence[tuple[TransactionAttempt, int]],
+        prepared: Sequence[Sequence[Any]],
     ) -> None:
-        """Commit thread: the ordered commit of one txid (``commit.CommitSequence``)."""
+        """Commit thread: the ordered commit of one txid or group
+        (``commit.CommitSequence``). A group's commit time is shared by its txids."""
+        attempt = members[0][0]
         self.reports.put(Report(m.CommitBegan(attempt)))
         began = time.perf_counter()
         try:
             with self.engine.job_group(self._group(attempt)):
-                outcomes = self.sequence.commit(attempt, number, prepared)
-            self._measure(attempt, "commit", began)
+                outcomes = self.sequence.commit(members, prepared)
+            share = (time.perf_counter() - began) / len(members)
+            for member, _ in members:
+                for probe in self.probes:
+                    probe.on_measure(member, "commit", share)
             jobs = quietly(lambda: self.engine.jobs(self._group(attempt)), "count Spark jobs")
             for probe in self.probes:
                 probe.on_jobs(attempt, jobs)

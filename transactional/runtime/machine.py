@@ -12,6 +12,17 @@ A turn, after every event: start the next txid while the window
 ``Started``, ``NotReady`` or ``Failed`` before the next is asked for), then commit
 ``currtx`` once it is processed, then fail the first attempt past its deadline.
 
+Commit groups: when ``currtx`` and the txids after it are processed, up to
+``max_group`` of them are committed as one sink write (``Commit`` with ``more``), and a
+group of two or more is recorded in the store first (with ``group_wait_s``, ``currtx``
+waits that long for the txids after it still processing). Once a group is sent to commit
+it is *pinned*: until it is advanced past, the next commit is exactly that group again
+(after a failure, or after ``Opened`` from the group the store recorded), so a sink that
+holds the group's last txid holds all of it. After ``Opened`` with no recorded group
+from ``currtx``, the pin is ``currtx`` alone (an earlier run may have committed it
+alone). A pinned group's txid that comes out empty on replay is committed in its group,
+not retracted.
+
 The invariants of DESIGN.md section 4 are asserted after every step
 (``invariants.check_invariants``): at most ``max_pending`` txids in flight, all inside the window;
 at most one commit running, and only of ``currtx``; commits advance one txid at a time
@@ -91,6 +102,10 @@ class Machine:
     #: The txid whose start was asked for and not yet answered.
     starting: int | None = None
     committing: int | None = None
+    #: The last txid of the commit running (``committing`` is its first).
+    committing_last: int | None = None
+    #: ``(first, last)``: the txids the next commit must be, exactly (see the module).
+    pinned: tuple[int, int] | None = None
     opened: bool = False
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -139,14 +154,27 @@ class Machine:
             deadlines.append(self.poll_at)
         if self._room() and not self.not_ready and self.retry_at <= now and self.poll_at <= now:
             deadlines.append(now)
+        head = self.slots.get(self.currtx)
+        if head is not None and head.processed_at is not None and self.committing is None:
+            deadlines.append(head.processed_at + self.settings.group_wait_s)
         wait = min(deadlines, default=now + 1.0) - now
         return max(0.001, min(wait, 1.0))
+
+    def window(self) -> int:
+        """How many txids may be in flight: ``max_pending``, or the pinned group's size
+        if a run with a larger ``max_pending`` recorded it."""
+        if self.pinned is None:
+            return self.settings.max_pending
+        return max(self.settings.max_pending, self.pinned[1] - self.pinned[0] + 1)
 
     # ------------------------------------------------------------------ handlers
 
     def _opened(self, event: Opened, now: float, out: list[Command]) -> None:
         self.currtx = self.next_txid = event.currtx
         self.stored = {t for t in event.stored if t >= event.currtx}
+        group = event.group
+        recorded = group is not None and group[0] == event.currtx
+        self.pinned = group if recorded else (event.currtx, event.currtx)
         self.retry_at = self.poll_at = 0.0
         self.not_ready = False
         self.starting = None
@@ -183,6 +211,7 @@ class Machine:
         if slot is None:
             return
         slot.records, slot.empty = event.records, event.empty
+        slot.groupable = event.groupable
         slot.state = SlotState.VERIFYING
         out.append(Verify(event.attempt))
 
@@ -190,7 +219,7 @@ class Machine:
         slot = self._current(event.attempt, SlotState.VERIFYING)
         if slot is None:
             return
-        if slot.empty:
+        if slot.empty and not self._in_pinned_group(slot.txid):
             out.append(Retract(slot.attempt))
             return
         self.poll_interval = self.settings.poll_interval_s  # data flows: the base rate
@@ -220,27 +249,33 @@ class Machine:
         slot = self._current(event.attempt, SlotState.COMMITTING)
         if slot is None:
             return
-        slot.state = SlotState.ADVANCING
-        slot.deadline = None
-        out.append(Advance(slot.attempt))
+        assert self.committing_last is not None
+        for member in self._committing():
+            member.state = SlotState.ADVANCING
+            member.deadline = None
+        out.append(Advance(slot.attempt, self.committing_last))
 
     def _advanced(self, event: Advanced, now: float, out: list[Command]) -> None:
         slot = self._current(event.attempt, SlotState.ADVANCING)
         if slot is None:
             raise InvariantError(f"advanced {event.attempt}, which was not advancing")
-        txid = slot.txid
-        if txid != self.currtx or self.committing != txid:
-            raise InvariantError(f"advanced txid {txid} with currtx={self.currtx}")
-        del self.slots[txid]
-        self.committing = None
-        self.currtx = txid + 1
-        self.stored = {t for t in self.stored if t > txid}
-        self.failures.pop(txid, None)
-        self.attempts.pop(txid, None)
-        self.counts.committed_txids += 1
-        self.counts.records += slot.records
-        self.counts.last_committed = txid
-        out.append(Acknowledge(slot.attempt, slot.number, slot.records, slot.queued_s))
+        if slot.txid != self.currtx or self.committing != slot.txid:
+            raise InvariantError(f"advanced txid {slot.txid} with currtx={self.currtx}")
+        members = self._committing()
+        last = members[-1].txid
+        for member in members:
+            txid = member.txid
+            del self.slots[txid]
+            self.failures.pop(txid, None)
+            self.attempts.pop(txid, None)
+            self.counts.records += member.records
+            out.append(Acknowledge(member.attempt, member.number, member.records, member.queued_s))
+        self.committing = self.committing_last = self.pinned = None
+        self.currtx = last + 1
+        self.stored = {t for t in self.stored if t > last}
+        self.counts.committed_txids += len(members)
+        self.counts.grouped_commits += len(members) > 1
+        self.counts.last_committed = last
 
     def _failed(self, event: Failed, now: float, out: list[Command]) -> None:
         attempt = event.attempt
@@ -279,7 +314,7 @@ class Machine:
         self._check_timeouts(now, out)
 
     def _room(self) -> bool:
-        return self.next_txid < self.currtx + self.settings.max_pending
+        return self.next_txid < self.currtx + self.window()
 
     def _start_next(self, now: float, out: list[Command]) -> bool:
         if self.stopping or now < self.retry_at or not self._room():
@@ -296,17 +331,63 @@ class Machine:
         return True
 
     def _maybe_commit(self, now: float, out: list[Command]) -> None:
-        slot = self.slots.get(self.currtx)
-        if slot is None or slot.state is not SlotState.PROCESSED or self.committing is not None:
-            return
-        if self.stopping:
+        if self.committing is not None or self.stopping:
             return  # a stop lets a running commit finish, and starts none
-        slot.state = SlotState.COMMITTING
-        if slot.processed_at is not None:
-            slot.queued_s = now - slot.processed_at
-        slot.deadline = None  # starts when the commit thread takes it up (CommitBegan)
-        self.committing = slot.txid
-        out.append(Commit(slot.attempt, slot.number))
+        members = self._next_group(now)
+        if not members:
+            return
+        for slot in members:
+            slot.state = SlotState.COMMITTING
+            if slot.processed_at is not None:
+                slot.queued_s = now - slot.processed_at
+            slot.deadline = None  # starts when the commit thread takes it up (CommitBegan)
+        first, last = members[0], members[-1]
+        self.committing, self.committing_last = first.txid, last.txid
+        self.pinned = (first.txid, last.txid)
+        more = tuple((s.attempt, s.number) for s in members[1:])
+        out.append(Commit(first.attempt, first.number, more))
+
+    def _next_group(self, now: float) -> list[Slot]:
+        """The slots to commit now, from ``currtx``: exactly the pinned group once all
+        of it is processed; else the processed, groupable txids in a row, at most
+        ``max_group``, once the next is not one still processing that ``group_wait_s``
+        lets them wait for. Empty: nothing to commit yet."""
+        if self.pinned is not None:
+            txids = range(self.pinned[0], self.pinned[1] + 1)
+            found = [self.slots.get(t) for t in txids]
+            ready = [s for s in found if s is not None and s.state is SlotState.PROCESSED]
+            return ready if len(ready) == len(txids) else []
+        slot = self.slots.get(self.currtx)
+        if slot is None or slot.state is not SlotState.PROCESSED:
+            return []
+        members = [slot]
+        while slot.groupable and len(members) < self.settings.max_group:
+            after = self.slots.get(slot.txid + 1)
+            if after is None or after.state is not SlotState.PROCESSED or not after.groupable:
+                break
+            members.append(after)
+            slot = after
+        after = self.slots.get(slot.txid + 1)
+        grows = slot.groupable and len(members) < self.settings.max_group
+        if grows and after is not None and after.state in _PROCESSING:
+            head = members[0]
+            if (
+                head.processed_at is not None
+                and now < head.processed_at + self.settings.group_wait_s
+            ):
+                return []
+        return members
+
+    def _committing(self) -> list[Slot]:
+        """The slots of the running commit, in txid order."""
+        assert self.committing is not None and self.committing_last is not None
+        return [self.slots[t] for t in range(self.committing, self.committing_last + 1)]
+
+    def _in_pinned_group(self, txid: int) -> bool:
+        """Whether ``txid`` is in a pinned group of two or more (one that may have
+        reached a sink as a whole, so it is committed whole even if a replay is empty)."""
+        pinned = self.pinned
+        return pinned is not None and pinned[0] < pinned[1] and pinned[0] <= txid <= pinned[1]
 
     def _check_timeouts(self, now: float, out: list[Command]) -> None:
         for slot in sorted(self.slots.values(), key=lambda s: s.txid):
@@ -361,9 +442,12 @@ class Machine:
         for t in sorted(t for t in self.slots if t >= txid):
             slot = self.slots.pop(t)
             if self.committing == t:
-                self.committing = None
+                self.committing = self.committing_last = None
             out.append(Cancel(slot.attempt, failed))
 
+
+#: The states of a txid still being processed: a group may wait for it.
+_PROCESSING = (SlotState.PROCESSING, SlotState.VERIFYING)
 
 #: Commands whose outcome is the next event the machine hears (or that end the run).
 _ANSWERED_AT_ONCE = (Verify, Advance, Retract, Reacquire, Halt)

@@ -50,6 +50,8 @@ class Opened:
 
     currtx: int
     stored: frozenset[int]
+    #: The commit group the store recorded (``StateStore.record_group``), if any.
+    group: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,14 @@ class NotReady:
 
 @dataclass(frozen=True)
 class Processed:
-    """A worker finished the attempt: ``records`` read; ``empty``: not to be committed."""
+    """A worker finished the attempt: ``records`` read; ``empty``: not to be committed
+    (unless it belongs to a recorded commit group); ``groupable``: every committer may
+    commit it in a group (``Committer.groupable``)."""
 
     attempt: TransactionAttempt
     records: int
     empty: bool
+    groupable: bool = False
 
 
 class Verified(OfAttempt):
@@ -154,12 +159,28 @@ class Verify(OfAttempt):
     this was the first."""
 
 
-class Commit(OfNumberedAttempt):
-    """Commit the txid through every committer, in order, after a leadership check."""
+@dataclass(frozen=True)
+class Commit:
+    """Commit the txid through every committer, in order, after a leadership check;
+    with ``more`` (the attempts of the txids after it, and their numbers), all of them
+    as one commit group: recorded in the store first, then one write per committer."""
+
+    attempt: TransactionAttempt
+    number: int
+    more: tuple[tuple[TransactionAttempt, int], ...] = ()
+
+    @property
+    def members(self) -> tuple[tuple[TransactionAttempt, int], ...]:
+        return ((self.attempt, self.number), *self.more)
 
 
-class Advance(OfAttempt):
-    """Fenced store write: ``currtx = txid + 1``."""
+@dataclass(frozen=True)
+class Advance:
+    """Fenced store write: ``currtx = through + 1`` (``through``: the last txid of the
+    commit group ``attempt`` starts, or its own)."""
+
+    attempt: TransactionAttempt
+    through: int
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,9 @@ class Pipeline:
         read = self.engine.materialise(frames, self.driver.digests)
         self.measure(attempt, "emit", began)
         if read.records == 0 and not self.driver.spout.commit_empty_batches:
-            return Result(Processed(attempt, 0, empty=True), (), read.digests)
+            # Committed only inside a recorded group: as ``None`` to every committer.
+            empty = Processed(attempt, 0, empty=True, groupable=True)
+            return Result(empty, [None] * len(self.topology.committers), read.digests)
         began = time.perf_counter()
         streams = self._bolts(attempt, read.batch)
         self.faults.check(FaultPoint.PROCESS, attempt, batch.number)
@@ -63,7 +65,12 @@ class Pipeline:
         began = time.perf_counter()
         prepared = self._prepare(attempt, streams)
         self.measure(attempt, "prepare", began)
-        return Result(Processed(attempt, read.records, empty=False), prepared, read.digests)
+        groupable = all(
+            node.committer.groupable(p)
+            for node, p in zip(self.topology.committers, prepared, strict=True)
+        )
+        processed = Processed(attempt, read.records, empty=False, groupable=groupable)
+        return Result(processed, prepared, read.digests)
 
     def _prepare(
         self, attempt: TransactionAttempt, streams: dict[tuple[str, str], Any]

@@ -29,6 +29,7 @@ class Slot:
     state: SlotState = SlotState.PROCESSING
     records: int = 0
     empty: bool = False  # processed without records: retracted once verified
+    groupable: bool = False  # may be committed in a group with its neighbours
     processed_at: float | None = None
     queued_s: float = 0.0
 
@@ -42,6 +43,8 @@ class Counts:
     """What the machine counted (``RunStats`` shows them)."""
 
     committed_txids: int = 0
+    #: Commits of two or more txids as one sink write (``max_group``).
+    grouped_commits: int = 0
     records: int = 0
     failures: int = 0
     stale_ignored: int = 0

@@ -21,14 +21,19 @@ says ``SKIPPED``, also after a restart; an opaque replay undoes the earlier atte
 (keys it dropped included) and applies the new one; an opaque commit older than the
 sink's is refused; a deposed leader writes nothing (a lower fence token, or a failed
 leadership check for sinks that cannot compare tokens); ``committed_txid`` reads the
-sink, so a commit whose reply was lost is settled by reading, never guessed.
+sink, so a commit whose reply was lost is settled by reading, never guessed. For a
+committer with commit groups (``Committer.commit_group``; set ``groups = True`` on the
+suite): a group is applied whole and marked with its last txid, a
+transactional replay of it is skipped, a sink holding a txid inside a group refuses
+it, and an opaque replay of a group undoes the earlier write (a dropped key, a txid
+that came out empty) and applies the new one.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -83,12 +88,18 @@ class CommitterContract:
     of a mode the committer does not have is not generated)."""
 
     modes: ClassVar[tuple[CommitMode, ...]] = (CommitMode.TRANSACTIONAL, CommitMode.OPAQUE)
+    #: Whether the committer commits groups (``commit_group``): adds the group tests.
+    groups: ClassVar[bool] = False
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        grouping = self.modes if self.groups else ()
         for name, wanted in (
             ("mode", self.modes),
             ("transactional", [m for m in self.modes if m is CommitMode.TRANSACTIONAL]),
             ("opaque", [m for m in self.modes if m is CommitMode.OPAQUE]),
+            ("grouped", grouping),
+            ("grouped_transactional", [m for m in grouping if m is CommitMode.TRANSACTIONAL]),
+            ("grouped_opaque", [m for m in grouping if m is CommitMode.OPAQUE]),
         ):
             if name in metafunc.fixturenames:
                 metafunc.parametrize(name, wanted, ids=str)
@@ -113,6 +124,23 @@ class CommitterContract:
         self._attempts = getattr(self, "_attempts", 0) + 1
         attempt = TransactionAttempt(txid, self._attempts)
         return committer.commit(attempt, committer.prepare(attempt, sink.inputs(counts)))
+
+    def commit_group(
+        self,
+        sink: SinkUnderTest,
+        committer: Committer,
+        first: int,
+        batches: Sequence[Mapping[str, int] | None],
+    ) -> CommitOutcome:
+        """Commit txids ``first``.. as one group (None: a txid that came out empty)."""
+        attempts, prepared = [], []
+        for txid, counts in enumerate(batches, first):
+            self._attempts = getattr(self, "_attempts", 0) + 1
+            attempt = TransactionAttempt(txid, self._attempts)
+            attempts.append(attempt)
+            given = None if counts is None else committer.prepare(attempt, sink.inputs(counts))
+            prepared.append(given)
+        return committer.commit_group(attempts, prepared)
 
     # ------------------------------------------------------------------ the contract
 
@@ -186,3 +214,55 @@ class CommitterContract:
             self.commit(sink, writer, 2, {"b": 1})
             # The runner asks this after a commit raised: a reply lost, not the write.
             assert reader.committed_txid() == 2
+
+    # ------------------------------------------------------------------ commit groups
+
+    def test_a_group_is_applied_whole_and_marked_with_its_last_txid(
+        self, sink: SinkUnderTest, grouped: CommitMode
+    ) -> None:
+        batches = [{"a": 1, "b": 2}, {"a": 3, "c": 1}, {"b": 5, "d": 2}]
+        with self.opened(sink, grouped) as committer:
+            assert self.commit(sink, committer, 1, {"a": 10}) is CommitOutcome.APPLIED
+            assert self.commit_group(sink, committer, 2, list(batches)) is CommitOutcome.APPLIED
+            assert committer.committed_txid() in (4, None)  # None: the sink cannot tell
+            assert self.commit(sink, committer, 5, {"e": 1}) is CommitOutcome.APPLIED
+        expected = sum((Counter(b) for b in [{"a": 10}, *batches, {"e": 1}]), Counter())
+        assert sink.read() == dict(expected)
+
+    def test_a_transactional_group_replay_is_skipped_and_a_split_one_refused(
+        self, sink: SinkUnderTest, grouped_transactional: CommitMode
+    ) -> None:
+        mode = grouped_transactional
+        with self.opened(sink, mode) as committer:
+            assert self.commit_group(sink, committer, 1, [{"a": 1}, {"b": 2}]) is (
+                CommitOutcome.APPLIED
+            )
+            assert self.commit_group(sink, committer, 1, [{"a": 1}, {"b": 2}]) is (
+                CommitOutcome.SKIPPED
+            )
+        with self.opened(sink, mode) as restarted:
+            assert self.commit_group(sink, restarted, 1, [{"a": 1}, {"b": 2}]) is (
+                CommitOutcome.SKIPPED
+            )
+            assert self.commit(sink, restarted, 3, {"c": 3}) is CommitOutcome.APPLIED
+            # The sink holds 3: a group 3..4 would apply 3 twice or lose 4.
+            with pytest.raises(TransactionalError):
+                self.commit_group(sink, restarted, 3, [{"c": 3}, {"d": 4}])
+        assert sink.read() == {"a": 1, "b": 2, "c": 3}
+
+    def test_an_opaque_group_replay_undoes_the_earlier_write(
+        self, sink: SinkUnderTest, grouped_opaque: CommitMode
+    ) -> None:
+        mode = grouped_opaque
+        with self.opened(sink, mode) as committer:
+            assert self.commit(sink, committer, 1, {"a": 1, "b": 2}) is CommitOutcome.APPLIED
+            group = [{"a": 1, "c": 5}, {"b": 1, "d": 2}, {"a": 2}]
+            assert self.commit_group(sink, committer, 2, group) is CommitOutcome.APPLIED
+            assert sink.read() == {"a": 4, "b": 3, "c": 5, "d": 2}
+        with self.opened(sink, mode) as restarted:  # the replay comes after a crash
+            # Replayed with other batches: "c" and "d" are gone, txid 4 came out empty.
+            replay: list[Mapping[str, int] | None] = [{"a": 2}, {"b": 4}, None]
+            assert self.commit_group(sink, restarted, 2, replay) is CommitOutcome.REAPPLIED
+            assert sink.read() == {"a": 3, "b": 6}
+            assert self.commit(sink, restarted, 5, {"c": 1}) is CommitOutcome.APPLIED
+        assert sink.read() == {"a": 3, "b": 6, "c": 1}

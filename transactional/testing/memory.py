@@ -101,6 +101,8 @@ class InMemoryStateStore(StateStore):
         self.advances: list[int] = []
         self.starts: list[int] = []
         self.retracted: list[int] = []
+        self.group: tuple[int, int] | None = None
+        self.groups: list[tuple[int, int]] = []
         self.fail_advance: Callable[[int], bool] = lambda txid: False
         self.leader = False
 
@@ -132,6 +134,7 @@ class InMemoryStateStore(StateStore):
             dict(self.metas),
             {t: dict(p) for t, p in self.partitions.items()},
             dict(self.digests),
+            self.group,
         )
 
     def start_transaction(self, txid: int, meta: Any, partitions: Mapping[int, Any]) -> None:
@@ -142,14 +145,21 @@ class InMemoryStateStore(StateStore):
             self.partitions[txid] = dict(partitions)
         self.starts.append(txid)
 
-    def advance(self, txid: int, partitions: Mapping[int, Any] | None = None) -> None:
-        if self.currtx != txid:
-            raise FencedError(f"currtx is {self.currtx}, not {txid}")
+    def advance(
+        self, txid: int, partitions: Mapping[int, Any] | None = None, first: int | None = None
+    ) -> None:
+        first = txid if first is None else first
+        if self.currtx != first:
+            raise FencedError(f"currtx is {self.currtx}, not {first}")
+        if first != txid and self.group != (first, txid):
+            raise CoordinatorError(f"group {first}..{txid} is not the recorded {self.group}")
         if self.fail_advance(txid):
             raise CoordinatorError(f"advance of txid {txid} failed (injected)")
         if partitions is not None:
             self.partitions[txid] = dict(partitions)
         self.currtx = txid + 1
+        if first != txid:
+            self.group = None
         for table in (self.metas, self.partitions):
             for old in [t for t in table if t < txid]:
                 del table[old]
@@ -163,10 +173,22 @@ class InMemoryStateStore(StateStore):
             raise CoordinatorError(f"cannot record a digest for txid {txid}")
         self.digests[txid] = digest
 
+    def record_group(self, first: int, last: int) -> None:
+        self.check_leadership()
+        started = all(t in self.metas for t in range(first, last + 1))
+        if first != self.currtx or not first < last or not started:
+            raise CoordinatorError(f"cannot record group {first}..{last}")
+        if self.group is not None and self.group[0] == first and self.group != (first, last):
+            raise CoordinatorError(f"group from {first} is already {self.group}")
+        self.group = (first, last)
+        self.groups.append(self.group)
+
     def retract(self, txid: int) -> None:
         self.check_leadership()
         if txid < self.currtx:
             raise FencedError(f"cannot retract txid {txid}: currtx is {self.currtx}")
+        if self.group is not None and self.group[0] == self.currtx and txid <= self.group[1]:
+            raise CoordinatorError(f"cannot retract txid {txid} of group {self.group}")
         for table in (self.metas, self.partitions, self.digests):
             for gone in [t for t in table if t >= txid]:
                 del table[gone]

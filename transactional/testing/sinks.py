@@ -5,7 +5,7 @@ committer contract (``transactional.testing.committer_contract``) it stands in f
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from transactional.bolt import Bolt
@@ -43,6 +43,10 @@ class MemoryCommitter(Committer):
         self.counts: dict[Any, int] = {}
         self.opaque: dict[Any, tuple[int, int | None, int]] = {}  # key -> (curr, prev, txid)
         self.calls: list[tuple[TransactionAttempt, CommitOutcome | None]] = []
+        #: ``(first, last)`` of every commit group written (not skipped).
+        self.groups: list[tuple[int, int]] = []
+        #: ``(first, last)`` of every commit in ``calls`` (one txid: first == last).
+        self.spans: list[tuple[int, int]] = []
         self.prepared: list[TransactionAttempt] = []
         self.context: CommitterContext | None = None
         #: The highest fence token that committed: a lower one is a deposed leader's.
@@ -59,9 +63,19 @@ class MemoryCommitter(Committer):
                 total[key] += n
         return total
 
+    def groupable(self, prepared: Any) -> bool:
+        return True
+
     def commit(self, attempt: TransactionAttempt, prepared: Counter[Any]) -> CommitOutcome:
-        if self.fail is not None and self.fail(attempt):
+        return self.commit_group([attempt], [prepared])
+
+    def commit_group(
+        self, attempts: Sequence[TransactionAttempt], prepared: Sequence[Counter[Any] | None]
+    ) -> CommitOutcome:
+        attempt, first = attempts[-1], attempts[0].txid
+        if self.fail is not None and any([self.fail(a) for a in attempts]):
             self.calls.append((attempt, None))
+            self.spans.append((first, attempt.txid))
             raise CommitError(f"commit of {attempt} failed (injected)")
         token = None if self.context is None else self.context.fence_token
         if token is not None and token < self.fence:
@@ -70,28 +84,36 @@ class MemoryCommitter(Committer):
                 "runner leads; nothing written"
             )
         self.fence = max(self.fence, token or 0)
+        batch: Counter[Any] = Counter()
+        for given in prepared:
+            batch.update(given or {})
         outcome = (
-            self._commit_opaque(attempt.txid, prepared)
+            self._commit_opaque(first, attempt.txid, batch)
             if self.mode is CommitMode.OPAQUE
-            else self._commit_transactional(attempt.txid, prepared)
+            else self._commit_transactional(first, attempt.txid, batch)
         )
         self.calls.append((attempt, outcome))
+        self.spans.append((first, attempt.txid))
+        if len(attempts) > 1 and outcome is not CommitOutcome.SKIPPED:
+            self.groups.append((first, attempt.txid))
         return outcome
 
-    def _commit_transactional(self, txid: int, batch: Counter[Any]) -> CommitOutcome:
+    def _commit_transactional(self, first: int, txid: int, batch: Counter[Any]) -> CommitOutcome:
         if txid <= self.last_txid:
             return CommitOutcome.SKIPPED
+        if first <= self.last_txid:
+            raise CommitError(f"the sink holds txid {self.last_txid}, inside {first}..{txid}")
         for key, n in batch.items():
             self.counts[key] = self.counts.get(key, 0) + n
         self.last_txid = txid
         return CommitOutcome.APPLIED
 
-    def _commit_opaque(self, txid: int, batch: Counter[Any]) -> CommitOutcome:
+    def _commit_opaque(self, first: int, txid: int, batch: Counter[Any]) -> CommitOutcome:
         if txid < self.last_txid:
             raise CommitError(f"txid {txid} is older than the sink's {self.last_txid}")
         outcome = CommitOutcome.APPLIED
         for key, (_curr, prev, row_txid) in list(self.opaque.items()):
-            if row_txid == txid:
+            if row_txid >= first:
                 outcome = CommitOutcome.REAPPLIED
                 if prev is None:
                     del self.opaque[key]
@@ -108,7 +130,13 @@ class MemoryCommitter(Committer):
         return self.last_txid or None
 
     def committed_sequence(self) -> list[int]:
-        return [a.txid for a, outcome in self.calls if outcome is not None]
+        """The txids of every commit that returned, in order (a group's each)."""
+        return [
+            t
+            for (first, last), (_, outcome) in zip(self.spans, self.calls, strict=True)
+            if outcome is not None
+            for t in range(first, last + 1)
+        ]
 
 
 def counting_topology(spout: Any, *committers: Committer) -> Topology:
