@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,14 @@ ABSENT = ""
 
 #: The dead letters' frame in a collect plan (hash names cannot hold a space).
 _DEAD = "dead letters"
+
+#: A counter hash with more fields than this in one commit has them staged in Redis in
+#: pipelined chunks of this many (``RedisCommitter._stage``) rather than in the script's
+#: argument: no request grows with the batch.
+STAGE_CHUNK = 10_000
+
+#: Seconds a staging hash outlives a commit that died before deleting it.
+_STAGE_TTL = 24 * 3600
 
 #: The commit script: see its header for what it checks and writes.
 COMMIT_SCRIPT = files("committers").joinpath("redis_commit.lua").read_text(encoding="utf-8")
@@ -242,22 +251,27 @@ class RedisCommitter(CounterCommitter):
         given = [b for b in batches if b is not None]
         combined = RedisBatch(last)
         for name in {name: None for b in given for name in b.counters}:
-            kind = self._tables[name].declared.kind
-            fields: dict[str, list[Number]] = {}
+            table = self._tables[name]
+            double = table.declared.kind == "double"
+            totals: dict[str, Number] = {}
+            repeated: dict[str, list[Number]] = {}  # doubles: every increment, for fsum
             for batch in given:
                 for f, inc in batch.counters.get(name, {}).items():
-                    fields.setdefault(f, []).append(inc)
-            totals = {f: _group_sum(values, kind) for f, values in fields.items()}
-            bad = [
-                f for f, total in totals.items() if kind == "double" and not math.isfinite(total)
-            ]
-            if bad:
-                raise ContractError(
-                    f"{self.who()}: Redis hash {name!r} cannot store the group ending at txid "
-                    f"{last}: the increments of key {decode_key(bad[0], len(self._tables[name].keys))} "
-                    "sum beyond the largest double. Nothing was committed; use a wider "
-                    "value_type for a new hash"
-                )
+                    if f not in totals:
+                        totals[f] = inc
+                    elif double:
+                        repeated.setdefault(f, [totals[f]]).append(inc)
+                    else:
+                        totals[f] = totals[f] + inc  # type: ignore[operator]  # ints, decimals: exact
+            for f, values in repeated.items():
+                totals[f] = math.fsum(float(v) for v in values)
+                if not math.isfinite(totals[f]):
+                    key = decode_key(f, len(table.keys))
+                    raise ContractError(
+                        f"{self.who()}: Redis hash {name!r} cannot store the group ending at "
+                        f"txid {last}: the increments of key {key} sum beyond the largest "
+                        "double. Nothing was committed; use a wider value_type for a new hash"
+                    )
             combined.counters[name] = totals
         for batch in given:
             combined.dead_letters.extend(batch.dead_letters)
@@ -275,14 +289,38 @@ class RedisCommitter(CounterCommitter):
         token = None if self.context is None else self.context.fence_token
         payload = self._payload(first, last, prepared, hashes, token)
         what = f"txid {last}" if first == last else f"txids {first}..{last}"
+        staged: list[str] = []
         try:
+            for counter in payload["counters"]:
+                if len(counter["f"]) > 2 * STAGE_CHUNK:
+                    staged.append(self._stage(counter.pop("f")))
+                    keys.append(staged[-1])
+                    counter["st"] = len(keys)
             status, detail = self._script(keys=keys, args=[json.dumps(payload)])
         except redis.RedisError as exc:
             raise CommitError(
                 f"Redis commit of {what} at {redact_url(self.url)} failed: "
                 f"{type(exc).__name__}: {exc}. Retrying the commit is safe."
             ) from exc
+        finally:
+            if staged:
+                with suppress(redis.RedisError):  # else they expire
+                    self._client.delete(*staged)
         return self._outcome(last, status, detail, token)
+
+    def _stage(self, fields: list[str]) -> str:
+        """Put one counter's ``[field, increment, ...]`` in a staging hash of its own,
+        in pipelined chunks of ``STAGE_CHUNK`` fields; its key."""
+        assert self._client is not None
+        key = self._key(f"stage:{uuid.uuid4().hex}")
+        pipe = self._client.pipeline(transaction=False)
+        step = 2 * STAGE_CHUNK
+        for i in range(0, len(fields), step):
+            chunk = fields[i : i + step]
+            pipe.hset(key, mapping=dict(zip(chunk[::2], chunk[1::2], strict=True)))
+        pipe.expire(key, _STAGE_TTL)
+        pipe.execute()
+        return key
 
     def _payload(
         self, first: int, txid: int, prepared: RedisBatch, hashes: list[str], token: int | None
@@ -437,14 +475,6 @@ class RedisCommitter(CounterCommitter):
         dead = self.dead_letters_key if self.dead_letters is not None else None
         with self._reader() as client:
             return read_snapshot(client, list(self._tables.values()), self._key("txid"), dead)
-
-
-def _group_sum(values: list[Number], kind: str) -> Number:
-    """One field's increments over a commit group, exactly: the script checks what the
-    stored value plus the total may hold."""
-    if kind == "double":
-        return math.fsum(float(v) for v in values)
-    return sum(values[1:], values[0])
 
 
 def _increment_text(value: Number, declared: Any) -> str:

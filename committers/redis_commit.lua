@@ -23,7 +23,10 @@
 --   with ``HSET`` as plain text with exactly ``scale`` digits after the point.
 --
 -- Keys: 1 txid, 2 undo log, 3 undo dead-letter count, 4 mode, 5 dead-letter list,
--- 6 fence, 7 value types (hash name -> declared type), 8.. the counter hashes. The fence
+-- 6 fence, 7 value types (hash name -> declared type), 8.. the counter hashes, then the
+-- staging hashes. A counter's fields and increments come in the argument (``c.f``, a
+-- flat list) or, for a large commit, in a staging hash the committer filled before in
+-- bounded, pipelined chunks (``c.st``: its key; read here, deleted by the committer). The fence
 -- is checked first and raised by every commit that passes, a skipped one included:
 -- once a new leader has committed anything here, no commit of an earlier leader gets
 -- through.
@@ -206,8 +209,12 @@ end
 -- Pass 1: every new value, from what the field holds once this txid's earlier attempt
 -- is undone. No write before all are known to fit.
 local bad, new = {}, {}
+local given = {}
 for ci, c in ipairs(batch.counters) do
-  local h, fs, out = KEYS[c.k], c.f, {}
+  if c.st then given[ci] = redis.call('HGETALL', KEYS[c.st]) else given[ci] = c.f end
+end
+for ci, c in ipairs(batch.counters) do
+  local h, fs, out = KEYS[c.k], given[ci], {}
   for j = 1, #fs, 2 do
     local base = undo[h .. '\0' .. fs[j]]
     if base == nil then base = redis.call('HGET', h, fs[j]) or batch.absent end
@@ -240,7 +247,7 @@ if replay then
 end
 redis.call('DEL', KEYS[2])
 for ci, c in ipairs(batch.counters) do
-  local h, fs, out = KEYS[c.k], c.f, new[ci]
+  local h, fs, out = KEYS[c.k], given[ci], new[ci]
   for j = 1, #fs, 2 do
     if opaque then
       local prev = redis.call('HGET', h, fs[j])

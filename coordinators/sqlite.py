@@ -369,7 +369,6 @@ class SQLiteStateStore(FencedStore):
         with self._write() as conn:
             currtx = self._check_fence(conn, fence)
             self._check_advance(txid, currtx, first, self._group(conn))
-            conn.execute("DELETE FROM commit_group WHERE topology_id = ?", (self._tid,))
             conn.executemany(
                 "INSERT OR REPLACE INTO partition_meta (topology_id, txid, partition, meta) "
                 "VALUES (?, ?, ?, ?)",

@@ -4,7 +4,7 @@ Layout under ``/transactional/<topology-id>/``: ``identity``, ``leader`` (epheme
 holds the leader's runner id), ``coordinator/currtx``, ``coordinator/meta/<txid>``,
 ``coordinator/digest/<txid>`` (what a txid's first emit held, for the determinism check),
 ``coordinator/group`` (the commit group last recorded, ``{"first", "last"}``, empty when
-none) and ``partition/<p>/<txid>``, txids zero-padded so that names sort. Values are JSON.
+none; kept after its advance, when it no longer binds) and ``partition/<p>/<txid>``, txids zero-padded so that names sort. Values are JSON.
 
 The fence is the version of ``currtx``: a new leader rewrites ``currtx`` to bump its
 version, and every write of ours is a multi-op that checks the version we last saw.
@@ -342,8 +342,6 @@ class ZooKeeperStateStore(FencedStore):
         tx = self._zk.transaction()
         # Checks the fence and moves currtx in one operation.
         tx.set_data(self._path("coordinator", "currtx"), _data(txid + 1, "currtx"), fence)
-        if first != txid:
-            tx.set_data(self._path("coordinator", "group"), b"")
         for p, value in parts.items():
             path = self._path("partition", str(p), node(txid))
             if p not in index:
@@ -357,8 +355,6 @@ class ZooKeeperStateStore(FencedStore):
         results = self._commit(tx, f"advancing past txid {txid}")
         self._fence = results[0].version
         self._currtx = txid + 1
-        if first != txid:
-            self._group = None
         self._digests -= done
         metas.difference_update({t for t in metas if t < txid})
         for p in parts:

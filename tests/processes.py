@@ -178,6 +178,23 @@ def store_state(state_dir: Path, topology_id: str = TOPOLOGY_ID) -> tuple[int, l
     return (int(row[0]) if row else 1), [int(t) for (t,) in metas]
 
 
+def store_group(state_dir: Path, topology_id: str = TOPOLOGY_ID) -> tuple[int, int] | None:
+    """The commit group the SQLite store holds (``record_group``), if any."""
+    db = state_dir / "state.db"
+    if not db.exists():
+        return None
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute(
+            "SELECT first, last FROM commit_group WHERE topology_id = ?", (topology_id,)
+        ).fetchone()
+    except sqlite3.OperationalError:  # the first run died before creating the tables
+        return None
+    finally:
+        conn.close()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
 def redis_txid(url: str, committer: str, topology_id: str = TOPOLOGY_ID) -> int:
     """The last txid the Redis committer named ``committer`` applied (0: none)."""
     import redis

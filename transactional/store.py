@@ -28,7 +28,8 @@ class StoredState:
     #: txid -> the digest of its first emit (``record_digest``), for uncommitted txids.
     digests: Mapping[int, JsonValue] = field(default_factory=dict)
     #: The last commit group recorded (``record_group``) as ``(first, last)``: while
-    #: ``first == currtx`` it may have reached a sink, and is committed again exactly.
+    #: ``first == currtx`` it may have reached a sink, and is committed again exactly;
+    #: once advanced past it is kept, and binds nothing.
     group: tuple[int, int] | None = None
 
 

@@ -146,6 +146,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-pending", type=int, default=2, metavar="K", help="txids in flight at once"
     )
     run.add_argument(
+        "--max-group",
+        type=int,
+        default=8,
+        metavar="K",
+        help="processed txids committed as one sink write, at most (default: %(default)s)",
+    )
+    run.add_argument(
+        "--group-wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds a processed txid may wait for the ones after it to join its commit "
+        "group (default: %(default)s)",
+    )
+    run.add_argument(
         "--max-attempts",
         type=int,
         default=10,

@@ -36,6 +36,8 @@ class RunOptions:
     batch_size: int | str = 1000  # or "auto": adaptive, see transactional.flow
     target_latency: float = 10.0
     max_pending: int = 2
+    max_group: int = 8
+    group_wait: float = 0.0
     max_attempts: int = 10
     topology_id: str = "tweets"
     until_drained: bool = False
@@ -114,12 +116,16 @@ def runner_config(opts: RunOptions) -> Any:
         return RunnerConfig(
             topology_id=opts.topology_id,
             max_pending=opts.max_pending,
+            max_group=opts.max_group,
+            group_wait_s=opts.group_wait,
             max_attempts=opts.max_attempts,
         )
     except ValidationError as e:
         flags = {
             "topology_id": "--topology-id",
             "max_pending": "--max-pending",
+            "max_group": "--max-group",
+            "group_wait_s": "--group-wait",
             "max_attempts": "--max-attempts",
         }
         problems = "; ".join(

@@ -2,6 +2,12 @@
 every named step of the protocol, for every spout kind, then started again with the same
 arguments until drained; every count must match the answer computed from the input.
 
+Every run commits in groups: after a start the first commit is ``currtx`` alone, and
+then up to three txids go together (``--max-group 3``; ``--group-wait`` lets a processed
+txid wait for the ones still processing, so the groups do not depend on timing). The
+chain below therefore also dies before, between and after the sinks' writes of a group,
+and after its advance.
+
 One chain of runs per spout kind: run k dies at step k of ``CHAIN`` (set from outside
 with ``--crash-at`` or ``TRANSACTIONAL_CRASH_AT``), run k+1 resumes from what it left,
 and a last run without a crash drains. Every run commits to both sinks (``--sink
@@ -37,6 +43,7 @@ from tests.processes import (
     printed_tops,
     reap_session,
     redis_txid,
+    store_group,
     store_state,
 )
 from tests.processes import delta_txid as delta_sink_txid
@@ -73,12 +80,14 @@ class Crash:
     exits: dict[int, tuple[str, int]]  # what was left of the run: pid -> (command, status)
     currtx: int
     metas: list[int]
+    group: tuple[int, int] | None  # the commit group the store recorded
     sinks: dict[str, int]  # sink -> last txid it holds
 
     def describe(self) -> str:
         return (
             f"crash at {self.point.value}:{self.txid}: returncode={self.returncode} "
-            f"currtx={self.currtx} metas={self.metas} sinks={self.sinks}\n{self.output[-3000:]}"
+            f"currtx={self.currtx} metas={self.metas} group={self.group} sinks={self.sinks}\n"
+            f"{self.output[-3000:]}"
         )
 
 
@@ -163,6 +172,10 @@ def chain(
         BATCH[spout],
         "--max-pending",
         "3",
+        "--max-group",
+        "3",
+        "--group-wait",
+        "60",
         "--until-drained",
         "--master",
         "local[2]",
@@ -180,12 +193,14 @@ def chain(
             code = run.wait()
             exits = reap_session(run.pid)
             currtx, metas = store_state(result.state_dir)
+            group = store_group(result.state_dir)
             sinks = {
                 "redis": redis_txid(result.redis_url, "redis"),
                 "delta": delta_sink_txid(result.delta_path, "delta", opaque=spout == "opaque"),
             }
             output = run.output()
-            result.crashes.append(Crash(point, txid, code, output, exits, currtx, metas, sinks))
+            crash = Crash(point, txid, code, output, exits, currtx, metas, group, sinks)
+            result.crashes.append(crash)
         final = DemoProcess(args, work / "final.log")
         result.final_returncode = final.wait()
         reap_session(final.pid)
@@ -193,18 +208,32 @@ def chain(
     return result
 
 
-def expected_state(point: FaultPoint, t: int, sink: str) -> tuple[int | None, int | None]:
-    """(currtx, sink txid) that dying at ``point`` of ``t`` must leave; None where the
+def commit_span(crash: Crash) -> tuple[int, int]:
+    """The txids of the commit the crash hit (its own txid, or its recorded group): the
+    store's group while it starts at ``currtx``, or, after an advance, if it ends just
+    below ``currtx`` (the store keeps the last group recorded)."""
+    group, t = crash.group, crash.txid
+    if group is not None and group[0] <= t <= group[1]:
+        advanced = crash.point is FaultPoint.AFTER_ADVANCE
+        if group[0] == crash.currtx or (advanced and group[1] == crash.currtx - 1):
+            return group
+    return t, t
+
+
+def expected_state(crash: Crash, sink: str) -> tuple[int | None, int | None]:
+    """(currtx, sink txid) that dying at the crash's step must leave; None where the
     other threads may have moved on (the step is on a worker thread, and a lower txid
-    may be committing meanwhile), bounded by the checks in ``check_crash``."""
-    first = sink == "redis"  # --sink both commits Redis first, then Delta
+    may be committing meanwhile), bounded by the checks in ``check_crash``. A group
+    ``first..last`` is written whole, marked with ``last``."""
+    first, last = commit_span(crash)
+    ahead = sink == "redis"  # --sink both commits Redis first, then Delta
     return {
-        # On the commit thread, so t - 1 is committed: nothing of t is written yet.
-        FaultPoint.BEFORE_SINK_WRITE: (t, t - 1),
-        FaultPoint.BETWEEN_COMMITTERS: (t, t if first else t - 1),
-        FaultPoint.AFTER_SINK_WRITE: (t, t),
-        FaultPoint.AFTER_ADVANCE: (t + 1, t),
-    }.get(point, (None, None))
+        # On the commit thread, so first - 1 is committed: nothing of the group yet.
+        FaultPoint.BEFORE_SINK_WRITE: (first, first - 1),
+        FaultPoint.BETWEEN_COMMITTERS: (first, last if ahead else first - 1),
+        FaultPoint.AFTER_SINK_WRITE: (first, last),
+        FaultPoint.AFTER_ADVANCE: (last + 1, last),
+    }.get(crash.point, (None, None))
 
 
 def check_crash(crash: Crash, sink: str) -> None:
@@ -218,10 +247,12 @@ def check_crash(crash: Crash, sink: str) -> None:
     jvms = [status for command, status in crash.exits.values() if command == "java"]
     assert jvms and all(killed(s) for s in jvms), (crash.exits, why)
     held = crash.sinks[sink]
-    # Never behind the store, at most the one txid ahead that is being committed.
-    assert crash.currtx - 1 <= held <= crash.currtx, why
-    assert crash.txid in crash.metas, why  # metadata stored before anything else
-    currtx, txid = expected_state(crash.point, crash.txid, sink)
+    last = commit_span(crash)[1]
+    # Never behind the store, at most the group being committed ahead of it.
+    assert crash.currtx - 1 <= held <= max(crash.currtx, last), why
+    # Metadata stored before anything else (an advance keeps the last txid's only).
+    assert (last if crash.point is FaultPoint.AFTER_ADVANCE else crash.txid) in crash.metas, why
+    currtx, txid = expected_state(crash, sink)
     if currtx is None:  # not yet committed: t is at most the next to commit
         assert crash.currtx <= crash.txid and held <= crash.txid - 1, why
     else:
@@ -240,6 +271,10 @@ def test_killed_at_every_step_then_rerun_counts_exactly(
     assert [(c.point, c.txid) for c in chain.crashes] == CHAIN
     for crash in chain.crashes:
         check_crash(crash, sink)
+    # Groups were crashed into: after the sinks took one, and after its advance.
+    spans = {(c.point, commit_span(c)) for c in chain.crashes}
+    assert (FaultPoint.AFTER_SINK_WRITE, (2, 4)) in spans, [c.describe() for c in chain.crashes]
+    assert (FaultPoint.AFTER_ADVANCE, (2, 4)) in spans
     assert chain.final_returncode == 0, chain.final_output[-3000:]
     assert "crash_at " not in chain.final_output
     got = (
@@ -329,6 +364,10 @@ def test_random_sigkills_then_drain_count_exactly(
         "5",
         "--max-pending",
         "3",
+        "--max-group",
+        "3",
+        "--group-wait",
+        "60",
         "--until-drained",
         "--master",
         "local[2]",

@@ -99,8 +99,10 @@ def runner(
     faults: Any = None,
     sink: Any = None,
     leader_timeout_s: float = 60,
+    grouped: bool = False,
 ) -> Any:
-    """Txids of 60 of 300 numbers into ``sink`` (default: Redis at ``url``)."""
+    """Txids of 60 of 300 numbers into ``sink`` (default: Redis at ``url``); with
+    ``grouped``, txid 1 alone and then 2..4 as one commit group."""
     topology = (
         TopologyBuilder()
         .set_spout(RangeSpout(300, 60))
@@ -110,21 +112,26 @@ def runner(
     )
     # One txid in flight and no timeout: while its commit is frozen the runner has
     # nothing else to do, and touches neither the store nor the sink.
+    # (Grouped: three in flight, all three in the frozen commit.)
     config = RunnerConfig(
         topology_id=TOPOLOGY,
-        max_pending=1,
+        max_pending=3 if grouped else 1,
+        max_group=3,
+        group_wait_s=60 if grouped else 0,
         attempt_timeout_s=None,
         leader_timeout_s=leader_timeout_s,
     )
     return TransactionalRunner(topology, store, spark, config, faults=faults)
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["one-txid", "group-2-4"])
 def test_a_leader_frozen_after_its_check_cannot_commit_after_its_successor(
-    spark: Any, redis_url: str, zk_hosts: str, caplog: pytest.LogCaptureFixture
+    spark: Any, redis_url: str, zk_hosts: str, caplog: pytest.LogCaptureFixture, grouped: bool
 ) -> None:
+    # Frozen committing txid 3: alone, or in the group 2..4.
     freeze = FreezeAt(FaultPoint.BEFORE_SINK_WRITE, txid=3)
     old_store = ZooKeeperStateStore(zk_hosts, session_timeout=4.0)
-    old = runner(spark, redis_url, old_store, freeze)
+    old = runner(spark, redis_url, old_store, freeze, grouped=grouped)
     outcome: dict[str, BaseException] = {}
 
     def run_old() -> None:
@@ -141,8 +148,10 @@ def test_a_leader_frozen_after_its_check_cannot_commit_after_its_successor(
         expire_session(zk_hosts, old_store)  # its session ends while it is frozen
 
         new_store = ZooKeeperStateStore(zk_hosts, session_timeout=4.0)
-        stats = runner(spark, redis_url, new_store).run(until_drained=True)
-        assert stats.committed_txids == 3  # txids 3, 4 and 5: it replayed the frozen one
+        stats = runner(spark, redis_url, new_store, grouped=grouped).run(until_drained=True)
+        # It replayed the frozen commit: txids 3, 4 and 5, or the group 2..4 and 5.
+        assert stats.committed_txids == (4 if grouped else 3)
+        assert stats.grouped_commits == (1 if grouped else 0)
         client = redis.Redis.from_url(redis_url, decode_responses=True)
         new_fence = int(client.get("transactional:lost:sink:fence") or 0)
         assert old_token is not None and new_fence > old_token
@@ -153,7 +162,7 @@ def test_a_leader_frozen_after_its_check_cannot_commit_after_its_successor(
 
     assert isinstance(outcome.get("error"), FencedError), outcome
     assert "deposed" in caplog.text and "it holds fence token" in caplog.text
-    assert old.stats.committed_txids == 2 and old.stats.reelections == 0
+    assert old.stats.committed_txids == (1 if grouped else 2) and old.stats.reelections == 0
     # Nothing of the old leader's late commit reached the sink.
     assert buckets(redis_url) == expected_buckets(300)
     assert client.get("transactional:lost:sink:txid") == "5"

@@ -149,6 +149,67 @@ def test_opaque_replay_undoes_the_earlier_attempt(
     committer.close()
 
 
+@pytest.mark.parametrize("mode", list(CommitMode))
+def test_a_large_commit_is_staged_in_chunks_and_exact(
+    redis_url: str,
+    spark: Any,
+    client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: CommitMode,
+) -> None:
+    import committers.redis
+
+    # Staged above 3 fields, in chunks of 3: every hash of these batches is staged.
+    monkeypatch.setattr(committers.redis, "STAGE_CHUNK", 3)
+    staged: list[str] = []
+    stage = RedisCommitter._stage
+
+    def spy(self: RedisCommitter, fields: list[str]) -> str:
+        staged.append(stage(self, fields))
+        return staged[-1]
+
+    monkeypatch.setattr(RedisCommitter, "_stage", spy)
+    committer = opened(redis_url, spark, mode)
+    big = batch(
+        [f"#t{i % 9}" for i in range(40)], [(f"@u{i % 4}", f"#t{i % 5}") for i in range(30)]
+    )
+    other = batch([f"#t{i % 7}" for i in range(20)], [(f"@v{i}", "#z") for i in range(8)])
+    assert commit(committer, spark, 1, 1, big) is CommitOutcome.APPLIED
+    assert sink(client)[:2] == expected(big)
+    assert len(staged) == 2 and not any(client.exists(k) for k in staged)  # deleted after
+    replay = CommitOutcome.SKIPPED if mode is CommitMode.TRANSACTIONAL else CommitOutcome.REAPPLIED
+    assert commit(committer, spark, 1, 2, other if replay is CommitOutcome.REAPPLIED else big) is (
+        replay
+    )
+    assert commit(committer, spark, 2, 1, big) is CommitOutcome.APPLIED
+    first = other if mode is CommitMode.OPAQUE else big
+    assert sink(client)[:2] == expected(first, big)
+    assert not client.keys("transactional:t1:counts:stage:*")
+    committer.close()
+
+
+def test_a_group_keeps_each_dead_letter_with_its_own_txid(
+    redis_url: str, spark: Any, client: redis.Redis
+) -> None:
+    committer = opened(redis_url, spark, CommitMode.OPAQUE)
+    attempts = [TransactionAttempt(t, 10 + t) for t in (1, 2, 3)]
+    batches = (B1, B2, B3)
+    prepared = [
+        committer.prepare(a, inputs(spark, b)) for a, b in zip(attempts, batches, strict=True)
+    ]
+    assert committer.commit_group(attempts, prepared) is CommitOutcome.APPLIED
+    assert sink(client) == (
+        *expected(*batches),
+        expected_dead(*zip((1, 2, 3), batches, strict=True)),
+    )
+    assert committer.committed_txid() == 3
+    # The group again, txid 2 empty and txid 3 without dead letters: undone, then applied.
+    again = [prepared[0], None, committer.prepare(attempts[2], inputs(spark, batch(["#q"], [])))]
+    assert committer.commit_group(attempts, again) is CommitOutcome.REAPPLIED
+    assert sink(client) == (*expected(B1, batch(["#q"], [])), expected_dead((1, B1)))
+    committer.close()
+
+
 def test_opaque_refuses_to_undo_a_shared_dead_letter_list(
     redis_url: str, spark: Any, client: redis.Redis
 ) -> None:

@@ -277,9 +277,18 @@ def test_a_commit_group_is_recorded_once_and_advanced_past_whole(backend: Backen
     assert backend.open().read_state().currtx == 1
     store.retract(4)  # above the group: allowed
     store.advance(3, {0: part(30, 0)}, first=1)
-    expected = StoredState(currtx=4, metas={3: meta(3)}, partitions={3: {0: part(30, 0)}})
+    expected = StoredState(
+        currtx=4, metas={3: meta(3)}, partitions={3: {0: part(30, 0)}}, group=(1, 3)
+    )
     assert store.read_state() == expected
-    assert backend.open().read_state() == expected  # the group is gone with its advance
+    assert backend.open().read_state() == expected  # kept, and binding nothing now:
+    store.start_transaction(4, meta(4), {})
+    store.start_transaction(5, meta(5), {})
+    store.retract(5)  # the old group does not bind: 5 may go
+    store.start_transaction(5, meta(5), {})
+    store.record_group(4, 5)  # nor does it stop a new group
+    store.advance(5, first=4)
+    assert store.read_state().group == (4, 5) and store.read_state().currtx == 6
 
 
 def test_retract_and_record_digest_are_fenced(backend: Backend) -> None:

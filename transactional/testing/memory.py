@@ -158,8 +158,6 @@ class InMemoryStateStore(StateStore):
         if partitions is not None:
             self.partitions[txid] = dict(partitions)
         self.currtx = txid + 1
-        if first != txid:
-            self.group = None
         for table in (self.metas, self.partitions):
             for old in [t for t in table if t < txid]:
                 del table[old]
