@@ -31,7 +31,17 @@ from benchmarks.cases import (
     framework,
     structured_streaming,
 )
-from benchmarks.growth import SIZES, draw_growth, draw_throughput, growth_table, measure_growth
+from benchmarks.growth import (
+    FIXED_RECORDS,
+    FIXED_TXIDS,
+    SIZES,
+    draw_growth,
+    draw_throughput,
+    fixed_cost_table,
+    growth_table,
+    measure_fixed_cost,
+    measure_growth,
+)
 from benchmarks.overheads import overheads_section
 from transactional.testing.servers import RedisServer, ZooKeeperServer
 
@@ -256,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
         help="records per txid of the growth section (comma-separated; empty: skip it)",
     )
     parser.add_argument(
+        "--fixed-txids",
+        type=int,
+        default=FIXED_TXIDS,
+        help=f"txids of {FIXED_RECORDS} records in the fixed-cost section (0: skip it)",
+    )
+    parser.add_argument(
         "--only",
         metavar="TEXT",
         help="run only the cases whose name holds TEXT (e.g. 'max_pending=4'); the first "
@@ -266,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         args.tweets, args.repeat = 100_000, 1
         if args.growth_sizes == ",".join(str(n) for n in SIZES):
             args.growth_sizes = "1000,10000"
+        if args.fixed_txids == FIXED_TXIDS:
+            args.fixed_txids = 20
 
     from committers import delta_spark_conf
     from transactional.session import create_spark_session
@@ -331,6 +349,23 @@ def main(argv: list[str] | None = None) -> int:
                 "![Time per txid by step against records per txid](growth.png)",
                 "",
             ]
+        fixed: list[str] = []
+        if args.fixed_txids:
+            costs = measure_fixed_cost(
+                spark,
+                redis_server.url,
+                args.sinks.split(","),
+                dataset,
+                WORK / "fixed",
+                progress,
+                args.fixed_txids,
+            )
+            fixed = [
+                f"## Fixed cost per txid ({FIXED_RECORDS}-record txids)",
+                "",
+                *fixed_cost_table(costs),
+                "",
+            ]
         sections = [
             "# Benchmark results",
             "",
@@ -355,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
             *targets(results),
             "",
             *growth,
+            *fixed,
         ]
         # Written now and again below: a failure in the overheads keeps the throughput.
         RESULTS.write_text("\n".join(sections) + "\n")

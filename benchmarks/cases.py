@@ -28,6 +28,8 @@ class Case:
     note: str = ""
     #: Framework cases: the per-txid step timings of the last run (RunStats.timings).
     timings: list[Any] = field(default_factory=list)
+    #: Framework cases: commits of two or more txids as one (commit groups), last run.
+    grouped: int = 0
 
 
 def count_lines(data: Path) -> int:
@@ -189,6 +191,7 @@ def framework(
         )
         stats = runner.run(until_drained=True)
         case.timings = list(stats.timings)
+        case.grouped = stats.grouped_commits
         return stats.records
 
     name = "framework, batch auto" if auto else f"framework, max_pending={max_pending}"

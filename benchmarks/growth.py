@@ -200,3 +200,86 @@ def draw_throughput(rates: Sequence[tuple[str, str, float]], out: Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+#: The fixed-cost section: txids of this many records each, this many of them.
+FIXED_RECORDS = 10
+FIXED_TXIDS = 40
+#: The issue's target for Delta: seconds per txid of 10 records.
+FIXED_TARGET_S = 0.5
+
+
+@dataclass
+class FixedCost:
+    sink: str
+    max_pending: int
+    txids: int
+    seconds: float
+    grouped: int
+
+    @property
+    def per_txid(self) -> float:
+        return self.seconds / self.txids
+
+
+def measure_fixed_cost(
+    spark: Any,
+    redis_url: str,
+    sinks: Sequence[str],
+    dataset: Callable[[int, int], Path],
+    work: Path,
+    progress: Callable[[str], None],
+    txids: int = FIXED_TXIDS,
+) -> list[FixedCost]:
+    """What a txid costs when it holds almost nothing: ``txids`` txids of
+    ``FIXED_RECORDS`` records, one partition, wall time of the whole run (a warm Spark)
+    divided by the txids, at ``max_pending`` 1 and 4 (commit groups as by default)."""
+    from benchmarks.cases import framework
+
+    data = dataset(FIXED_RECORDS * txids, 1)
+    results = []
+    for sink in sinks:
+        for max_pending in (1, 4):
+            case = framework(
+                spark,
+                data,
+                sink,
+                redis_url,
+                work,
+                partitions=1,
+                per_txid=FIXED_RECORDS,
+                max_pending=max_pending,
+            )
+            began = time.perf_counter()
+            case.run()
+            seconds = time.perf_counter() - began
+            result = FixedCost(sink, max_pending, txids, seconds, case.grouped)
+            progress(
+                f"fixed cost [{sink}] max_pending={max_pending}: {result.per_txid:.3f} s per "
+                f"txid ({txids} txids of {FIXED_RECORDS} records, {case.grouped} group commits)"
+            )
+            results.append(result)
+    return results
+
+
+def fixed_cost_table(results: Sequence[FixedCost]) -> list[str]:
+    lines = [
+        f"| sink | max_pending | txids of {FIXED_RECORDS} records | group commits | "
+        "seconds per txid | target |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        target = ""
+        if r.sink == "delta":
+            met = "met" if r.per_txid <= FIXED_TARGET_S else "missed"
+            target = f"<= {FIXED_TARGET_S} s: {met}"
+        lines.append(
+            f"| {r.sink} | {r.max_pending} | {r.txids} | {r.grouped} | {r.per_txid:.3f} | "
+            f"{target} |"
+        )
+    lines += [
+        "",
+        "Seconds per txid: the run's wall time (a warm Spark session, the runner opened "
+        "and closed) over its txids; the Delta target applies to the best of the two.",
+    ]
+    return lines

@@ -41,17 +41,8 @@ from committers.delta_arrow import (
     null_sums_as_zero,
     write_dead_letters,
 )
-from committers.delta_sql import (
-    OVERFLOW_MARK,
-    batch_overflow_error,
-    batch_sums,
-    checked_add,
-    checked_sums,
-    diagnosed,
-    keys_match,
-    merge_overflow_error,
-    merge_overflows,
-)
+from committers.delta_spark import DEAD_LETTERS_TABLE, SCOPED_CONF, SparkWrites, concat
+from committers.delta_sql import batch_overflow_error, batch_sums, merge_overflow_error
 from committers.delta_tables import brief, delta_spark_conf, ensure_table, open_counter_table
 from committers.keys import exact_key_cast, supported, why_unsupported
 from committers.snapshot import (
@@ -71,10 +62,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("committers.delta")
 
-TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
-MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
-DEAD_LETTERS_TABLE = "dead_letters"
 
 #: Above this many rows a table's per-txid sums (or a txid's dead letters) are not
 #: brought to the driver: that table is merged by delta-spark from the executors.
@@ -85,19 +72,6 @@ MAX_DRIVER_ROWS = 1_000_000
 
 #: The flag of a sum the declared type cannot hold (collected with the sums).
 _BAD = "__transactional_bad"
-
-#: Spark sessions are cheap views of one SparkContext, each with its own SQL conf.
-#: The txn confs are session-wide and MERGE has no per-call option for them, so every
-#: table gets a session of its own: no other code's write on the runner's session (and
-#: no other committer's) can pick up our marker, and no lock is needed.
-_SCOPED_CONF = {
-    # The source is a checkpointed, summed batch: Delta's own copy of it is waste.
-    MATERIALIZE_SOURCE_CONF: "none",
-    # decimal(38,s) + decimal(38,s) keeps its s decimals (the default drops one); the
-    # sums are try_add/try_cast anyway, so an overflow is a null, never a rounding.
-    "spark.sql.decimalOperations.allowPrecisionLoss": "false",
-    "spark.sql.storeAssignmentPolicy": "ANSI",
-}
 
 
 @dataclass(frozen=True)
@@ -111,7 +85,7 @@ class DeltaBatch:
     dead_letters: pa.Table | DataFrame | None = None
 
 
-class DeltaCommitter(CounterCommitter):
+class DeltaCommitter(SparkWrites, CounterCommitter):
     """One Delta table per ``CounterTable`` at ``<path>/<name>``: key columns, ``count``
     (the declared ``value_type``: BIGINT, DOUBLE or DECIMAL(p,s)), plus ``prev`` (the
     same type) and ``txid`` in opaque mode; dead letters at ``<path>/dead_letters`` as
@@ -167,7 +141,7 @@ class DeltaCommitter(CounterCommitter):
         self.path = table_root(path)
         self._key_types: dict[str, dict[str, str]] = {}
         self._by_driver: dict[str, bool] = {}  # table -> delta-rs may write it
-        self._sessions: dict[str, Any] = {}  # table -> its own session (see _SCOPED_CONF)
+        self._sessions: dict[str, Any] = {}  # table -> its own session (see SCOPED_CONF)
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -215,7 +189,7 @@ class DeltaCommitter(CounterCommitter):
             self._by_driver[name] = writable
         for table in self.counters.values():
             session = spark.newSession()
-            for key, value in _SCOPED_CONF.items():
+            for key, value in SCOPED_CONF.items():
                 session.conf.set(key, value)
             self._sessions[table.name] = session
 
@@ -304,24 +278,6 @@ class DeltaCommitter(CounterCommitter):
             batch = DeltaBatch(batch.txid, batch.counters, dead)
         return batch
 
-    def _spark_sums(
-        self,
-        attempt: TransactionAttempt,
-        input_name: str,
-        table: CounterTable,
-        inputs: Mapping[str, DataFrame],
-    ) -> DataFrame:
-        """The sums of a table too large for the driver, checkpointed for the MERGE."""
-        sums, bad = batch_sums(inputs[input_name], table, self._key_types[table.name])
-        try:
-            return checked_sums(sums, bad, table).localCheckpoint(eager=True)
-        except Exception as exc:
-            if OVERFLOW_MARK not in str(exc):
-                raise
-            rows = diagnosed(sums.where(bad).limit(5).collect)
-            who = self.who()
-            raise batch_overflow_error(who, attempt.txid, input_name, table, rows) from exc
-
     def groupable(self, prepared: Any) -> bool:
         """A batch whose sums and dead letters are all on the driver (Arrow): a group of
         them is added there and merged as one. A table merged by delta-spark is not."""
@@ -365,7 +321,7 @@ class DeltaCommitter(CounterCommitter):
             combined.counters[table.name] = self._combined(span, input_name, table, parts)
         if self.dead_letters is not None:
             dead = [b.dead_letters for b in given if b.dead_letters is not None]
-            combined = DeltaBatch(span[1], combined.counters, _concat(dead))
+            combined = DeltaBatch(span[1], combined.counters, concat(dead))
         return self._commit_span(span, combined)
 
     def _combined(
@@ -387,15 +343,7 @@ class DeltaCommitter(CounterCommitter):
                 who = self.who()
                 txids = f"{span[0]}..{span[1]}"
                 raise batch_overflow_error(who, txids, input_name, table, rows) from None
-        spark = self._sessions[table.name]
-        frames = [p if not isinstance(p, pa.Table) else spark.createDataFrame(p) for p in parts]
-        union = frames[0]
-        for frame in frames[1:]:
-            union = union.unionByName(frame)
-        renamed = union.withColumnRenamed("inc", table.value)
-        key_types = {k: union.schema[k].dataType.simpleString() for k in table.keys}
-        sums, bad = batch_sums(renamed, table, key_types)
-        return checked_sums(sums, bad, table).localCheckpoint(eager=True)
+        return self._spark_group_sums(table, parts)
 
     def _commit_span(self, span: tuple[int, int], prepared: DeltaBatch) -> CommitOutcome:
         leads = self._context().check_leadership
@@ -461,70 +409,6 @@ class DeltaCommitter(CounterCommitter):
         )
         return outcome
 
-    def _merge_with_spark(
-        self, span: tuple[int, int], table: CounterTable, source: DataFrame, done: list[str]
-    ) -> CommitOutcome:
-        from delta.tables import DeltaTable
-
-        first, txid = span
-        version, outcome = self._next_version(table.name, span)
-        if version is None:
-            return outcome
-        spark = self._sessions[table.name]
-        keys = {k: f"s.`{k}`" for k in table.keys}
-        merge = (
-            DeltaTable.forPath(spark, self.location(table.name))
-            .alias("t")
-            .merge(source.alias("s"), keys_match(table.keys))
-        )
-        null = f"CAST(NULL AS {table.declared.sql})"
-        if self.mode is CommitMode.TRANSACTIONAL:
-            merge = merge.whenMatchedUpdate(set={"count": checked_add("t.`count`", table)})
-            merge = merge.whenNotMatchedInsert(values={**keys, "count": "s.inc"})
-        else:
-            t, f = str(txid), str(first)
-            zero = f"CAST(0 AS {table.declared.sql})"
-            merge = (
-                # Rows these txids wrote before: rebuild from prev (null: they created it).
-                merge.whenMatchedUpdate(
-                    condition=f"t.txid >= {f}",
-                    set={"count": checked_add(f"coalesce(t.prev, {zero})", table)},
-                )
-                .whenMatchedUpdate(
-                    condition=f"t.txid < {f}",
-                    set={"prev": "t.`count`", "count": checked_add("t.`count`", table), "txid": t},
-                )
-                .whenNotMatchedInsert(values={**keys, "count": "s.inc", "prev": null, "txid": t})
-                # Rows an earlier attempt wrote that this attempt no longer has.
-                .whenNotMatchedBySourceDelete(condition=f"t.txid >= {f} AND t.prev IS NULL")
-                .whenNotMatchedBySourceUpdate(
-                    condition=f"t.txid >= {f}",
-                    set={"count": "t.prev", "prev": null, "txid": "0"},
-                )
-            )
-        # This session is this table's alone (see _SCOPED_CONF), used by the commit
-        # thread for this MERGE only: the marker cannot reach another write.
-        spark.conf.set(TXN_APP_ID_CONF, self._app_id(table.name))
-        spark.conf.set(TXN_VERSION_CONF, str(version))
-        began = time.perf_counter()
-        try:
-            merge.execute()
-        except Exception as exc:
-            if OVERFLOW_MARK not in str(exc):
-                raise
-            opaque = first if self.mode is CommitMode.OPAQUE else None
-            location = self.location(table.name)
-            spark = self._spark()
-            rows = diagnosed(lambda: merge_overflows(spark, location, source, table, opaque))
-            raise merge_overflow_error(self.who(), txid, location, table, rows, done) from exc
-        log.debug(
-            "merged table=%s txid=%d seconds=%.2f path=delta-spark",
-            table.name,
-            txid,
-            time.perf_counter() - began,
-        )
-        return outcome
-
     def _commit_dead_letters(
         self, span: tuple[int, int], rows: pa.Table | DataFrame | None
     ) -> CommitOutcome:
@@ -551,25 +435,6 @@ class DeltaCommitter(CounterCommitter):
             dt.transaction_version(app_id), span, self.mode, f"Delta table {location}"
         )
         return dt, None if version is None else (app_id, version), outcome
-
-    def _dead_letters_with_spark(self, span: tuple[int, int], rows: DataFrame) -> CommitOutcome:
-        first = span[0]
-        version, outcome = self._next_version(DEAD_LETTERS_TABLE, span)
-        if version is None:
-            return outcome
-        writer = (
-            rows.write.format("delta")
-            .option("txnAppId", self._app_id(DEAD_LETTERS_TABLE))
-            .option("txnVersion", version)
-        )
-        if self.mode is CommitMode.OPAQUE:
-            # Replace this txid's rows in the same commit, so a replay whose bad records
-            # differ leaves exactly its own.
-            writer = writer.mode("overwrite").option("replaceWhere", f"txid >= {first}")
-        else:
-            writer = writer.mode("append")
-        writer.save(self.location(DEAD_LETTERS_TABLE))
-        return outcome
 
     # -- reading the markers ---------------------------------------------------------
 
@@ -601,21 +466,3 @@ class DeltaCommitter(CounterCommitter):
                 version if self.mode is CommitMode.TRANSACTIONAL else version // ATTEMPT_SLOTS
             )
         return min(held)
-
-
-def _concat(parts: list[pa.Table | DataFrame]) -> pa.Table | DataFrame | None:
-    """A group's dead letters, each row with its own txid: one Arrow table, or one
-    Spark frame if any txid had more than the driver takes."""
-    import pyarrow as pa
-
-    if not parts:
-        return None
-    if all(isinstance(p, pa.Table) for p in parts):
-        return pa.concat_tables(parts, promote_options="default")
-    frames = [p for p in parts if not isinstance(p, pa.Table)]
-    spark = frames[0].sparkSession
-    union = None
-    for part in parts:
-        frame = spark.createDataFrame(part) if isinstance(part, pa.Table) else part
-        union = frame if union is None else union.unionByName(frame)
-    return union

@@ -44,6 +44,7 @@ from transactional.errors import (
     FencedError,
     LostLeadershipError,
 )
+from transactional.runtime.groups import CommitGroups
 from transactional.runtime.invariants import check_invariants
 from transactional.runtime.messages import (
     Acknowledge,
@@ -80,7 +81,7 @@ from transactional.types import TransactionAttempt
 
 
 @dataclass
-class Machine:
+class Machine(CommitGroups):
     #: The runner's configuration; the machine reads its limits, timeouts and back-off.
     settings: RunnerConfig
     currtx: int = 1
@@ -159,13 +160,6 @@ class Machine:
             deadlines.append(head.processed_at + self.settings.group_wait_s)
         wait = min(deadlines, default=now + 1.0) - now
         return max(0.001, min(wait, 1.0))
-
-    def window(self) -> int:
-        """How many txids may be in flight: ``max_pending``, or the pinned group's size
-        if a run with a larger ``max_pending`` recorded it."""
-        if self.pinned is None:
-            return self.settings.max_pending
-        return max(self.settings.max_pending, self.pinned[1] - self.pinned[0] + 1)
 
     # ------------------------------------------------------------------ handlers
 
@@ -347,48 +341,6 @@ class Machine:
         more = tuple((s.attempt, s.number) for s in members[1:])
         out.append(Commit(first.attempt, first.number, more))
 
-    def _next_group(self, now: float) -> list[Slot]:
-        """The slots to commit now, from ``currtx``: exactly the pinned group once all
-        of it is processed; else the processed, groupable txids in a row, at most
-        ``max_group``, once the next is not one still processing that ``group_wait_s``
-        lets them wait for. Empty: nothing to commit yet."""
-        if self.pinned is not None:
-            txids = range(self.pinned[0], self.pinned[1] + 1)
-            found = [self.slots.get(t) for t in txids]
-            ready = [s for s in found if s is not None and s.state is SlotState.PROCESSED]
-            return ready if len(ready) == len(txids) else []
-        slot = self.slots.get(self.currtx)
-        if slot is None or slot.state is not SlotState.PROCESSED:
-            return []
-        members = [slot]
-        while slot.groupable and len(members) < self.settings.max_group:
-            after = self.slots.get(slot.txid + 1)
-            if after is None or after.state is not SlotState.PROCESSED or not after.groupable:
-                break
-            members.append(after)
-            slot = after
-        after = self.slots.get(slot.txid + 1)
-        grows = slot.groupable and len(members) < self.settings.max_group
-        if grows and after is not None and after.state in _PROCESSING:
-            head = members[0]
-            if (
-                head.processed_at is not None
-                and now < head.processed_at + self.settings.group_wait_s
-            ):
-                return []
-        return members
-
-    def _committing(self) -> list[Slot]:
-        """The slots of the running commit, in txid order."""
-        assert self.committing is not None and self.committing_last is not None
-        return [self.slots[t] for t in range(self.committing, self.committing_last + 1)]
-
-    def _in_pinned_group(self, txid: int) -> bool:
-        """Whether ``txid`` is in a pinned group of two or more (one that may have
-        reached a sink as a whole, so it is committed whole even if a replay is empty)."""
-        pinned = self.pinned
-        return pinned is not None and pinned[0] < pinned[1] and pinned[0] <= txid <= pinned[1]
-
     def _check_timeouts(self, now: float, out: list[Command]) -> None:
         for slot in sorted(self.slots.values(), key=lambda s: s.txid):
             if slot.deadline is not None and now >= slot.deadline:
@@ -445,9 +397,6 @@ class Machine:
                 self.committing = self.committing_last = None
             out.append(Cancel(slot.attempt, failed))
 
-
-#: The states of a txid still being processed: a group may wait for it.
-_PROCESSING = (SlotState.PROCESSING, SlotState.VERIFYING)
 
 #: Commands whose outcome is the next event the machine hears (or that end the run).
 _ANSWERED_AT_ONCE = (Verify, Advance, Retract, Reacquire, Halt)
