@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from committers import CounterTable, DeltaCommitter
-from committers.delta import MAX_DRIVER_ROWS, TXN_APP_ID_CONF, TXN_VERSION_CONF, DeltaBatch
+from committers.delta import MAX_DRIVER_ROWS, DeltaBatch
+from committers.delta_spark import TXN_APP_ID_CONF, TXN_VERSION_CONF
 from tests.integration.delta_faults import broken
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError
@@ -189,3 +190,55 @@ def test_opaque_replay_undoes_the_earlier_attempt(
     unusable = DeltaCommitter("/proc/no-such-dir", {"user_tags": USER_TAGS})
     with pytest.raises(ConfigurationError, match="/proc/no-such-dir/users_hashtags"):
         unusable.open(CommitterContext(spark, "topo", "counts"))
+
+
+@pytest.mark.parametrize("mode", list(CommitMode))
+def test_a_group_is_one_merge_per_table_and_its_replay_exact(
+    spark: Any, tmp_path: Path, driver_rows: int, mode: CommitMode
+) -> None:
+    committer = DeltaCommitter(
+        str(tmp_path),
+        {"user_tags": USER_TAGS},
+        dead_letters="bad",
+        mode=mode,
+        max_driver_rows=driver_rows,
+    )
+    committer.open(CommitterContext(spark, "topo", "counts"))
+    assert commit(committer, spark, 1, 1, B1, [("r0", "bad")]) is CommitOutcome.APPLIED
+    from deltalake import DeltaTable
+
+    table = committer.location(USER_TAGS.name)
+    before = DeltaTable(table).version()
+
+    def group(batches: list[tuple[Pairs, list[tuple[str, str]]] | None], attempt: int) -> Any:
+        attempts = [TransactionAttempt(t, attempt) for t in (2, 3)]
+        prepared = []
+        for at, b in zip(attempts, batches, strict=True):
+            given = None if b is None else frames(spark, b[0], b[1])
+            if given is not None:
+                given = {k: v for k, v in given.items() if k in ("user_tags", "bad")}
+            prepared.append(None if given is None else committer.prepare(at, given))
+        return committer.commit_group(attempts, prepared)
+
+    two: Pairs = [("@x", "#a"), ("@n", "#new")]
+    three: Pairs = [("@y", "#b"), ("@x", "#a")]
+    assert group([(two, [("r1", "bad")]), (three, [("r2", "bad")])], 1) is CommitOutcome.APPLIED
+    assert DeltaTable(table).version() == before + 1  # one MERGE for both txids
+    assert read(spark, committer, USER_TAGS) == dict(Counter(B1 + two + three))
+    assert read_dead(spark, committer) == Counter(
+        [("r0", "bad", 1), ("r1", "bad", 2), ("r2", "bad", 3)]
+    )
+    assert committer.committed_txid() == 3
+    # The group again, after a crash: txid 2 now without ("@n", "#new"), txid 3 empty.
+    second: Pairs = [("@z", "#c")]
+    outcome = group([(second, [("r3", "worse")]), None], 2)
+    if mode is CommitMode.TRANSACTIONAL:  # the sink holds txid 3: the group is skipped
+        assert outcome is CommitOutcome.SKIPPED
+        assert read(spark, committer, USER_TAGS) == dict(Counter(B1 + two + three))
+    else:  # undone (the new key and the dead letters too), then applied
+        assert outcome is CommitOutcome.REAPPLIED
+        counts = read(spark, committer, USER_TAGS)
+        assert counts == dict(Counter(B1 + second)) and ("@n", "#new") not in counts
+        assert read_dead(spark, committer) == Counter([("r0", "bad", 1), ("r3", "worse", 2)])
+    assert committer.committed_txid() == 3
+    assert confs_unset(spark)
