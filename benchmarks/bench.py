@@ -43,6 +43,8 @@ from benchmarks.growth import (
     measure_growth,
 )
 from benchmarks.overheads import overheads_section
+from benchmarks.redis_commit import commit_table
+from committers.redis import STAGE_CHUNK
 from transactional.testing.servers import RedisServer, ZooKeeperServer
 
 WORK = Path(__file__).resolve().parent / ".work"
@@ -266,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         help="records per txid of the growth section (comma-separated; empty: skip it)",
     )
     parser.add_argument(
+        "--redis-commit-sizes",
+        default="10000,100000,1000000",
+        help="keys per commit of the Redis commit section (comma-separated; empty: skip it)",
+    )
+    parser.add_argument(
         "--fixed-txids",
         type=int,
         default=FIXED_TXIDS,
@@ -284,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             args.growth_sizes = "1000,10000"
         if args.fixed_txids == FIXED_TXIDS:
             args.fixed_txids = 20
+        if args.redis_commit_sizes == "10000,100000,1000000":
+            args.redis_commit_sizes = "10000,100000"
 
     from committers import delta_spark_conf
     from transactional.session import create_spark_session
@@ -364,6 +373,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"## Fixed cost per txid ({FIXED_RECORDS}-record txids)",
                 "",
                 *fixed_cost_table(costs),
+                "",
+            ]
+        commit_sizes = [int(x) for x in args.redis_commit_sizes.split(",") if x.strip()]
+        if commit_sizes and "redis" in args.sinks.split(","):
+            fixed += [
+                "## Redis commit time by keys per commit",
+                "",
+                *commit_table(redis_server.url, commit_sizes, progress),
+                "",
+                "One script call per commit (a group's too); above "
+                f"{STAGE_CHUNK:,} fields a hash is staged first in pipelined chunks of "
+                f"{STAGE_CHUNK:,}. Half of each commit's keys are already held.",
                 "",
             ]
         sections = [

@@ -57,29 +57,39 @@ def one_size(url: str, size: int, mode: CommitMode) -> dict[str, float]:
     return times
 
 
-def main(argv: list[str] | None = None, progress: Callable[[str], None] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.redis_commit", description=__doc__)
-    parser.add_argument("--sizes", default="10000,100000,1000000")
-    args = parser.parse_args(argv)
-    say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+def commit_table(
+    url: str, sizes: list[int], progress: Callable[[str], None] | None = None
+) -> list[str]:
+    """The figures as a Markdown table (the Redis at ``url``; its namespaces are
+    ``bench:*``)."""
+    say = progress or (lambda line: None)
     lines = [
         "| keys | mode | one txid s | s per 10k keys | 4 txids, one commit each s | "
         "4 txids as one group s | s per 10k keys (group) |",
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
+    one_size(url, 1000, CommitMode.TRANSACTIONAL)  # warm-up: the script cached
+    for size in sizes:
+        for mode in CommitMode:
+            t = one_size(url, size, mode)
+            say(f"redis commit: {size:,} keys {mode.value}: {t}")
+            per = 10_000 / size
+            lines.append(
+                f"| {size:,} | {mode.value} | {t['single']:.3f} | {t['single'] * per:.3f} | "
+                f"{t['alone']:.3f} | {t['group']:.3f} | {t['group'] * per:.3f} |"
+            )
+    return lines
+
+
+def main(argv: list[str] | None = None, progress: Callable[[str], None] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.redis_commit", description=__doc__)
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    args = parser.parse_args(argv)
+    say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     server = RedisServer()
     server.start()
     try:
-        one_size(server.url, 1000, CommitMode.TRANSACTIONAL)  # warm-up: the script cached
-        for size in (int(x) for x in args.sizes.split(",")):
-            for mode in CommitMode:
-                t = one_size(server.url, size, mode)
-                say(f"{size:,} keys {mode.value}: {t}")
-                per = 10_000 / size
-                lines.append(
-                    f"| {size:,} | {mode.value} | {t['single']:.3f} | {t['single'] * per:.3f} | "
-                    f"{t['alone']:.3f} | {t['group']:.3f} | {t['group'] * per:.3f} |"
-                )
+        lines = commit_table(server.url, [int(x) for x in args.sizes.split(",")], say)
     finally:
         server.close()
     print("\n".join(lines))

@@ -28,10 +28,15 @@ The protocol, as this module runs it (``currtx`` is the next txid to commit):
    decided again at a later poll.
 3. **Commit** (one commit thread, strictly in txid order): only ``t == currtx``, once
    processed, after checking this runner still leads. Every committer commits ``t``
-   atomically with ``t`` recorded in its sink, in the order they were added.
+   atomically with ``t`` recorded in its sink, in the order they were added. When the
+   txids after ``t`` are processed too, up to ``max_group`` of them go with it as one
+   commit group, recorded in the store first (``StateStore.record_group``) and, until
+   it is through, committed again exactly (``Committer.commit_group``: one write per
+   committer, marked with the group's last txid).
 4. **Advance**: after every committer succeeded, one fenced store write sets
-   ``currtx = t + 1`` (with opaque partition metadata) and deletes metadata below
-   ``t``; then the spout's ``cleanup_before`` and ``ack`` hooks run.
+   ``currtx = t + 1`` (past a group's last txid; with opaque partition metadata) and
+   deletes metadata below it; then the spout's ``cleanup_before`` and ``ack`` hooks
+   run, for each txid.
 5. **Failure** of ``t`` in start, emit, process or commit (an exception, or the
    attempt timeout, which cancels its Spark job group): ``t`` and every in-flight txid
    above it are dropped and started again, after a back-off, with new attempt ids and
