@@ -45,7 +45,7 @@ class KilledBetweenTables(DeltaCommitter):
     ) -> Any:
         outcome = super()._commit_table(span, table, source, done)
         txid = span[1]
-        if span[0] <= self.kill_txid <= txid:
+        if self.kill_txid is not None and span[0] <= self.kill_txid <= txid:
             print(f"killed_between_tables txid={txid} after={table.name}", flush=True)
             sys.stderr.flush()
             kill_process_tree()
