@@ -4,18 +4,16 @@
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import CounterCommitter, CounterTable, Number, collected_sums, key_sums
 from committers.keys import decode_key, encode_key
+from committers.redis_batch import ABSENT, RedisBatch, combined, script_payload
 from committers.redis_read import RedisSnapshot, read_hashes, read_snapshot
-from committers.values import value_text
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, ContractError, FencedError
 from transactional.secrets import redact_url
@@ -27,10 +25,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["ABSENT", "RedisBatch", "RedisCommitter", "RedisSnapshot", "decode_key", "encode_key"]
-
-#: Undo-log value meaning "the field did not exist before this txid". Counts are number
-#: strings, so an empty string can never be a real previous value.
-ABSENT = ""
 
 #: The dead letters' frame in a collect plan (hash names cannot hold a space).
 _DEAD = "dead letters"
@@ -45,17 +39,6 @@ _STAGE_TTL = 24 * 3600
 
 #: The commit script: see its header for what it checks and writes.
 COMMIT_SCRIPT = files("committers").joinpath("redis_commit.lua").read_text(encoding="utf-8")
-
-
-@dataclass(frozen=True)
-class RedisBatch:
-    """What ``prepare`` hands to ``commit``: plain Python, already summed per field
-    (hash -> encoded key -> sum in the table's value type), so the serial commit phase
-    does no Spark work at all."""
-
-    txid: int
-    counters: dict[str, dict[str, Number]] = field(default_factory=dict)
-    dead_letters: list[str] = field(default_factory=list)
 
 
 class RedisCommitter(CounterCommitter):
@@ -245,37 +228,7 @@ class RedisCommitter(CounterCommitter):
                     f"{attempt.txid} there: a stale prepare result reached commit"
                 )
         first, last = attempts[0].txid, attempts[-1].txid
-        return self._commit(first, last, self._combined(last, prepared))
-
-    def _combined(self, last: int, batches: Sequence[RedisBatch | None]) -> RedisBatch:
-        given = [b for b in batches if b is not None]
-        combined = RedisBatch(last)
-        for name in {name: None for b in given for name in b.counters}:
-            table = self._tables[name]
-            double = table.declared.kind == "double"
-            totals: dict[str, Number] = {}
-            repeated: dict[str, list[Number]] = {}  # doubles: every increment, for fsum
-            for batch in given:
-                for f, inc in batch.counters.get(name, {}).items():
-                    if f not in totals:
-                        totals[f] = inc
-                    elif double:
-                        repeated.setdefault(f, [totals[f]]).append(inc)
-                    else:
-                        totals[f] = totals[f] + inc  # type: ignore[operator]  # ints, decimals: exact
-            for f, values in repeated.items():
-                totals[f] = math.fsum(float(v) for v in values)
-                if not math.isfinite(totals[f]):
-                    key = decode_key(f, len(table.keys))
-                    raise ContractError(
-                        f"{self.who()}: Redis hash {name!r} cannot store the group ending at "
-                        f"txid {last}: the increments of key {key} sum beyond the largest "
-                        "double. Nothing was committed; use a wider value_type for a new hash"
-                    )
-            combined.counters[name] = totals
-        for batch in given:
-            combined.dead_letters.extend(batch.dead_letters)
-        return combined
+        return self._commit(first, last, combined(last, prepared, self._tables, self.who()))
 
     def _commit(self, first: int, last: int, prepared: RedisBatch) -> CommitOutcome:
         import redis
@@ -287,7 +240,8 @@ class RedisCommitter(CounterCommitter):
         keys += [self.dead_letters_key, self._key("fence"), self._key("value_types"), *hashes]
         # Read at each commit: the runner raises it when it takes leadership back.
         token = None if self.context is None else self.context.fence_token
-        payload = self._payload(first, last, prepared, hashes, token)
+        dead = self.dead_letters is not None
+        payload = script_payload(first, last, prepared, self._tables, self.mode, dead, token)
         what = f"txid {last}" if first == last else f"txids {first}..{last}"
         staged: list[str] = []
         try:
@@ -321,41 +275,6 @@ class RedisCommitter(CounterCommitter):
         pipe.expire(key, _STAGE_TTL)
         pipe.execute()
         return key
-
-    def _payload(
-        self, first: int, txid: int, prepared: RedisBatch, hashes: list[str], token: int | None
-    ) -> dict[str, Any]:
-        """The script's argument: every increment as text of its declared type."""
-        counters = []
-        for i, name in enumerate(hashes):
-            declared = self._tables[name].declared
-            fields = [
-                x
-                for f, inc in prepared.counters[name].items()
-                for x in (f, _increment_text(inc, declared))
-            ]
-            counters.append(
-                {
-                    "k": 8 + i,
-                    "kind": declared.kind,
-                    "type": declared.name,
-                    "p": declared.precision,
-                    "s": declared.scale,
-                    "f": fields,
-                }
-            )
-        payload: dict[str, Any] = {
-            "first": str(first),
-            "txid": str(txid),
-            "mode": self.mode.value,
-            "absent": ABSENT,
-            "dl": self.dead_letters is not None,
-            "counters": counters,
-            "dead": prepared.dead_letters,
-        }
-        if token is not None:
-            payload["fence"] = str(token)
-        return payload
 
     def _outcome(self, txid: int, status: str, detail: str, token: int | None) -> CommitOutcome:
         """What the script's reply means: an outcome, or the error it reports."""
@@ -475,12 +394,3 @@ class RedisCommitter(CounterCommitter):
         dead = self.dead_letters_key if self.dead_letters is not None else None
         with self._reader() as client:
             return read_snapshot(client, list(self._tables.values()), self._key("txid"), dead)
-
-
-def _increment_text(value: Number, declared: Any) -> str:
-    """``value_text``, except that a group's decimal total is sent with its exact digits
-    even past the declared precision: only the new stored value must fit (the script
-    checks it)."""
-    if declared.kind == "decimal":
-        return format(value, "f")
-    return value_text(value, declared)

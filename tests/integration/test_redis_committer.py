@@ -185,6 +185,21 @@ def test_a_large_commit_is_staged_in_chunks_and_exact(
     first = other if mode is CommitMode.OPAQUE else big
     assert sink(client)[:2] == expected(first, big)
     assert not client.keys("transactional:t1:counts:stage:*")
+    # The connection drops after the increments were staged, before the script ran:
+    # nothing is applied, the staging is cleared, and the retry is exact.
+    script = committer._script
+
+    def drop(*args: Any, **kwargs: Any) -> Any:
+        committer._script = script
+        raise redis.ConnectionError("Connection reset by peer")
+
+    committer._script = drop
+    with pytest.raises(CommitError, match="Retrying the commit is safe"):
+        commit(committer, spark, 3, 1, other)
+    assert sink(client)[:2] == expected(first, big)
+    assert not client.keys("transactional:t1:counts:stage:*")
+    assert commit(committer, spark, 3, 2, other) is CommitOutcome.APPLIED
+    assert sink(client)[:2] == expected(first, big, other)
     committer.close()
 
 

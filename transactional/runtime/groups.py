@@ -21,7 +21,6 @@ class CommitGroups:
     currtx: int
     slots: dict[int, Slot]
     committing: int | None
-    committing_last: int | None
     pinned: tuple[int, int] | None
 
     def window(self) -> int:
@@ -64,8 +63,8 @@ class CommitGroups:
 
     def _committing(self) -> list[Slot]:
         """The slots of the running commit, in txid order."""
-        assert self.committing is not None and self.committing_last is not None
-        return [self.slots[t] for t in range(self.committing, self.committing_last + 1)]
+        assert self.committing is not None and self.pinned is not None
+        return [self.slots[t] for t in range(self.pinned[0], self.pinned[1] + 1)]
 
     def _in_pinned_group(self, txid: int) -> bool:
         """Whether ``txid`` is in a pinned group of two or more (one that may have

@@ -102,10 +102,10 @@ class Machine(CommitGroups):
     stopping: bool = False
     #: The txid whose start was asked for and not yet answered.
     starting: int | None = None
+    #: The first txid of the commit running (``currtx``); its txids are ``pinned``.
     committing: int | None = None
-    #: The last txid of the commit running (``committing`` is its first).
-    committing_last: int | None = None
-    #: ``(first, last)``: the txids the next commit must be, exactly (see the module).
+    #: ``(first, last)``: the txids the next commit must be, exactly (see the module);
+    #: while one runs, its own.
     pinned: tuple[int, int] | None = None
     opened: bool = False
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -243,11 +243,11 @@ class Machine(CommitGroups):
         slot = self._current(event.attempt, SlotState.COMMITTING)
         if slot is None:
             return
-        assert self.committing_last is not None
-        for member in self._committing():
+        members = self._committing()
+        for member in members:
             member.state = SlotState.ADVANCING
             member.deadline = None
-        out.append(Advance(slot.attempt, self.committing_last))
+        out.append(Advance(slot.attempt, members[-1].txid))
 
     def _advanced(self, event: Advanced, now: float, out: list[Command]) -> None:
         slot = self._current(event.attempt, SlotState.ADVANCING)
@@ -264,7 +264,7 @@ class Machine(CommitGroups):
             self.attempts.pop(txid, None)
             self.counts.records += member.records
             out.append(Acknowledge(member.attempt, member.number, member.records, member.queued_s))
-        self.committing = self.committing_last = self.pinned = None
+        self.committing = self.pinned = None
         self.currtx = last + 1
         self.stored = {t for t in self.stored if t > last}
         self.counts.committed_txids += len(members)
@@ -336,7 +336,7 @@ class Machine(CommitGroups):
                 slot.queued_s = now - slot.processed_at
             slot.deadline = None  # starts when the commit thread takes it up (CommitBegan)
         first, last = members[0], members[-1]
-        self.committing, self.committing_last = first.txid, last.txid
+        self.committing = first.txid
         self.pinned = (first.txid, last.txid)
         more = tuple((s.attempt, s.number) for s in members[1:])
         out.append(Commit(first.attempt, first.number, more))
@@ -394,7 +394,7 @@ class Machine(CommitGroups):
         for t in sorted(t for t in self.slots if t >= txid):
             slot = self.slots.pop(t)
             if self.committing == t:
-                self.committing = self.committing_last = None
+                self.committing = None
             out.append(Cancel(slot.attempt, failed))
 
 
