@@ -103,7 +103,15 @@ class SparkEngine:
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
     def cancel(self, group: str) -> None:
-        self.spark.sparkContext.cancelJobGroup(group)
+        """Cancel ``group``'s running jobs. A group with none is left alone: Spark would
+        log a warning (``Cannot find active jobs``) for a cancel that had nothing to do."""
+        sc = self.spark.sparkContext
+        tracker = sc.statusTracker()
+        for job in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job)
+            if info is not None and info.status == "RUNNING":
+                sc.cancelJobGroup(group)
+                return
 
     def collect(self, frames: Mapping[Any, DataFrame]) -> dict[Any, pa.Table]:
         """``collect_arrow``: every frame as Arrow, by one Spark action."""
