@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import COUNT_COLUMN, CounterTable
 from committers.values import ValueType
+from transactional.columns import prebuilt
 from transactional.errors import ContractError
 
 if TYPE_CHECKING:
@@ -64,28 +66,51 @@ def zero(declared: ValueType) -> str:
     return f"CAST(0 AS {declared.sql})"
 
 
+@dataclass(frozen=True)
+class _SumColumns:
+    rows: list[Column]
+    aggregates: list[Column]
+    bad: Column
+
+
+def _sum_columns(table: CounterTable, key_types: dict[str, str]) -> _SumColumns:
+    from pyspark.sql import functions as F
+
+    declared = table.declared
+    total = (
+        F.sum(_VALUE)
+        if declared.kind == "double"
+        else F.expr(f"try_cast(try_sum(`{_VALUE}`) AS {declared.sql})")
+    )
+    return _SumColumns(
+        rows=[
+            *[F.col(k).cast(key_types[k]).alias(k) for k in table.keys],
+            F.col(table.value).cast(declared.sql).alias(_VALUE),
+        ],
+        aggregates=[total.alias("inc"), F.count(_VALUE).alias(_COUNT)],
+        bad=F.coalesce(F.expr(not_storable("inc", declared)), F.lit(False)) & (F.col(_COUNT) > 0),
+    )
+
+
 def batch_sums(
     frame: DataFrame, table: CounterTable, key_types: dict[str, str]
 ) -> tuple[DataFrame, Column]:
     """``(keys..., inc, count)`` per key: the batch's sum in the declared type (null if
     it overflows it) and the count of non-null values; and the condition of a row whose
     sum cannot be stored. The value column holds the declared type exactly (checked
-    before), so the cast to it changes no value."""
-    from pyspark.sql import functions as F
-
-    declared = table.declared
-    rows = frame.select(
-        *[F.col(k).cast(key_types[k]).alias(k) for k in table.keys],
-        F.col(table.value).cast(declared.sql).alias(_VALUE),
+    before), so the cast to it changes no value. The columns are built once per table
+    and key types (``transactional.columns.prebuilt``)."""
+    key = (
+        "batch_sums",
+        table.name,
+        tuple(table.keys),
+        table.value,
+        table.value_type,
+        tuple(sorted(key_types.items())),
     )
-    total = (
-        F.sum(_VALUE)
-        if declared.kind == "double"
-        else F.expr(f"try_cast(try_sum(`{_VALUE}`) AS {declared.sql})")
-    )
-    sums = rows.groupBy(*table.keys).agg(total.alias("inc"), F.count(_VALUE).alias(_COUNT))
-    bad = F.coalesce(F.expr(not_storable("inc", declared)), F.lit(False)) & (F.col(_COUNT) > 0)
-    return sums, bad
+    c = prebuilt(frame, key, lambda: _sum_columns(table, key_types))
+    sums = frame.select(*c.rows).groupBy(*table.keys).agg(*c.aggregates)
+    return sums, c.bad
 
 
 def checked_sums(sums: DataFrame, bad: Column, table: CounterTable) -> DataFrame:

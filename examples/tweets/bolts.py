@@ -19,12 +19,14 @@ tweet, and each distinct (user, hashtag) pair of a tweet counts once.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from transactional.bolt import DEFAULT_STREAM, Bolt
+from transactional.columns import Prebuilt
 from transactional.errors import ContractError
 from transactional.types import TransactionAttempt
 
@@ -74,41 +76,60 @@ def _reason(error: Column, value: Column) -> Column:
     )
 
 
+@dataclass(frozen=True)
+class _ParseColumns:
+    parsed: list[Column]
+    checked: list[Column]
+    rows: list[Column]
+    is_tweet: Column
+    tweets: list[Column]
+    is_dead: Column
+    dead_letters: list[Column]
+
+
+def _parse_columns() -> _ParseColumns:
+    value, reason = F.col("value"), F.col("reason")
+    valid = reason.isNull()
+    return _ParseColumns(
+        parsed=[F.col("raw"), F.col("error"), _parse(F.col("raw")).alias("value")],
+        # The one-row ``inline`` is an optimisation barrier: a filter on a plain projected
+        # ``reason`` would be pushed below the projection with the parse inlined into
+        # every branch of its CASE, parsing each line several times (5x slower).
+        checked=[
+            F.col("raw"),
+            F.inline(F.array(F.struct(value, _reason(F.col("error"), value).alias("reason")))),
+        ],
+        rows=[
+            F.when(valid, F.variant_get(value, "$.id", "bigint")).alias("id"),
+            F.when(valid, F.variant_get(value, "$.text", "string")).alias("text"),
+            F.when(~valid, F.col("raw")).alias("raw"),
+            reason,
+        ],
+        is_tweet=valid,
+        tweets=[F.col("id"), F.col("text")],
+        is_dead=reason.isNotNull(),
+        dead_letters=[F.col("raw"), reason],
+    )
+
+
 class ParseTweets(Bolt):
     """Spout records ``(raw, error)`` -> tweets ``(id LONG, text STRING)`` on the default
     stream and ``(raw STRING, reason STRING)`` on ``dead_letters``: a bad line never
     stops the topology and is never dropped, it is committed with the batch."""
 
     outputs = (DEFAULT_STREAM, DEAD_LETTERS)
+    _columns = Prebuilt(_parse_columns)
 
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Mapping[str, DataFrame]:
         _check_records(batch)
-        parsed = batch.select("raw", "error", _parse(F.col("raw")).alias("value"))
-        # The one-row ``inline`` is an optimisation barrier: a filter on a plain projected
-        # ``reason`` would be pushed below the projection with the parse inlined into
-        # every branch of its CASE, parsing each line several times (5x slower).
-        checked = parsed.select(
-            "raw",
-            F.inline(
-                F.array(
-                    F.struct(
-                        F.col("value"),
-                        _reason(F.col("error"), F.col("value")).alias("reason"),
-                    )
-                )
-            ),
-        )
-        valid = F.col("reason").isNull()
+        c = self._columns(batch)
         # Both streams (and every stream counted from the tweets) read these rows: keep
         # them once, on first use, instead of parsing every line again per consumer.
-        rows = checked.select(
-            F.when(valid, F.variant_get("value", "$.id", "bigint")).alias("id"),
-            F.when(valid, F.variant_get("value", "$.text", "string")).alias("text"),
-            F.when(~valid, F.col("raw")).alias("raw"),
-            "reason",
-        ).localCheckpoint(eager=False)
-        tweets = rows.where(F.col("reason").isNull()).select("id", "text")
-        dead = rows.where(F.col("reason").isNotNull()).select("raw", "reason")
+        rows = (
+            batch.select(*c.parsed).select(*c.checked).select(*c.rows).localCheckpoint(eager=False)
+        )
+        tweets = rows.where(c.is_tweet).select(*c.tweets)
+        dead = rows.where(c.is_dead).select(*c.dead_letters)
         return {DEFAULT_STREAM: tweets, DEAD_LETTERS: dead}
 
 
@@ -133,6 +154,29 @@ def _tokens(prefix: str) -> Column:
     )
 
 
+@dataclass(frozen=True)
+class _CountColumns:
+    tags: list[Column]
+    hashtags: Column
+    users: Column
+    with_hashtags: Column
+    user_and_hashtags: list[Column]
+    users_hashtags: list[Column]
+    count: Column
+
+
+def _count_columns() -> _CountColumns:
+    return _CountColumns(
+        tags=[_tokens("#").alias("hashtags"), _tokens("@").alias("users")],
+        hashtags=F.explode("hashtags").alias("hashtag"),
+        users=F.explode("users").alias("user"),
+        with_hashtags=F.size("hashtags") > 0,
+        user_and_hashtags=[F.explode("users").alias("user"), F.col("hashtags")],
+        users_hashtags=[F.col("user"), F.explode("hashtags").alias("hashtag")],
+        count=F.count(F.lit(1)).cast("long").alias("count"),
+    )
+
+
 class CountTags(Bolt):
     """Tweets -> ``hashtags(hashtag, count)``, ``users(user, count)`` and
     ``users_hashtags(user, hashtag, count)`` for the batch, counts as LONG.
@@ -143,29 +187,26 @@ class CountTags(Bolt):
     """
 
     outputs = (HASHTAGS, USERS, USERS_HASHTAGS)
+    _columns = Prebuilt(_count_columns)
 
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Mapping[str, DataFrame]:
+        c = self._columns(batch)
         # Tokenised once, on first use, for the three streams.
-        tags = batch.select(
-            _tokens("#").alias("hashtags"), _tokens("@").alias("users")
-        ).localCheckpoint(eager=False)
+        tags = batch.select(*c.tags).localCheckpoint(eager=False)
         return {
-            HASHTAGS: tags.select(F.explode("hashtags").alias("hashtag")),
-            USERS: tags.select(F.explode("users").alias("user")),
-            USERS_HASHTAGS: tags.where(F.size("hashtags") > 0)
-            .select(F.explode("users").alias("user"), "hashtags")
-            .select("user", F.explode("hashtags").alias("hashtag")),
+            HASHTAGS: tags.select(c.hashtags),
+            USERS: tags.select(c.users),
+            USERS_HASHTAGS: tags.where(c.with_hashtags)
+            .select(*c.user_and_hashtags)
+            .select(*c.users_hashtags),
         }
 
     def finish_batch(
         self, attempt: TransactionAttempt, outputs: Mapping[str, DataFrame]
     ) -> Mapping[str, DataFrame]:
+        count = self._columns(outputs[HASHTAGS]).count
         return {
-            HASHTAGS: _count(outputs[HASHTAGS], "hashtag"),
-            USERS: _count(outputs[USERS], "user"),
-            USERS_HASHTAGS: _count(outputs[USERS_HASHTAGS], "user", "hashtag"),
+            HASHTAGS: outputs[HASHTAGS].groupBy("hashtag").agg(count),
+            USERS: outputs[USERS].groupBy("user").agg(count),
+            USERS_HASHTAGS: outputs[USERS_HASHTAGS].groupBy("user", "hashtag").agg(count),
         }
-
-
-def _count(frame: DataFrame, *keys: str) -> DataFrame:
-    return frame.groupBy(*keys).agg(F.count(F.lit(1)).cast("long").alias("count"))
