@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from committers.counters import CounterTable
 from committers.values import exact_sum
-from transactional.errors import CommitError
+from transactional.errors import CommitError, ConfigurationError
 from transactional.types import CommitMode
 
 if TYPE_CHECKING:
@@ -211,6 +211,22 @@ def write_dead_letters(
         )
     else:
         write_deltalake(dt, data, mode="append", commit_properties=properties)
+
+
+def read_table(location: str, columns: Sequence[str]) -> pa.Table:
+    """``columns`` of the latest version of a table the committer wrote (no deletion
+    vectors, no column mapping: ``arrow_writable``), read as plain Parquet."""
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(location)
+    if not arrow_writable(dt):
+        raise ConfigurationError(
+            f"Delta table {location} uses table features this reader does not apply "
+            "(deletion vectors or column mapping): read it with Spark"
+        )
+    schema = _arrow_schema(dt)
+    return ds.dataset(dt.file_uris(), schema=schema, format="parquet").to_table(columns=columns)
 
 
 def _arrow_schema(dt: DeltaTable) -> pa.Schema:

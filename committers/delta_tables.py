@@ -5,11 +5,12 @@ at the first commit."""
 from __future__ import annotations
 
 import importlib.metadata
+import re
 from pathlib import Path
 from typing import Any
 
 from committers.counters import CounterTable
-from committers.keys import supported, why_unsupported
+from committers.keys import parse_key_type, supported, why_unsupported
 from transactional.errors import ConfigurationError
 from transactional.jars import DEFAULT_IVY_DIR, resolved_jars
 
@@ -47,21 +48,23 @@ def brief(exc: BaseException) -> str:
 
 
 def ensure_table(spark: Any, location: str, columns: list[tuple[str, str, bool]]) -> dict[str, str]:
-    """Create the table at ``location`` if missing; its columns' Spark types by name."""
-    from delta.tables import DeltaTable
+    """Create the table at ``location`` if missing; its columns' Spark types by name.
 
+    A local table of plain types is created and read with delta-rs, in milliseconds;
+    delta-spark took 1.5 s per table warm and 8 s for the demo's four on a cold session
+    (benchmarks/analysis.md). Other locations and types go through delta-spark. Either
+    way the table is a plain Delta table (reader 1, writer 2) that both read."""
     try:
-        builder = DeltaTable.createIfNotExists(spark).location(location)
-        for name, sql_type, nullable in columns:
-            builder = builder.addColumn(name, sql_type, nullable=nullable)
-        builder.execute()
-        fields = DeltaTable.forPath(spark, location).toDF().schema.fields
+        schema = _ensure_with_delta_rs(location, columns)
+        if schema is None:
+            schema = _ensure_with_spark(spark, location, columns)
+    except ConfigurationError:
+        raise
     except Exception as exc:
         raise ConfigurationError(
             f"cannot create or read the Delta table at {location}: {brief(exc)}. Check "
             "that the path is writable and, if a table exists there, that it is a Delta table."
         ) from exc
-    schema = {f.name: f.dataType.simpleString() for f in fields}
     missing = [name for name, _, _ in columns if name not in schema]
     if missing:
         raise ConfigurationError(
@@ -69,6 +72,114 @@ def ensure_table(spark: Any, location: str, columns: list[tuple[str, str, bool]]
             "it was created for another configuration or mode; use a new path"
         )
     return schema
+
+
+def _ensure_with_spark(
+    spark: Any, location: str, columns: list[tuple[str, str, bool]]
+) -> dict[str, str]:
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.createIfNotExists(spark).location(location)
+    for name, sql_type, nullable in columns:
+        builder = builder.addColumn(name, sql_type, nullable=nullable)
+    builder.execute()
+    fields = DeltaTable.forPath(spark, location).toDF().schema.fields
+    return {f.name: f.dataType.simpleString() for f in fields}
+
+
+#: Spark's type names (``simpleString``) as Delta's, for the types delta-rs creates here.
+_DELTA_NAMES = {
+    "string": "string",
+    "bigint": "long",
+    "int": "integer",
+    "smallint": "short",
+    "tinyint": "byte",
+    "boolean": "boolean",
+    "double": "double",
+    "float": "float",
+    "date": "date",
+    "binary": "binary",
+}
+_SPARK_NAMES = {delta: spark for spark, delta in _DELTA_NAMES.items()}
+
+
+def _local_path(location: str) -> Path | None:
+    if location.startswith("file:"):
+        return Path(location.removeprefix("file:").removeprefix("//"))
+    if "://" in location or location.split("/", 1)[0].endswith(":"):
+        return None
+    return Path(location)
+
+
+def _ensure_with_delta_rs(
+    location: str, columns: list[tuple[str, str, bool]]
+) -> dict[str, str] | None:
+    """``ensure_table`` through delta-rs; None where it does not apply (not a local
+    path, a type this module does not map, or a table with such a type)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    path = _local_path(location)
+    types = [_spark_name(sql_type) for _, sql_type, _ in columns]
+    if path is None or None in types:
+        return None
+    if not (path / "_delta_log").exists():
+        if path.exists() and any(path.iterdir()):
+            raise ConfigurationError(
+                f"cannot create the Delta table at {location}: the directory holds files "
+                "but no Delta table (no _delta_log). Use an empty or new path."
+            )
+        fields = [
+            pa.field(name, _arrow_type(t), nullable=nullable)  # type: ignore[arg-type]
+            for (name, _, nullable), t in zip(columns, types, strict=True)
+        ]
+        try:
+            DeltaTable.create(str(path), pa.schema(fields), mode="ignore")
+        except Exception:
+            if not (path / "_delta_log").exists():  # not a race with another creator
+                raise
+    found = DeltaTable(str(path)).schema().fields
+    schema: dict[str, str] = {}
+    for field in found:
+        name = getattr(field.type, "type", None)
+        spark_name = _SPARK_NAMES.get(name) if isinstance(name, str) else None
+        if spark_name is None and isinstance(name, str) and name.startswith("decimal("):
+            spark_name = name
+        if spark_name is None:
+            return None  # a type read back through delta-spark, which names it exactly
+        schema[field.name] = spark_name
+    return schema
+
+
+def _spark_name(sql_type: str) -> str | None:
+    """``sql_type`` as Spark's ``simpleString``, if delta-rs creates it here."""
+    try:
+        name = parse_key_type(sql_type)
+    except ValueError:
+        return None
+    if name in _DELTA_NAMES or re.match(r"^decimal\((\d+),(\d+)\)$", name):
+        return name
+    return None
+
+
+def _arrow_type(name: str) -> Any:
+    import pyarrow as pa
+
+    decimal = re.match(r"^decimal\((\d+),(\d+)\)$", name)
+    if decimal:
+        return pa.decimal128(int(decimal[1]), int(decimal[2]))
+    return {
+        "string": pa.string(),
+        "bigint": pa.int64(),
+        "int": pa.int32(),
+        "smallint": pa.int16(),
+        "tinyint": pa.int8(),
+        "boolean": pa.bool_(),
+        "double": pa.float64(),
+        "float": pa.float32(),
+        "date": pa.date32(),
+        "binary": pa.binary(),
+    }[name]
 
 
 def open_counter_table(

@@ -52,7 +52,6 @@ def _add_sink_flags(p: argparse.ArgumentParser) -> None:
         default=".transactional",
         help="local state: SQLite store, sample input, Delta tables (default: %(default)s)",
     )
-    p.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows to print per table")
 
 
@@ -127,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         "before taking over (default: %(default)s)",
     )
     _add_sink_flags(run)
+    run.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
     run.add_argument(
         "--batch-size",
         type=_batch_size,
@@ -226,7 +226,7 @@ def _show(args: argparse.Namespace, out: TextIO) -> None:
 
     if args.sink == "redis" and args.delta_path:
         raise ConfigurationError("--delta-path is for --sink delta; drop it or use --sink delta")
-    show(args.sink, args.top, args.state_dir, args.delta_path, args.redis_url, args.master, out)
+    show(args.sink, args.top, args.state_dir, args.delta_path, args.redis_url, out)
 
 
 COMMANDS = {"generate": _generate, "load": _load, "run": _run, "show": _show}

@@ -107,7 +107,6 @@ def run(opts: RunOptions, out: TextIO) -> None:
                 opts.top,
                 delta_path=opts.delta_dir,
                 redis_url=opts.redis_url,
-                spark=spark,
                 tables=("hashtags",),
             )
             print_summary(
@@ -124,9 +123,9 @@ def show(
     state_dir: str,
     delta_path: str | None,
     redis_url: str | None,
-    master: str,
     out: TextIO,
 ) -> None:
+    """Print the top counts; reads the sinks directly (Delta with delta-rs): no Spark."""
     sinks = ("redis", "delta") if sink == "both" else (sink,)
     summaries: dict[str, Summary] = {}
     if "redis" in sinks:
@@ -141,14 +140,6 @@ def show(
                 f"--delta-path {path} does not exist: nothing was committed there; run "
                 "`python -m examples.tweets run` first, or pass the path it used"
             )
-        from pyspark.sql import SparkSession
-
-        owns_session = SparkSession.getActiveSession() is None  # embedded callers keep theirs
-        spark = start_spark(master, "delta", Path(state_dir))
-        try:
-            summaries["delta"] = read_summary("delta", top, delta_path=path, spark=spark)
-        finally:
-            if owns_session:
-                spark.stop()
+        summaries["delta"] = read_summary("delta", top, delta_path=path)
     for name, summary in summaries.items():
         print_summary(summary, out, sink=name if len(sinks) > 1 else "")

@@ -20,8 +20,6 @@ from transactional.errors import ConfigurationError
 from transactional.types import CommitMode
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from transactional.committer import Committer
 
 __all__ = [
@@ -93,14 +91,13 @@ def read_summary(
     *,
     delta_path: str | None = None,
     redis_url: str | None = None,
-    spark: SparkSession | None = None,
     tables: tuple[str, ...] = tuple(TABLE_KEYS),
 ) -> Summary:
     if sink == "redis":
         assert redis_url is not None
         return _read_redis(redis_url, n, tables)
-    assert delta_path is not None and spark is not None
-    return _read_delta(spark, delta_path, n, tables)
+    assert delta_path is not None
+    return _read_delta(delta_path, n, tables)
 
 
 def _read_redis(url: str, n: int, tables: tuple[str, ...]) -> Summary:
@@ -126,8 +123,10 @@ def _read_redis(url: str, n: int, tables: tuple[str, ...]) -> Summary:
         client.close()
 
 
-def _read_delta(spark: SparkSession, path: str, n: int, tables: tuple[str, ...]) -> Summary:
-    from pyspark.sql import functions as F
+def _read_delta(path: str, n: int, tables: tuple[str, ...]) -> Summary:
+    """The tables' latest versions, read with delta-rs (``committers.delta_arrow``):
+    the committer writes plain tables, no deletion vectors or column mapping."""
+    from committers.delta_arrow import read_table
 
     root = Path(path)
     missing = [t for t in (*tables, DEAD_LETTERS) if not (root / t / "_delta_log").is_dir()]
@@ -139,15 +138,11 @@ def _read_delta(spark: SparkSession, path: str, n: int, tables: tuple[str, ...])
     summary = Summary()
     for table in tables:
         keys = TABLE_KEYS[table]
-        frame = spark.read.format("delta").load(str(root / table))
-        label = F.concat_ws(":", *keys) if len(keys) > 1 else F.col(keys[0])  # as Redis does
-        rows = (
-            frame.where(F.col("count") != 0)
-            .select(label.alias("key"), F.col("count"))
-            .orderBy(F.col("count").desc(), F.col("key"))
-            .limit(n)
-            .collect()
-        )
-        summary.tops[table] = [(r["key"], int(r["count"])) for r in rows]
-    summary.dead_letters = spark.read.format("delta").load(str(root / DEAD_LETTERS)).count()
+        data = read_table(str(root / table), [*keys, "count"])
+        columns = [data.column(k).to_pylist() for k in keys]
+        # Labelled as Redis keys are (Spark's concat_ws: the non-null columns, ':').
+        labels = [":".join(v for v in row if v is not None) for row in zip(*columns, strict=True)]
+        counts = zip(labels, data.column("count").to_pylist(), strict=True)
+        summary.tops[table] = _top([(k, int(c)) for k, c in counts if c], n)
+    summary.dead_letters = read_table(str(root / DEAD_LETTERS), ["txid"]).num_rows
     return summary

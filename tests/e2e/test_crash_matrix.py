@@ -309,8 +309,6 @@ def assert_show_both(chain: Chain, spark: Any) -> None:
             str(chain.delta_path),
             "--top",
             str(TOP),
-            "--master",
-            "local[2]",
         ],
         out=out,
     )

@@ -242,3 +242,53 @@ def test_a_group_is_one_merge_per_table_and_its_replay_exact(
         assert read_dead(spark, committer) == Counter([("r0", "bad", 1), ("r3", "worse", 2)])
     assert committer.committed_txid() == 3
     assert confs_unset(spark)
+
+
+def test_open_creates_plain_delta_tables_that_delta_spark_reads_with_the_declared_types(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Tables are created with delta-rs where it can (a local path, plain types): what
+    delta-spark reads back is the declared schema, nullability included, at protocol
+    reader 1 / writer 2; a directory of other files is refused, not taken over."""
+    amounts = CounterTable(
+        "amounts", ("day", "shop"), value_type="decimal(20,4)", key_types={"day": "date"}
+    )
+    tags = CounterTable("tags", ("tag",))
+    committer = DeltaCommitter(
+        str(tmp_path), {"amounts": amounts, "tags": tags}, "bad", mode=CommitMode.OPAQUE
+    )
+    committer.open(CommitterContext(spark, "topo", "counts"))
+    committer.close()
+    expected = {
+        "amounts": "day date, shop string, count decimal(20,4) not null, prev decimal(20,4), "
+        "txid bigint not null",
+        "tags": "tag string, count bigint not null, prev bigint, txid bigint not null",
+        "dead_letters": "raw string, reason string, txid bigint not null",
+    }
+    from deltalake import DeltaTable
+
+    for name, ddl in expected.items():
+        location = committer.location(name)
+        schema = spark.read.format("delta").load(location).schema
+        got = ", ".join(
+            f"{f.name} {f.dataType.simpleString()}{'' if f.nullable else ' not null'}"
+            for f in schema.fields
+        )
+        assert got == ddl
+        protocol = DeltaTable(location).protocol()
+        assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
+    # Opening again finds the tables and changes nothing.
+    again = DeltaCommitter(
+        str(tmp_path), {"amounts": amounts, "tags": tags}, "bad", mode=CommitMode.OPAQUE
+    )
+    again.open(CommitterContext(spark, "topo", "counts"))
+    again.close()
+    assert DeltaTable(committer.location("tags")).version() == 0
+
+    other = tmp_path / "other"
+    (other / "tags").mkdir(parents=True)
+    (other / "tags" / "notes.txt").write_text("not a table")
+    taken = DeltaCommitter(str(other), {"tags": tags})
+    with pytest.raises(ConfigurationError, match=r"holds files but no Delta table"):
+        taken.open(CommitterContext(spark, "topo", "counts"))
+    assert sorted(p.name for p in (other / "tags").iterdir()) == ["notes.txt"]
