@@ -27,3 +27,23 @@ def test_readme_example_counts_every_word_once(spark: object) -> None:
     sink = namespace["sink"]
     assert sink.counts == Counter(words)  # type: ignore[attr-defined]
     assert sink.last_txid == -(-len(words) // 100)  # type: ignore[attr-defined]
+
+
+@pytest.mark.integration
+def test_readme_prebuilt_columns_bolt_splits_every_batch_with_the_same_columns(
+    spark: object,
+) -> None:
+    section = README.read_text().split("### Columns built once", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "the README lost its Prebuilt example"
+    namespace: dict[str, object] = {"__name__": "readme_prebuilt"}
+    exec(compile(match.group(1), str(README), "exec"), namespace)
+    bolt = namespace["Words"]()  # type: ignore[operator]
+    texts = [["a b", "b"], ["c a a"]]
+    built = []
+    for txid, lines in enumerate(texts, start=1):
+        batch = spark.createDataFrame([(t,) for t in lines], "text string")  # type: ignore[attr-defined]
+        words = [r.word for r in bolt.process(txid, batch).collect()]
+        assert Counter(words) == Counter(w for t in lines for w in t.split(" "))
+        built.append(bolt._columns(batch))
+    assert built[0] is built[1]  # the second batch reused the first one's columns
