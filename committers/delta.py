@@ -27,22 +27,15 @@ gives every table as of one committed txid.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import CounterCommitter, CounterTable
-from committers.delta_arrow import (
-    Unstorable,
-    arrow_writable,
-    combined_sums,
-    merge_counts,
-    null_sums_as_zero,
-    write_dead_letters,
-)
+from committers.delta_arrow import null_sums_as_zero
+from committers.delta_rs import ArrowWrites
 from committers.delta_spark import DEAD_LETTERS_TABLE, SCOPED_CONF, SparkWrites, concat
-from committers.delta_sql import batch_overflow_error, batch_sums, merge_overflow_error
+from committers.delta_sql import batch_overflow_error, batch_sums
 from committers.delta_tables import brief, delta_spark_conf, ensure_table, open_counter_table
 from committers.keys import exact_key_cast, supported, why_unsupported
 from committers.snapshot import (
@@ -85,7 +78,7 @@ class DeltaBatch:
     dead_letters: pa.Table | DataFrame | None = None
 
 
-class DeltaCommitter(SparkWrites, CounterCommitter):
+class DeltaCommitter(ArrowWrites, SparkWrites, CounterCommitter):
     """One Delta table per ``CounterTable`` at ``<path>/<name>``: key columns, ``count``
     (the declared ``value_type``: BIGINT, DOUBLE or DECIMAL(p,s)), plus ``prev`` (the
     same type) and ``txid`` in opaque mode; dead letters at ``<path>/dead_letters`` as
@@ -177,17 +170,7 @@ class DeltaCommitter(SparkWrites, CounterCommitter):
         if self.dead_letters is not None:
             columns = [("raw", "STRING", True), ("reason", "STRING", True), ("txid", "LONG", False)]
             ensure_table(spark, self.location(DEAD_LETTERS_TABLE), columns)
-        from deltalake import DeltaTable
-
-        for name in self._tables():
-            writable = arrow_writable(DeltaTable(self.location(name)))
-            if not writable:
-                log.info(
-                    "table=%s has table features delta-rs does not write: committed "
-                    "through delta-spark",
-                    self.location(name),
-                )
-            self._by_driver[name] = writable
+        self._load_tables()
         for table in self.counters.values():
             session = spark.newSession()
             for key, value in SCOPED_CONF.items():
@@ -320,32 +303,11 @@ class DeltaCommitter(SparkWrites, CounterCommitter):
         combined = DeltaBatch(span[1])
         for input_name, table in self.counters.items():
             parts = [b.counters[table.name] for b in given]
-            combined.counters[table.name] = self._combined(span, input_name, table, parts)
+            combined.counters[table.name] = self._group_sums(span, input_name, table, parts)
         if self.dead_letters is not None:
             dead = [b.dead_letters for b in given if b.dead_letters is not None]
             combined = DeltaBatch(span[1], combined.counters, concat(dead))
         return self._commit_span(span, combined)
-
-    def _combined(
-        self,
-        span: tuple[int, int],
-        input_name: str,
-        table: CounterTable,
-        parts: list[pa.Table | DataFrame],
-    ) -> pa.Table | DataFrame | None:
-        import pyarrow as pa
-
-        if not parts:
-            return None
-        if all(isinstance(p, pa.Table) for p in parts):
-            try:
-                return combined_sums(parts, table)
-            except Unstorable as exc:
-                rows = [{**key, "inc": inc} for key, _, inc in exc.rows]
-                who = self.who()
-                txids = f"{span[0]}..{span[1]}"
-                raise batch_overflow_error(who, txids, input_name, table, rows) from None
-        return self._spark_group_sums(table, parts)
 
     def _commit_span(self, span: tuple[int, int], prepared: DeltaBatch) -> CommitOutcome:
         leads = self._context().check_leadership
@@ -391,25 +353,7 @@ class DeltaCommitter(SparkWrites, CounterCommitter):
 
         if isinstance(source, DataFrame):
             return self._merge_with_spark(span, table, source, done)
-        txid = span[1]
-        location = self.location(table.name)
-        dt, marker, outcome = self._arrow_marker(table.name, span)
-        if marker is None:
-            return outcome
-        began = time.perf_counter()
-        try:
-            merge_counts(dt, table, source, span, self.mode, marker)
-        except Unstorable as exc:
-            rows = [{**key, "stored": stored, "inc": inc} for key, stored, inc in exc.rows]
-            raise merge_overflow_error(self.who(), txid, location, table, rows, done) from None
-        log.debug(
-            "merged table=%s txid=%d rows=%d seconds=%.3f path=delta-rs",
-            table.name,
-            txid,
-            0 if source is None else source.num_rows,
-            time.perf_counter() - began,
-        )
-        return outcome
+        return self._merge_with_arrow(span, table, source, done)
 
     def _commit_dead_letters(
         self, span: tuple[int, int], rows: pa.Table | DataFrame | None
@@ -418,32 +362,7 @@ class DeltaCommitter(SparkWrites, CounterCommitter):
 
         if isinstance(rows, DataFrame):
             return self._dead_letters_with_spark(span, rows)
-        dt, marker, outcome = self._arrow_marker(DEAD_LETTERS_TABLE, span)
-        if marker is not None:
-            write_dead_letters(dt, rows, span[0], self.mode, marker)
-        return outcome
-
-    def _arrow_marker(
-        self, table: str, span: tuple[int, int]
-    ) -> tuple[Any, tuple[str, int] | None, CommitOutcome]:
-        """The table as delta-rs loads it, the marker ``(app id, version)`` a commit of
-        ``span`` writes to it (None: it holds the txids already, skip) and the outcome."""
-        from deltalake import DeltaTable
-
-        location = self.location(table)
-        # Kept open and brought up to date with the commits since (its own and any
-        # other writer's): loading a table replays its log, 30 ms for 40 commits and
-        # growing until a checkpoint, where catching up reads only the new ones.
-        dt = self._loaded.get(table)
-        if dt is None:
-            dt = self._loaded[table] = DeltaTable(location)
-        else:
-            dt.update_incremental()
-        app_id = self._app_id(table)
-        version, outcome = next_marker(
-            dt.transaction_version(app_id), span, self.mode, f"Delta table {location}"
-        )
-        return dt, None if version is None else (app_id, version), outcome
+        return self._dead_letters_with_arrow(span, rows)
 
     # -- reading the markers ---------------------------------------------------------
 

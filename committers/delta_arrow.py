@@ -216,7 +216,6 @@ def write_dead_letters(
 def read_table(location: str, columns: Sequence[str]) -> pa.Table:
     """``columns`` of the latest version of a table the committer wrote (no deletion
     vectors, no column mapping: ``arrow_writable``), read as plain Parquet."""
-    import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
     dt = DeltaTable(location)
@@ -225,8 +224,16 @@ def read_table(location: str, columns: Sequence[str]) -> pa.Table:
             f"Delta table {location} uses table features this reader does not apply "
             "(deletion vectors or column mapping): read it with Spark"
         )
-    schema = _arrow_schema(dt)
-    return ds.dataset(dt.file_uris(), schema=schema, format="parquet").to_table(columns=columns)
+    return _files(dt, _arrow_schema(dt)).to_table(columns=columns)
+
+
+def _files(dt: DeltaTable, schema: pa.Schema) -> Any:
+    """The snapshot's files as a pyarrow dataset of plain Parquet in the table's own
+    types. A filter given to its scan would be compared with the files' statistics,
+    which delta-rs writes as string_view: pyarrow cannot, so callers filter batches."""
+    import pyarrow.dataset as ds
+
+    return ds.dataset(dt.file_uris(), schema=schema, format="parquet")
 
 
 def _arrow_schema(dt: DeltaTable) -> pa.Schema:
@@ -297,15 +304,13 @@ def _target(
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    # The snapshot's files read as plain Parquet in the table's own types, filtered
-    # batch by batch as they are read (a filter given to the scan would be compared with
-    # the files' statistics, which delta-rs writes as string_view: pyarrow cannot). The
+    # The snapshot's files, filtered batch by batch as they are read (``_files``). The
     # committer's tables have neither deletion vectors nor column mapping
     # (``arrow_writable``), so their files hold exactly their rows.
     columns = [*table.keys, "count"]
     if own is not None:
         columns += ["prev", "txid"]
-    dataset = ds.dataset(dt.file_uris(), schema=schema, format="parquet")
+    dataset = _files(dt, schema)
     first = table.keys[0]
     condition = ds.field(first).isin(source.column(first).drop_null())
     if source.column(first).null_count:

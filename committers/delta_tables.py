@@ -11,6 +11,7 @@ from typing import Any
 
 from committers.counters import CounterTable
 from committers.keys import parse_key_type, supported, why_unsupported
+from committers.snapshot import local_dir
 from transactional.errors import ConfigurationError
 from transactional.jars import DEFAULT_IVY_DIR, resolved_jars
 
@@ -87,7 +88,8 @@ def _ensure_with_spark(
     return {f.name: f.dataType.simpleString() for f in fields}
 
 
-#: Spark's type names (``simpleString``) as Delta's, for the types delta-rs creates here.
+#: Spark's type names (``simpleString``) as Delta's, for the types delta-rs creates here
+#: (and ``decimal(p,s)``, named alike in both).
 _DELTA_NAMES = {
     "string": "string",
     "bigint": "long",
@@ -101,14 +103,7 @@ _DELTA_NAMES = {
     "binary": "binary",
 }
 _SPARK_NAMES = {delta: spark for spark, delta in _DELTA_NAMES.items()}
-
-
-def _local_path(location: str) -> Path | None:
-    if location.startswith("file:"):
-        return Path(location.removeprefix("file:").removeprefix("//"))
-    if "://" in location or location.split("/", 1)[0].endswith(":"):
-        return None
-    return Path(location)
+_DECIMAL = re.compile(r"^decimal\(\d+,\d+\)$")
 
 
 def _ensure_with_delta_rs(
@@ -116,12 +111,12 @@ def _ensure_with_delta_rs(
 ) -> dict[str, str] | None:
     """``ensure_table`` through delta-rs; None where it does not apply (not a local
     path, a type this module does not map, or a table with such a type)."""
-    import pyarrow as pa
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, Field, Schema
+    from deltalake.schema import PrimitiveType
 
-    path = _local_path(location)
-    types = [_spark_name(sql_type) for _, sql_type, _ in columns]
-    if path is None or None in types:
+    path = local_dir(location)
+    types = [t for _, sql_type, _ in columns if (t := _delta_name(sql_type)) is not None]
+    if path is None or len(types) < len(columns):
         return None
     if not (path / "_delta_log").exists():
         if path.exists() and any(path.iterdir()):
@@ -130,56 +125,31 @@ def _ensure_with_delta_rs(
                 "but no Delta table (no _delta_log). Use an empty or new path."
             )
         fields = [
-            pa.field(name, _arrow_type(t), nullable=nullable)  # type: ignore[arg-type]
+            Field(name, PrimitiveType(t), nullable=nullable)
             for (name, _, nullable), t in zip(columns, types, strict=True)
         ]
         try:
-            DeltaTable.create(str(path), pa.schema(fields), mode="ignore")
+            DeltaTable.create(str(path), Schema(fields), mode="ignore")
         except Exception:
             if not (path / "_delta_log").exists():  # not a race with another creator
                 raise
-    found = DeltaTable(str(path)).schema().fields
     schema: dict[str, str] = {}
-    for field in found:
-        name = getattr(field.type, "type", None)
-        spark_name = _SPARK_NAMES.get(name) if isinstance(name, str) else None
-        if spark_name is None and isinstance(name, str) and name.startswith("decimal("):
-            spark_name = name
+    for found in DeltaTable(str(path)).schema().fields:
+        name = found.type.type if isinstance(found.type, PrimitiveType) else ""
+        spark_name = name if _DECIMAL.match(name) else _SPARK_NAMES.get(name)
         if spark_name is None:
             return None  # a type read back through delta-spark, which names it exactly
-        schema[field.name] = spark_name
+        schema[found.name] = spark_name
     return schema
 
 
-def _spark_name(sql_type: str) -> str | None:
-    """``sql_type`` as Spark's ``simpleString``, if delta-rs creates it here."""
+def _delta_name(sql_type: str) -> str | None:
+    """``sql_type`` as Delta names it, if delta-rs creates it here."""
     try:
         name = parse_key_type(sql_type)
     except ValueError:
         return None
-    if name in _DELTA_NAMES or re.match(r"^decimal\((\d+),(\d+)\)$", name):
-        return name
-    return None
-
-
-def _arrow_type(name: str) -> Any:
-    import pyarrow as pa
-
-    decimal = re.match(r"^decimal\((\d+),(\d+)\)$", name)
-    if decimal:
-        return pa.decimal128(int(decimal[1]), int(decimal[2]))
-    return {
-        "string": pa.string(),
-        "bigint": pa.int64(),
-        "int": pa.int32(),
-        "smallint": pa.int16(),
-        "tinyint": pa.int8(),
-        "boolean": pa.bool_(),
-        "double": pa.float64(),
-        "float": pa.float32(),
-        "date": pa.date32(),
-        "binary": pa.binary(),
-    }[name]
+    return name if _DECIMAL.match(name) else _DELTA_NAMES.get(name)
 
 
 def open_counter_table(

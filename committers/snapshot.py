@@ -100,7 +100,8 @@ def table_root(path: str) -> str:
     return path.rstrip("/") if "://" in path else os.path.abspath(path)
 
 
-def _local_dir(location: str) -> Path | None:
+def local_dir(location: str) -> Path | None:
+    """The directory of a local table location (a path or a ``file:`` URL), else None."""
     if location.startswith("file:"):
         return Path(urlsplit(location).path)
     return None if "://" in location else Path(location)
@@ -122,7 +123,7 @@ def _read_marker(path: Path, app_id: str) -> int | None:
 def txid_markers(spark: SparkSession, location: str, app_id: str) -> list[tuple[int, int]]:
     """``(Delta version, marker version)`` of every JSON commit of the table at
     ``location`` that carries ``app_id``'s marker, in version order."""
-    local = _local_dir(location)
+    local = local_dir(location)
     if local is None:
         return _markers_with_spark(spark, location, app_id)
     log_dir = local / "_delta_log"
