@@ -383,8 +383,9 @@ def main(argv: list[str] | None = None) -> int:
                 *commit_table(redis_server.url, commit_sizes, progress),
                 "",
                 "One script call per commit (a group's too); above "
-                f"{STAGE_CHUNK:,} fields a hash is staged first in pipelined chunks of "
-                f"{STAGE_CHUNK:,}. Half of each commit's keys are already held.",
+                f"{STAGE_CHUNK:,} fields a hash is staged first, as a list of JSON "
+                f"chunks of {STAGE_CHUNK:,} fields, pipelined. Half of each commit's keys "
+                "are already held.",
                 "",
             ]
         sections = [

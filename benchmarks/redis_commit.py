@@ -24,7 +24,7 @@ TABLE = CounterTable("sums", ("k",), "n")
 
 
 def batch(txid: int, first_key: int, keys: int) -> RedisBatch:
-    return RedisBatch(txid, {"sums": {f"key{k}": 1 for k in range(first_key, first_key + keys)}})
+    return RedisBatch.of(txid, {"sums": {f"key{k}": 1 for k in range(first_key, first_key + keys)}})
 
 
 def one_size(url: str, size: int, mode: CommitMode) -> dict[str, float]:

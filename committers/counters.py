@@ -19,7 +19,6 @@ from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, TransactionAttempt
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 #: A counter's value in Python: ``long`` -> int, ``double`` -> float, ``decimal`` -> Decimal.
@@ -243,7 +242,7 @@ class CounterCommitter(Committer):
 
 
 #: Working columns of the batch sums (``inc`` is reserved; no key is named like these).
-_BAD, _VALUES = "__transactional_bad", "__transactional_values"
+BAD_COLUMN, VALUES_COLUMN = "__transactional_bad", "__transactional_values"
 #: The count of a key's non-null values (``committers.delta_sql.batch_sums``).
 COUNT_COLUMN = "__transactional_count"
 
@@ -252,55 +251,17 @@ def key_sums(frame: DataFrame, table: CounterTable) -> DataFrame:
     """The batch ``frame`` summed per key by Spark, to collect: ``(keys..., inc, bad,
     count)`` for an exact type (``try_sum`` in the declared type; ``bad``: the sum does
     not fit), ``(keys..., values)`` for a double (its values, which
-    ``collected_sums`` adds exactly, as ``math.fsum``)."""
+    ``committers.redis_fields`` adds exactly, as ``math.fsum``)."""
     from pyspark.sql import functions as F
 
     from committers.delta_sql import batch_sums
 
     if table.declared.kind == "double":
         value = F.col(table.value).cast("double")
-        return frame.groupBy(*table.keys).agg(F.collect_list(value).alias(_VALUES))
+        return frame.groupBy(*table.keys).agg(F.collect_list(value).alias(VALUES_COLUMN))
     own = {f.name: f.dataType.simpleString() for f in frame.schema}
     sums, bad = batch_sums(frame, table, own)
-    return sums.select(*table.keys, "inc", bad.alias(_BAD), COUNT_COLUMN)
-
-
-def collected_sums(
-    sums: pa.Table, frame: DataFrame, table: CounterTable
-) -> tuple[dict[tuple[str | None, ...], Number], list[str]]:
-    """``key_sums``'s rows, collected, as ``per_key_sums`` gives them: exact sums by key
-    text, keys with no non-null value left out, and the keys whose sum cannot be stored.
-    A sum Spark found unstorable is explained by ``per_key_sums`` itself (a second
-    job, on that failure path only)."""
-    types = {f.name: f.dataType.simpleString() for f in frame.schema}
-    texts = [key_text(types[k]) for k in table.keys]
-    columns = [sums.column(k).to_pylist() for k in table.keys]
-    keys = (
-        [
-            tuple(text(v) for text, v in zip(texts, row, strict=True))
-            for row in zip(*columns, strict=True)
-        ]
-        if columns
-        else []
-    )
-    result: dict[tuple[str | None, ...], Number] = {}
-    refused: list[str] = []
-    if table.declared.kind == "double":
-        for key, values in zip(keys, sums.column(_VALUES).to_pylist(), strict=True):
-            if not values:
-                continue
-            try:
-                result[key] = exact_sum(values, table.declared)
-            except ValueError as exc:
-                refused.append(f"{dict(zip(table.keys, key, strict=True))} {exc}")
-        return result, refused
-    if any(sums.column(_BAD).to_pylist()):
-        return per_key_sums(frame, table)
-    counted = sums.column(COUNT_COLUMN).to_pylist()
-    for key, total, n in zip(keys, sums.column("inc").to_pylist(), counted, strict=True):
-        if n:
-            result[key] = total
-    return result, refused
+    return sums.select(*table.keys, "inc", bad.alias(BAD_COLUMN), COUNT_COLUMN)
 
 
 def per_key_sums(

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import CounterCommitter, CounterTable
+from committers.counters import BAD_COLUMN, CounterCommitter, CounterTable
 from committers.delta_arrow import null_sums_as_zero
 from committers.delta_rs import ArrowWrites
 from committers.delta_spark import DEAD_LETTERS_TABLE, SCOPED_CONF, SparkWrites, concat
@@ -62,9 +62,6 @@ log = logging.getLogger("committers.delta")
 #: 8.8 s on the delta-rs path (driver peak 795 MiB) against 11.2 s on delta-spark; of
 #: 3M sums, 45 s (1.5 GiB) against 25 s.
 MAX_DRIVER_ROWS = 1_000_000
-
-#: The flag of a sum the declared type cannot hold (collected with the sums).
-_BAD = "__transactional_bad"
 
 
 @dataclass(frozen=True)
@@ -219,7 +216,7 @@ class DeltaCommitter(ArrowWrites, SparkWrites, CounterCommitter):
             if not self._by_driver[table.name]:
                 continue
             sums, bad = batch_sums(inputs[input_name], table, self._key_types[table.name])
-            flagged = sums.select(*table.keys, "inc", bad.alias(_BAD))
+            flagged = sums.select(*table.keys, "inc", bad.alias(BAD_COLUMN))
             plan[table.name] = flagged.limit(limit)
         if self.dead_letters is not None and self._by_driver[DEAD_LETTERS_TABLE]:
             plan[DEAD_LETTERS_TABLE] = self._dead_rows(attempt, inputs).limit(limit)
@@ -250,12 +247,12 @@ class DeltaCommitter(ArrowWrites, SparkWrites, CounterCommitter):
             if sums is None or sums.num_rows > self.max_driver_rows:
                 batch.counters[table.name] = self._spark_sums(attempt, input_name, table, inputs)
                 continue
-            bad = sums.filter(sums.column(_BAD))
+            bad = sums.filter(sums.column(BAD_COLUMN))
             if bad.num_rows:
                 rows = bad.slice(0, 5).to_pylist()
                 who = self.who()
                 raise batch_overflow_error(who, attempt.txid, input_name, table, rows)
-            batch.counters[table.name] = null_sums_as_zero(sums.drop_columns([_BAD]))
+            batch.counters[table.name] = null_sums_as_zero(sums.drop_columns([BAD_COLUMN]))
         if self.dead_letters is not None:
             dead: pa.Table | DataFrame | None = collected.get(DEAD_LETTERS_TABLE)
             if dead is None or dead.num_rows > self.max_driver_rows:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import CounterTable
-from committers.values import exact_sum
+from committers.values import exact_sum, fsum
 from transactional.errors import CommitError, ConfigurationError
 from transactional.types import CommitMode
 
@@ -91,7 +91,7 @@ def combined_sums(parts: Sequence[pa.Table], table: CounterTable) -> pa.Table:
     declared = table.declared
     if declared.kind == "double":
         grouped = data.group_by(keys, use_threads=False).aggregate([("inc", "list")])
-        totals = [math.fsum(v) for v in grouped.column("inc_list").to_pylist()]
+        totals = [fsum(v) for v in grouped.column("inc_list").to_pylist()]
         summed = pa.array(totals, inc.type)
         if any(not math.isfinite(v) for v in totals):
             raise Unstorable(_rows_where(grouped, keys, summed, lambda v: not math.isfinite(v)))

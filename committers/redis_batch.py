@@ -3,16 +3,16 @@ sums, and the script's argument built from them (``committers/redis_commit.lua``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from committers.counters import CounterTable, Number
-from committers.keys import decode_key
-from committers.values import ValueType, value_text
-from transactional.errors import ContractError
+from committers.redis_fields import added, fields_table, texts
 from transactional.types import CommitMode
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: Undo-log value meaning "the field did not exist before this txid". Counts are number
 #: strings, so an empty string can never be a real previous value.
@@ -21,46 +21,41 @@ ABSENT = ""
 
 @dataclass(frozen=True)
 class RedisBatch:
-    """What ``prepare`` hands to ``commit``: plain Python, already summed per field
-    (hash -> encoded key -> sum in the table's value type), so the serial commit phase
-    does no Spark work at all."""
+    """What ``prepare`` hands to ``commit``, already summed per field: per hash an Arrow
+    table ``(field, inc)`` (``committers.redis_fields``: the encoded key and its sum in
+    the hash's value type), and the dead letters as JSON strings. The serial commit
+    phase does no Spark work at all."""
 
     txid: int
-    counters: dict[str, dict[str, Number]] = field(default_factory=dict)
+    counters: dict[str, pa.Table] = field(default_factory=dict)
     dead_letters: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(
+        cls, txid: int, sums: Mapping[str, Mapping[str, Number]], dead_letters: Sequence[str] = ()
+    ) -> RedisBatch:
+        """A batch from sums given in Python (hash -> field -> sum), as a test or a tool
+        builds one; the value type is the values' (``fields_table``)."""
+        counters = {name: fields_table(fields) for name, fields in sums.items()}
+        return cls(txid, counters, list(dead_letters))
+
+    def sums(self, name: str) -> dict[str, Number]:
+        """Hash ``name``'s sums in Python (field -> sum): for tests and tools."""
+        table = self.counters[name]
+        return dict(zip(*(table.column(c).to_pylist() for c in ("field", "inc")), strict=True))
 
 
 def combined(
     last: int, batches: Sequence[RedisBatch | None], tables: Mapping[str, CounterTable], who: str
 ) -> RedisBatch:
     """A commit group's batches (None: a txid that came out empty) as one, marked with
-    ``last``: per field, the increments added exactly (Python ints and decimals,
-    ``math.fsum`` for doubles); each dead letter keeps its own txid."""
+    ``last``: per field, the increments added exactly (``committers.redis_fields.added``);
+    each dead letter keeps its own txid."""
     given = [b for b in batches if b is not None]
     out = RedisBatch(last)
     for name in {name: None for b in given for name in b.counters}:
-        table = tables[name]
-        double = table.declared.kind == "double"
-        totals: dict[str, Number] = {}
-        repeated: dict[str, list[Number]] = {}  # doubles: every increment, for fsum
-        for batch in given:
-            for f, inc in batch.counters.get(name, {}).items():
-                if f not in totals:
-                    totals[f] = inc
-                elif double:
-                    repeated.setdefault(f, [totals[f]]).append(inc)
-                else:
-                    totals[f] = totals[f] + inc  # type: ignore[operator]  # ints, decimals: exact
-        for f, values in repeated.items():
-            totals[f] = math.fsum(float(v) for v in values)
-            if not math.isfinite(totals[f]):
-                key = decode_key(f, len(table.keys))
-                raise ContractError(
-                    f"{who}: Redis hash {name!r} cannot store the group ending at "
-                    f"txid {last}: the increments of key {key} sum beyond the largest "
-                    "double. Nothing was committed; use a wider value_type for a new hash"
-                )
-        out.counters[name] = totals
+        parts = [b.counters[name] for b in given if name in b.counters]
+        out.counters[name] = added(tables[name], parts, who, last)
     for batch in given:
         out.dead_letters.extend(batch.dead_letters)
     return out
@@ -80,11 +75,9 @@ def script_payload(
     counters = []
     for i, name in enumerate(prepared.counters):
         declared = tables[name].declared
-        fields = [
-            x
-            for f, inc in prepared.counters[name].items()
-            for x in (f, increment_text(inc, declared))
-        ]
+        names, increments = texts(prepared.counters[name], declared)
+        fields: list[str] = [""] * (2 * len(names))
+        fields[::2], fields[1::2] = names, increments
         counters.append(
             {
                 "k": 8 + i,
@@ -107,12 +100,3 @@ def script_payload(
     if token is not None:
         payload["fence"] = str(token)
     return payload
-
-
-def increment_text(value: Number, declared: ValueType) -> str:
-    """``value_text``, except that a group's decimal total is sent with its exact digits
-    even past the declared precision: only the new stored value must fit (the script
-    checks it)."""
-    if declared.kind == "decimal":
-        return format(value, "f")
-    return value_text(value, declared)

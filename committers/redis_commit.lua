@@ -10,10 +10,10 @@
 --
 -- Values, per hash type (``batch.counters[i].kind``):
 --
--- - ``long``: ``HINCRBY``. The new value is checked first: in doubles when both numbers
---   are below 2^62 in magnitude (their sum cannot reach 2^63), else exactly, in decimal
---   digit strings; a group's increment beyond 64 bits (whose sum with the stored value
---   fits) is written as the new value with ``HSET``.
+-- - ``long``: the new value is computed, checked and written as plain digits, the text
+--   ``HINCRBY`` would leave: in doubles when both numbers are below 2^52 in magnitude
+--   (exact: their sum is below 2^53), else exactly, in decimal digit strings (so a
+--   group's increment beyond 64 bits whose sum with the stored value fits is stored).
 -- - ``double``: the sum of the stored double and the increment, one IEEE 754 addition in
 --   Lua (whose numbers are C doubles), stored with ``HSET`` as the shortest of ``%.15g``,
 --   ``%.16g``, ``%.17g`` that reads back as the same double. Not ``HINCRBYFLOAT``: it adds
@@ -24,9 +24,12 @@
 --
 -- Keys: 1 txid, 2 undo log, 3 undo dead-letter count, 4 mode, 5 dead-letter list,
 -- 6 fence, 7 value types (hash name -> declared type), 8.. the counter hashes, then the
--- staging hashes. A counter's fields and increments come in the argument (``c.f``, a
--- flat list) or, for a large commit, in a staging hash the committer filled before in
--- bounded, pipelined chunks (``c.st``: its key; read here, deleted by the committer). The fence
+-- staging lists. A counter's fields and increments come in the argument (``c.f``, a
+-- flat list) or, for a large commit, in a staging list the committer filled before with
+-- bounded, pipelined JSON chunks of that flat list (``c.st``: its key; read here,
+-- deleted by the committer). Fields are read with one ``HMGET`` and written with one
+-- ``HSET`` per ``CHUNK`` of them: a ``redis.call`` costs more than the command it runs
+-- on one field. The fence
 -- is checked first and raised by every commit that passes, a skipped one included:
 -- once a new leader has committed anything here, no commit of an earlier leader gets
 -- through.
@@ -36,6 +39,7 @@
 -- ``first``. A txid in between is refused ('split'); in opaque mode a held txid at or
 -- above ``first`` can only come from a write of this group (``first`` is the store's
 -- currtx), so that write is undone before this one applies.
+local match, format, abs = string.match, string.format, math.abs
 local batch = cjson.decode(ARGV[1])
 local txid = tonumber(batch.txid)
 local first = tonumber(batch.first or batch.txid)
@@ -63,7 +67,7 @@ end
 if last_n and first <= last_n and last_n < txid then
   return {'split', last}
 end
-for i = 5, #KEYS do
+for i = 5, 7 + #batch.counters do
   if i > 6 or (i == 5 and batch.dl) then
     local want = 'hash'
     if i == 5 then want = 'list' end
@@ -84,8 +88,8 @@ end
 local function dec_parse(text, scale)
   local sign, body = 1, text
   if string.sub(body, 1, 1) == '-' then sign, body = -1, string.sub(body, 2) end
-  local int, frac = string.match(body, '^(%d+)%.(%d+)$')
-  if not int then int, frac = string.match(body, '^(%d+)$'), '' end
+  local int, frac = match(body, '^(%d+)%.(%d+)$')
+  if not int then int, frac = match(body, '^(%d+)$'), '' end
   if not int or #frac > scale then return nil end
   local mag = string.gsub(int .. frac .. string.rep('0', scale - #frac), '^0+', '')
   if mag == '' then sign = 1 end
@@ -150,17 +154,20 @@ end
 local function add(c, base, inc)
   if c.kind == 'long' then
     -- The text HINCRBY parses: no sign on zero, no leading zeros, 64 bits.
-    if base and base ~= '0' and not string.match(base, '^%-?[1-9]%d*$') then
+    if base and base ~= '0' and not match(base, '^%-?[1-9]%d*$') then
       return nil, 'stored'
     end
     local b, i = tonumber(base or '0'), tonumber(inc)
-    if math.abs(b) < 2^62 and math.abs(i) < 2^62 then return inc end
+    if abs(b) < 2^52 and abs(i) < 2^52 then
+      local v = b + i
+      if v == 0 then return '0' end
+      return format('%.0f', v)
+    end
     local sb, mb = dec_parse(base or '0', 0)
     if not fits_long(sb, mb) then return nil, 'stored' end
     local si, mi = dec_parse(inc, 0)
     local s, m = dec_add(sb, mb, si, mi)
     if not fits_long(s, m) then return nil, 'overflow' end
-    if fits_long(si, mi) then return inc end
     return dec_format(s, m, 0)
   elseif c.kind == 'double' then
     local b = 0
@@ -170,10 +177,10 @@ local function add(c, base, inc)
     if not finite(v) then return nil, 'overflow' end
     if v == 0 then return '0' end
     for _, fmt in ipairs({'%.15g', '%.16g', '%.17g'}) do
-      local text = string.format(fmt, v)
+      local text = format(fmt, v)
       if tonumber(text) == v then return text end
     end
-    return string.format('%.17g', v)
+    return format('%.17g', v)
   end
   local sb, mb = 1, ''
   if base then
@@ -207,25 +214,50 @@ if replay then
 end
 
 -- Pass 1: every new value, from what the field holds once this txid's earlier attempt
--- is undone. No write before all are known to fit.
-local bad, new = {}, {}
+-- is undone. No write before all are known to fit. ``before`` keeps that value (or
+-- ``absent``) per field: the undo log of this attempt.
+local CHUNK = 500
+local bad, new, before = {}, {}, {}
 local given = {}
 for ci, c in ipairs(batch.counters) do
-  if c.st then given[ci] = redis.call('HGETALL', KEYS[c.st]) else given[ci] = c.f end
+  if c.st then
+    local fs, m = {}, 0
+    for _, part in ipairs(redis.call('LRANGE', KEYS[c.st], 0, -1)) do
+      for _, x in ipairs(cjson.decode(part)) do
+        m = m + 1
+        fs[m] = x
+      end
+    end
+    given[ci] = fs
+  else
+    given[ci] = c.f
+  end
 end
 for ci, c in ipairs(batch.counters) do
-  local h, fs, out = KEYS[c.k], given[ci], {}
-  for j = 1, #fs, 2 do
-    local base = undo[h .. '\0' .. fs[j]]
-    if base == nil then base = redis.call('HGET', h, fs[j]) or batch.absent end
-    if base == batch.absent then base = nil end
-    local value, why = add(c, base, fs[j + 1])
-    if value == nil and #bad < 5 then
-      bad[#bad + 1] = {h, fs[j], why, base or '', fs[j + 1]}
+  local h, fs, out, was = KEYS[c.k], given[ci], {}, {}
+  local count = #fs / 2
+  for s = 1, count, CHUNK do
+    local e = math.min(s + CHUNK - 1, count)
+    local names = {}
+    for j = s, e do names[j - s + 1] = fs[2 * j - 1] end
+    local held = redis.call('HMGET', h, unpack(names))
+    for j = s, e do
+      local f, inc = fs[2 * j - 1], fs[2 * j]
+      local base = nil
+      if replay then base = undo[h .. '\0' .. f] end
+      if base == nil then
+        base = held[j - s + 1] or nil
+      elseif base == batch.absent then
+        base = nil
+      end
+      local value, why = add(c, base, inc)
+      if value == nil and #bad < 5 then
+        bad[#bad + 1] = {h, f, why, base == nil and cjson.null or base, inc}
+      end
+      out[j], was[j] = value, base or batch.absent
     end
-    out[#out + 1] = value
   end
-  new[ci] = out
+  new[ci], before[ci] = out, was
 end
 if #bad > 0 then return {'refused', cjson.encode(bad)} end
 
@@ -247,17 +279,18 @@ if replay then
 end
 redis.call('DEL', KEYS[2])
 for ci, c in ipairs(batch.counters) do
-  local h, fs, out = KEYS[c.k], given[ci], new[ci]
-  for j = 1, #fs, 2 do
-    if opaque then
-      local prev = redis.call('HGET', h, fs[j])
-      redis.call('HSETNX', KEYS[2], h .. '\0' .. fs[j], prev or batch.absent)
+  local h, fs, out, was = KEYS[c.k], given[ci], new[ci], before[ci]
+  local count = #fs / 2
+  for s = 1, count, CHUNK do
+    local e = math.min(s + CHUNK - 1, count)
+    local values, saved, m = {}, {}, 0
+    for j = s, e do
+      values[m + 1], values[m + 2] = fs[2 * j - 1], out[j]
+      if opaque then saved[m + 1], saved[m + 2] = h .. '\0' .. fs[2 * j - 1], was[j] end
+      m = m + 2
     end
-    if c.kind == 'long' and out[(j + 1) / 2] == fs[j + 1] then
-      redis.call('HINCRBY', h, fs[j], fs[j + 1])
-    else
-      redis.call('HSET', h, fs[j], out[(j + 1) / 2])
-    end
+    redis.call('HSET', h, unpack(values))
+    if opaque then redis.call('HSET', KEYS[2], unpack(saved)) end
   end
   redis.call('HSET', KEYS[7], h, c.type)
 end

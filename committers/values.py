@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType
 
-__all__ = ["LONG_BOUND", "ValueType", "exact_sum", "parse_text", "value_text"]
+__all__ = ["LONG_BOUND", "ValueType", "exact_sum", "fsum", "parse_text", "value_text"]
 
 #: A LONG holds -2**63 .. 2**63 - 1.
 LONG_BOUND = 2**63
@@ -161,6 +161,15 @@ def exact_sum(values: list[Any], declared: ValueType) -> int | float | Decimal:
     for v in values:
         exact = _SUM_CONTEXT.add(exact, Decimal(v))
     return fit_decimal(exact, declared)
+
+
+def fsum(values: Any) -> float:
+    """``math.fsum``, the correctly rounded sum, with a sum beyond the largest double
+    (which ``math.fsum`` raises on) as an infinity, for the caller to refuse."""
+    try:
+        return math.fsum(values)
+    except OverflowError:
+        return math.inf
 
 
 def fit_decimal(value: Decimal, declared: ValueType) -> Decimal:

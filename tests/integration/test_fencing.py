@@ -41,7 +41,7 @@ def committer(url: str, token: int, mode: CommitMode = CommitMode.TRANSACTIONAL)
 
 
 def commit(sink: RedisCommitter, txid: int, value: int) -> CommitOutcome:
-    batch = RedisBatch(txid, counters={"c": {"a": value}})
+    batch = RedisBatch.of(txid, {"c": {"a": value}})
     return sink.commit(TransactionAttempt(txid, 1), batch)
 
 
