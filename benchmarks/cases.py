@@ -203,7 +203,7 @@ def framework(
     )
     if auto:
         note = (
-            f"partitioned file spout, --batch-size auto (AIMD, target {AUTO_TARGET_S:.0f} s per "
+            f"partitioned file spout, --batch-size auto (slow start, AIMD, target {AUTO_TARGET_S:.0f} s per "
             "txid), SQLite store"
         )
     case = Case(name, sink, run, note)

@@ -4,11 +4,16 @@ Each committed txid reports its latency: from its metadata stored to its commit 
 through every attempt, less the time it sat processed waiting for earlier txids to
 commit (a smaller batch cannot shorten that wait: with ``max_pending`` K it is up to
 K-1 whole commits, and shrinking for it would spiral down to the minimum size on a
-sink whose commits have a fixed cost, such as Delta's MERGE). While
-latencies stay under the target the batch grows by a fixed step (additive increase);
-a latency over the target shrinks it by a step (the "slow" state); a failure or a
-timeout halves it (multiplicative decrease). It never leaves ``[minimum, maximum]``.
-The runner feeds it; spouts that opt in read ``current`` when they size a new txid.
+sink whose commits have a fixed cost, such as Delta's MERGE).
+
+As TCP does, it starts in slow start: the size doubles after each commit under the
+target, so it finds a large enough size in a few txids instead of hundreds of steps.
+The first latency over the target (or a failure) ends slow start and halves the size.
+From then on, while latencies stay under the target the batch grows by a fixed step
+(additive increase); a latency over the target shrinks it by a step (the "slow"
+state); a failure or a timeout halves it (multiplicative decrease). It never leaves
+``[minimum, maximum]``. The runner feeds it; spouts that opt in read ``current`` when
+they size a new txid.
 """
 
 from __future__ import annotations
@@ -31,8 +36,11 @@ class BatchSizeConfig(BaseModel):
     step: int | None = Field(default=None, ge=1)
     #: End-to-end latency of one txid to stay under, in seconds.
     target_latency_s: float = Field(default=10.0, gt=0)
-    #: Factor applied on a failure or a timeout.
+    #: Factor applied on a failure or a timeout (and at the end of slow start).
     decrease: float = Field(default=0.5, gt=0, lt=1)
+    #: Double the size after each commit under the target until the first one over it
+    #: or a failure (TCP's slow start); False: additive increase from the start.
+    slow_start: bool = True
 
     @model_validator(mode="after")
     def _ordered(self) -> BatchSizeConfig:
@@ -53,11 +61,12 @@ HISTORY = 1024
 class AdaptiveBatchSize:
     """The controller; thread-safe, since spouts may read it while the runner updates it.
     ``history`` holds its latest decisions, oldest first: (kind, size after) with kind
-    ``grow``, ``slow`` or ``fail``."""
+    ``start`` (doubled in slow start), ``grow``, ``slow`` or ``fail``."""
 
     def __init__(self, config: BatchSizeConfig | None = None) -> None:
         self.config = config or BatchSizeConfig()
         self._current = self.config.initial
+        self._starting = self.config.slow_start
         self._lock = threading.Lock()
         self.history: deque[tuple[str, int]] = deque(maxlen=HISTORY)
 
@@ -74,16 +83,22 @@ class AdaptiveBatchSize:
         cfg = self.config
         with self._lock:
             if latency_s <= cfg.target_latency_s:
-                self._current = min(cfg.maximum, self._current + self.step)
-                self.history.append(("grow", self._current))
+                kind = "start" if self._starting else "grow"
+                grown = self._current * 2 if self._starting else self._current + self.step
+                self._current = min(cfg.maximum, grown)
+            elif self._starting:
+                kind, self._starting = "slow", False
+                self._current = max(cfg.minimum, int(self._current * cfg.decrease))
             else:
+                kind = "slow"
                 self._current = max(cfg.minimum, self._current - self.step)
-                self.history.append(("slow", self._current))
+            self.history.append((kind, self._current))
             return self._current
 
     def on_failure(self) -> int:
         cfg = self.config
         with self._lock:
+            self._starting = False
             self._current = max(cfg.minimum, int(self._current * cfg.decrease))
             self.history.append(("fail", self._current))
             return self._current

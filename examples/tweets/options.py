@@ -140,7 +140,8 @@ def fixed_batch_size(opts: RunOptions) -> int:
 
 
 def adaptive_batch_size(opts: RunOptions) -> Any:
-    """``--batch-size auto``: AIMD flow control of new txids' sizes (transactional.flow)."""
+    """``--batch-size auto``: TCP-like flow control of new txids' sizes (slow start, then
+    AIMD; transactional.flow)."""
     if opts.batch_size != "auto":
         return None
     from transactional.flow import AdaptiveBatchSize, BatchSizeConfig

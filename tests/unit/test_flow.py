@@ -1,5 +1,6 @@
-"""The adaptive batch size follows its rule exactly: add under target, subtract over it,
-halve on failure, stay within bounds."""
+"""The adaptive batch size follows its rule exactly: double under target until the
+first txid over it or a failure (slow start, which halves), then add under target,
+subtract over it, halve on failure, stay within bounds."""
 
 from __future__ import annotations
 
@@ -40,14 +41,35 @@ class SizedSpout(ListTransactionalSpout):
 
 def test_grows_additively_under_target_and_never_exceeds_the_maximum() -> None:
     sizer = AdaptiveBatchSize(
-        BatchSizeConfig(initial=100, step=50, maximum=260, target_latency_s=1)
+        BatchSizeConfig(initial=100, step=50, maximum=260, target_latency_s=1, slow_start=False)
     )
     assert [sizer.on_commit(0.5) for _ in range(5)] == [150, 200, 250, 260, 260]
 
 
+def test_slow_start_doubles_until_the_first_slow_txid_then_grows_additively() -> None:
+    sizer = AdaptiveBatchSize(
+        BatchSizeConfig(initial=100, step=50, minimum=10, maximum=10_000, target_latency_s=1)
+    )
+    doubled = [sizer.on_commit(0.5) for _ in range(4)]
+    assert doubled == [200, 400, 800, 1600]
+    assert sizer.on_commit(1.5) == 800  # over the target: slow start ends, halved
+    assert [sizer.on_commit(0.5) for _ in range(2)] == [850, 900]  # then additive
+    assert sizer.on_commit(1.5) == 850  # and a step down, not a halving
+    assert [k for k, _ in sizer.history] == ["start"] * 4 + ["slow", "grow", "grow", "slow"]
+    capped = AdaptiveBatchSize(BatchSizeConfig(initial=300, maximum=1000, target_latency_s=1))
+    assert [capped.on_commit(0.1) for _ in range(3)] == [600, 1000, 1000]
+
+
+def test_a_failure_ends_slow_start() -> None:
+    sizer = AdaptiveBatchSize(BatchSizeConfig(initial=100, step=10, minimum=10, target_latency_s=1))
+    assert sizer.on_commit(0.5) == 200
+    assert sizer.on_failure() == 100
+    assert [sizer.on_commit(0.5) for _ in range(2)] == [110, 120]
+
+
 def test_shrinks_by_a_step_when_slow_and_halves_on_failure_within_the_minimum() -> None:
     sizer = AdaptiveBatchSize(
-        BatchSizeConfig(initial=1000, step=100, minimum=200, target_latency_s=1)
+        BatchSizeConfig(initial=1000, step=100, minimum=200, target_latency_s=1, slow_start=False)
     )
     assert sizer.on_commit(2.0) == 900
     assert sizer.on_failure() == 450
@@ -58,7 +80,9 @@ def test_shrinks_by_a_step_when_slow_and_halves_on_failure_within_the_minimum() 
 
 
 def test_history_keeps_only_the_latest_decisions() -> None:
-    sizer = AdaptiveBatchSize(BatchSizeConfig(initial=10, minimum=1, step=1, maximum=10**6))
+    sizer = AdaptiveBatchSize(
+        BatchSizeConfig(initial=10, minimum=1, step=1, maximum=10**6, slow_start=False)
+    )
     for _ in range(HISTORY + 5):
         sizer.on_commit(0.0)
     assert len(sizer.history) == HISTORY
@@ -90,10 +114,10 @@ def test_the_runner_feeds_the_size_and_new_txids_use_it() -> None:
         batch_size=sizer,
     )
     runner.run(until_drained=True)
-    # 10, then +10 per commit; txid 3 (size 30) fails once: its metadata is kept, and the
-    # size halves to 15 before txid 3 commits and grows again.
+    # 10, doubled per commit (slow start); txid 3 (size 40) fails once: its metadata is
+    # kept, the size halves to 20 and slow start ends, so after txid 3 commits: +10.
     sizes = {a.txid: m.count for a, m in spout.emits}
-    assert [sizes[t] for t in (1, 2, 3, 4)] == [10, 20, 30, 25]
+    assert sorted(sizes.items()) == [(1, 10), (2, 20), (3, 40), (4, 30)]  # 100 records
     assert committer.counts == Counter(data)
 
 
@@ -106,7 +130,9 @@ def test_time_queued_behind_earlier_commits_does_not_shrink_the_batch() -> None:
     A schedule, not a timed run: the runtime's machine and its timing probe are given
     the events a runner would meet, at the times they would meet them."""
     sizer = AdaptiveBatchSize(
-        BatchSizeConfig(initial=10, step=1, minimum=1, maximum=1000, target_latency_s=0.5)
+        BatchSizeConfig(
+            initial=10, step=1, minimum=1, maximum=1000, target_latency_s=0.5, slow_start=False
+        )
     )
     stats = RunStats()
     timings = Timings(stats, sizer)
