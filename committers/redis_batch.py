@@ -39,11 +39,6 @@ class RedisBatch:
         counters = {name: fields_table(fields) for name, fields in sums.items()}
         return cls(txid, counters, list(dead_letters))
 
-    def sums(self, name: str) -> dict[str, Number]:
-        """Hash ``name``'s sums in Python (field -> sum): for tests and tools."""
-        table = self.counters[name]
-        return dict(zip(*(table.column(c).to_pylist() for c in ("field", "inc")), strict=True))
-
 
 def combined(
     last: int, batches: Sequence[RedisBatch | None], tables: Mapping[str, CounterTable], who: str
