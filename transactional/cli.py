@@ -228,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not store and compare each first emit's count and checksum",
     )
     run.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="skip the warm-up: the spout's sample run through the topology before txid 1",
+    )
+    run.add_argument(
         "--until-drained",
         action="store_true",
         default=None,
@@ -322,6 +327,7 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         "poll_interval_s": args.poll_interval,
         "poll_max_s": args.poll_max,
         "check_determinism": False if args.no_determinism_check else None,
+        "warm_up": False if args.no_warm_up else None,
     }
     return load_settings(args.config, environment(), flags, conf)
 

@@ -48,7 +48,9 @@ class Committer(ABC):
     The runner guarantees: ``prepare`` runs once per attempt, possibly in parallel with
     other txids' ``prepare`` and with ``commit`` of a lower txid; ``commit`` runs for
     one txid at a time, in strictly increasing txid order with no gap, except that a
-    txid is committed again (same or new attempt) after a failure or restart.
+    txid is committed again (same or new attempt) after a failure or restart. The
+    runner's warm-up also prepares an attempt of txid 0 that is never committed, so
+    ``prepare`` must not write to the sink.
 
     The implementation must guarantee (DESIGN.md section 6):
 

@@ -41,6 +41,12 @@ class RunnerConfig(BaseModel):
     #: Times one run may lose leadership and get it back before it stops with
     #: ``LostLeadershipError``. Losing it to another runner always stops the run.
     max_reelections: int = Field(default=10, ge=0)
+    #: Before the first txid, run the spout's ``sample_batch`` through the bolts and the
+    #: committers' ``prepare`` once, committing nothing: the session's cold start is paid
+    #: there, not by the first txids (whose latency ``--batch-size auto`` reads), and a
+    #: broken contract fails before any txid is stored. No effect when the spout gives
+    #: no sample.
+    warm_up: bool = True
 
     @model_validator(mode="after")
     def _backoff_order(self) -> RunnerConfig:

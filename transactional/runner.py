@@ -2,6 +2,11 @@
 
 The protocol, as this module runs it (``currtx`` is the next txid to commit):
 
+0. **Warm-up** (``RunnerConfig.warm_up``, ``transactional.runtime.warmup``): before
+   the first txid, the spout's ``sample_batch`` goes through the bolts and every
+   committer's ``prepare`` as txid 0, which is never stored or committed, so the
+   session's cold start is not paid by the first txids; a broken contract stops the
+   run here.
 1. **Start.** While fewer than ``max_pending`` txids are in flight (the window is
    always ``[currtx, currtx + max_pending)``), start the next txid ``t``. If the store
    holds metadata for ``t`` (a replay after a failure or a restart), reuse it as is and
@@ -91,6 +96,7 @@ from transactional.runtime.probes import (
     Timings,
     TxTiming,
 )
+from transactional.runtime.warmup import warm_up
 from transactional.spout import SpoutContext
 from transactional.store import StateStore, TopologyIdentity
 from transactional.topology import SPOUT, Topology
@@ -162,6 +168,14 @@ class TransactionalRunner:
         with nothing in flight and everything committed."""
         executor, opened = self._open()
         try:
+            if self.config.warm_up:
+                warm_up(
+                    executor.pipeline,
+                    self.engine,
+                    f"warm-up-run-{executor.run}",
+                    self.config.attempt_timeout_s,
+                    self._stop.is_set,
+                )
             executor.feed(opened)
             while not self._stop.is_set():
                 if executor.turn(until_drained):

@@ -77,6 +77,16 @@ class _SpoutBase(ABC, Generic[M]):
     def cleanup_before(self, txid: int) -> None:
         """Every txid below ``txid`` is committed; state kept for them may be dropped."""
 
+    def sample_batch(self) -> DataFrame | None:
+        """A few records read as ``emit`` reads them (the same reader, the same schema),
+        for the runner's warm-up before its first txid (``RunnerConfig.warm_up``): the
+        bolts and every committer's ``prepare`` run on it once and nothing is committed,
+        so the first txids do not pay the session's cold start (Python workers, code
+        generation), and a broken contract stops the run before any txid is stored.
+        Records already committed are fine: a sample is never committed. Default None:
+        no warm-up. Called on the driver after ``open``."""
+        return None
+
     def identity(self) -> str:
         """A stable name stored with the topology's state, so that a different spout
         started on the same topology id is refused instead of misreading the metadata."""

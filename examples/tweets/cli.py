@@ -169,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--topology-id", default="tweets", metavar="ID")
     run.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="skip the warm-up (256 sample records through the topology before txid 1, "
+        "committing nothing)",
+    )
+    run.add_argument(
         "--until-drained",
         action="store_true",
         help="stop when the input has no more data, instead of waiting for more",

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 DEFAULT_SPLIT_BYTES = 32 << 20
 #: Messages of a Redis range per Spark task.
 DEFAULT_SPLIT_KEYS = 50_000
+#: Records of a spout's sample batch (the runner's warm-up).
+SAMPLE_LINES = 256
 
 _FILE_SPLIT_SCHEMA = "path STRING, start LONG, end LONG, lo LONG, hi LONG"
 _REDIS_SPLIT_SCHEMA = (
@@ -123,13 +125,28 @@ class FileInput(SparkHolder):
             )
         return lines.scan_lines(self.resolve(name), offset, max_lines)
 
-    def read_ranges(self, ranges: Iterable[tuple[str, int, int]]) -> DataFrame:
-        """A lazy frame of the ``(file, offset, length)`` ranges, in order."""
+    def sample_batch(self) -> DataFrame | None:
+        """The first ``SAMPLE_LINES`` lines of the first file holding any, read as a
+        batch is, in as many tasks as the session runs at once (so that every Python
+        worker a batch uses is started): the runner's warm-up. None for an empty input."""
+        for name in self.names():
+            length, _ = self.scan(name, 0, SAMPLE_LINES)
+            if length:
+                split = -(-length // self.spark.sparkContext.defaultParallelism)
+                return self.read_ranges([(name, 0, length)], split)
+        return None
+
+    def read_ranges(
+        self, ranges: Iterable[tuple[str, int, int]], split_bytes: int | None = None
+    ) -> DataFrame:
+        """A lazy frame of the ``(file, offset, length)`` ranges, in order, a task per
+        ``split_bytes`` (default: the input's)."""
+        split = split_bytes or self.split_bytes
         rows = [
             row
             for name, offset, length in ranges
             if length
-            for row in lines.file_splits(self.resolve(name), offset, length, self.split_bytes)
+            for row in lines.file_splits(self.resolve(name), offset, length, split)
         ]
         return frame(self.spark, rows, _FILE_SPLIT_SCHEMA, lines.read_file_splits)
 
@@ -214,14 +231,29 @@ class RedisQueues(SparkHolder):
     def next_write(self, partition: int) -> int:
         return int(self.client.get(lines.counter_key(self.prefix, partition)) or 0)  # type: ignore[arg-type]
 
-    def read_ranges(self, ranges: Iterable[tuple[int, int, int]]) -> DataFrame:
-        """A lazy frame of the ``(partition, start, count)`` ranges, in order."""
+    def sample_batch(self) -> DataFrame | None:
+        """The first ``SAMPLE_LINES`` messages of the first queue holding any, read as a
+        batch is, in as many tasks as the session runs at once: the runner's warm-up.
+        None when every queue is empty."""
+        for partition, next_write in enumerate(self.next_writes(self.num_partitions())):
+            if next_write:
+                count = min(SAMPLE_LINES, next_write)
+                split = -(-count // self.spark.sparkContext.defaultParallelism)
+                return self.read_ranges([(partition, 0, count)], split)
+        return None
+
+    def read_ranges(
+        self, ranges: Iterable[tuple[int, int, int]], split_keys: int | None = None
+    ) -> DataFrame:
+        """A lazy frame of the ``(partition, start, count)`` ranges, in order, a task per
+        ``split_keys`` messages (default: the input's)."""
+        split = split_keys or self.split_keys
         rows = [
             row
             for partition, start, count in ranges
             if count
             for row in lines.redis_splits(
-                self.url, self.prefix, partition, start, count, self.missing_ok, self.split_keys
+                self.url, self.prefix, partition, start, count, self.missing_ok, split
             )
         ]
         return frame(self.spark, rows, _REDIS_SPLIT_SCHEMA, lines.read_redis_splits)

@@ -39,6 +39,7 @@ class RunOptions:
     max_group: int = 8
     group_wait: float = 0.0
     max_attempts: int = 10
+    warm_up: bool = True
     topology_id: str = "tweets"
     until_drained: bool = False
     fail_rate: float = 0.0
@@ -119,6 +120,7 @@ def runner_config(opts: RunOptions) -> Any:
             max_group=opts.max_group,
             group_wait_s=opts.group_wait,
             max_attempts=opts.max_attempts,
+            warm_up=opts.warm_up,
         )
     except ValidationError as e:
         flags = {

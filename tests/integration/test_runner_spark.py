@@ -43,6 +43,22 @@ def test_a_timed_out_attempt_has_its_spark_jobs_cancelled_and_is_retried(
     assert tracker.getActiveJobsIds() == []  # the sleeping job did not survive its timeout
 
 
+def test_a_warm_up_past_the_attempt_timeout_is_cancelled_and_the_run_goes_on(
+    spark: Any, redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spout = RangeSpout(slow_sample=True)
+    topology = build(spark, redis_url, spout)
+    config = RunnerConfig(topology_id="buckets", attempt_timeout_s=5)
+    store = SQLiteStateStore(tmp_path / "state.db")
+    with caplog.at_level("WARNING", logger="transactional.runner"):
+        stats = TransactionalRunner(topology, store, spark, config).run(until_drained=True)
+
+    assert any("warm-up failed" in r.getMessage() for r in caplog.records)
+    assert buckets(redis_url) == expected_counts()
+    assert stats.committed_txids == TOTAL // BATCH and stats.failures == 0
+    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+
+
 def test_the_transactional_command_runs_a_factory_and_reports_status(
     redis_url: str, tmp_path: Path
 ) -> None:

@@ -269,3 +269,45 @@ def test_redis_partitioned_kinds(spark: Any, loaded: Path, redis_url: str, kind:
     more, _ = _drive_partitioned(spout, last, opaque)
     assert more == {0: [], 1: [], 2: [], 3: [("late", None)]}
     spout.close()
+
+
+def _sample(spout: Any) -> tuple[list[Record], int]:
+    """The sample's records, and the Spark tasks that read it."""
+    frame = spout.sample_batch()
+    return _rows(frame), frame.rdd.getNumPartitions()
+
+
+@pytest.mark.parametrize("kind", [FileTransactionalSpout, FilePartitionedSpout, FileOpaqueSpout])
+def test_file_spouts_sample_the_first_lines_in_parallel_tasks(
+    spark: Any, tmp_path: Path, kind: type
+) -> None:
+    from examples.tweets.inputs import SAMPLE_LINES
+
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / "part-00000.jsonl").write_bytes(b"")  # an empty first file is passed over
+    generate(root / "more", SAMPLE_LINES + 40, seed=3, partitions=1, bad_rate=0.1)
+    (root / "more" / "part-00000.jsonl").rename(root / "part-00001.jsonl")
+    (root / "more").rmdir()
+    spout = _open(kind(root, batch_size=7), spark)
+    records, tasks = _sample(spout)
+    assert records == _expected(root / "part-00001.jsonl")[:SAMPLE_LINES]
+    assert tasks == spark.sparkContext.defaultParallelism
+    for name in os.listdir(root):
+        (root / name).write_bytes(b"")
+    assert spout.sample_batch() is None  # nothing to sample: no warm-up
+
+
+@pytest.mark.parametrize("kind", [RedisTransactionalSpout, RedisPartitionedSpout, RedisOpaqueSpout])
+def test_redis_spouts_sample_the_first_queue_holding_messages(
+    spark: Any, loaded: Path, redis_url: str, kind: type
+) -> None:
+    spout = _open(kind(redis_url, prefix="q", batch_size=5), spark)
+    files = sorted(loaded.glob("part-*.jsonl"))
+    records, tasks = _sample(spout)
+    from examples.tweets.inputs import SAMPLE_LINES
+
+    assert records == _expected(files[0])[:SAMPLE_LINES]
+    assert tasks == min(len(records), spark.sparkContext.defaultParallelism)
+    assert _open(kind(redis_url, prefix="nothing", batch_size=5), spark).sample_batch() is None
+    spout.close()

@@ -25,14 +25,27 @@ def expected_counts() -> dict[str, int]:
     return counts
 
 
+def _sleep_600(column: str) -> Any:
+    """A filter that keeps every row after sleeping ten minutes on each."""
+    return F.udf(lambda n: __import__("time").sleep(600) is None, "boolean")(column)
+
+
 class RangeSpout(TransactionalSpout[Range]):
     """``spark.range`` slices: the same metadata always gives the same rows."""
 
     metadata_type = Range
 
-    def __init__(self, total: int = TOTAL, batch: int = BATCH, slow_txid: int | None = None):
+    def __init__(
+        self,
+        total: int = TOTAL,
+        batch: int = BATCH,
+        slow_txid: int | None = None,
+        slow_sample: bool = False,
+    ):
         self.total, self.batch, self.slow_txid = total, batch, slow_txid
         self.slowed = 0
+        #: Give a sample whose reading sleeps far past any timeout (None: no sample).
+        self.slow_sample = slow_sample
 
     def open(self, context: Any) -> None:
         self.spark: SparkSession = context.spark
@@ -44,12 +57,17 @@ class RangeSpout(TransactionalSpout[Range]):
         start = prev_meta.end if prev_meta else 0
         return Range(start=start, count=min(self.batch, self.total - start))
 
+    def sample_batch(self) -> DataFrame | None:
+        if not self.slow_sample:
+            return None
+        return self.spark.range(0, 10, numPartitions=2).where(_sleep_600("id"))
+
     def emit_batch(self, attempt: TransactionAttempt, meta: Range) -> DataFrame:
         df = self.spark.range(meta.start, meta.end, numPartitions=2)
         if attempt.txid == self.slow_txid and self.slowed == 0:
             self.slowed += 1
             # The first attempt of this txid runs far past its timeout.
-            df = df.where(F.udf(lambda n: __import__("time").sleep(600) is None, "boolean")("id"))
+            df = df.where(_sleep_600("id"))
         return df
 
 

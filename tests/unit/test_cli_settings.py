@@ -236,3 +236,24 @@ def test_run_refuses_max_pending_0_with_exit_2_and_one_line(
 )
 def test_verbose_before_or_after_the_command(argv: list[str], verbose: int) -> None:
     assert build_parser().parse_args(argv).verbose == verbose
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "expected"),
+    [
+        ([], {}, (True, True)),
+        (["--no-warm-up"], {}, (False, True)),
+        (["--no-determinism-check"], {}, (True, False)),
+        ([], {"TRANSACTIONAL_WARM_UP": "false"}, (False, True)),
+    ],
+)
+def test_the_switches_of_run(
+    flags: list[str], env: dict[str, str], expected: tuple[bool, bool], monkeypatch: Any
+) -> None:
+    from transactional import cli
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = build_parser().parse_args(["run", "m:f", "--topology-id", "t", *flags])
+    config = cli._settings(args).runner_config()
+    assert (config.warm_up, config.check_determinism) == expected

@@ -26,6 +26,9 @@ from transactional.runtime.probes import Faults
 from transactional.topology import SPOUT, Topology
 from transactional.types import TransactionAttempt
 
+#: The warm-up's attempt: txids start at 1, so txid 0 is never stored or committed.
+WARM_UP = TransactionAttempt(0, 0)
+
 #: ``(attempt, step, began)``: a step of the attempt that began at ``perf_counter`` time.
 Measure = Callable[[TransactionAttempt, str, float], None]
 
@@ -71,6 +74,16 @@ class Pipeline:
         )
         processed = Processed(attempt, read.records, empty=False, groupable=groupable)
         return Result(processed, prepared, read.digests)
+
+    def warm_up(self, frame: Any) -> int:
+        """Run the spout's sample ``frame`` through the attempt's steps (materialise, as
+        the driver does, with its digests; the bolts; every committer's prepare) as
+        ``WARM_UP``, an attempt of txid 0, which no runner stores or commits. Returns the
+        sample's records; the prepared results are dropped."""
+        read = self.engine.materialise([frame], self.driver.digests)
+        if read.records:
+            self._prepare(WARM_UP, self._bolts(WARM_UP, read.batch))
+        return read.records
 
     def _prepare(
         self, attempt: TransactionAttempt, streams: dict[tuple[str, str], Any]
