@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from transactional.errors import ContractError
+from transactional.spout import PARTITION_COLUMN
 from transactional.types import BatchMetadata, CommitOutcome, dump_meta
 
 #: What the runner calls "a DataFrame", for messages.
@@ -60,6 +61,21 @@ def check_frame(
     problem = frame_problem(value, is_frame)
     if problem is not None:
         raise ContractError(f"{who}.{method} returned {problem} (txid {txid})")
+    return value
+
+
+def check_tagged_frame(
+    value: object, is_frame: Callable[[object], bool], who: str, method: str, txid: int
+) -> Any:
+    """``check_frame``, and a Spark frame must have the partition column."""
+    check_frame(value, is_frame, who, method, txid)
+    columns = getattr(value, "columns", None)
+    if columns is not None and PARTITION_COLUMN not in columns:
+        raise ContractError(
+            f"{who}.{method} returned a frame without the column {PARTITION_COLUMN!r} "
+            f"(txid {txid}): tag each row with its partition number "
+            "(transactional.spout.PARTITION_COLUMN), or return None to emit per partition"
+        )
     return value
 
 

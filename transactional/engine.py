@@ -8,6 +8,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from transactional.errors import ContractError
+from transactional.spout import PARTITION_COLUMN
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -30,7 +33,9 @@ class Materialised:
 class Engine(Protocol):
     spark: Any
 
-    def materialise(self, frames: Sequence[Any], digest: bool) -> Materialised: ...
+    def materialise(
+        self, frames: Sequence[Any], digest: bool, partitions: int | None = None
+    ) -> Materialised: ...
 
     def job_group(self, group: str) -> Any: ...
 
@@ -45,8 +50,9 @@ class Engine(Protocol):
 
 #: The low 32 bits of a long.
 _LOW32 = 0xFFFFFFFF
-#: The partition tag carried through the checkpoint when digests are asked for.
-_PARTITION = "__transactional_partition"
+#: The partition tag carried through the checkpoint when digests are asked for (the
+#: spouts' ``PARTITION_COLUMN``: a spout's one frame of all partitions comes tagged).
+_PARTITION = PARTITION_COLUMN
 
 
 class SparkEngine:
@@ -65,14 +71,25 @@ class SparkEngine:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
-    def materialise(self, frames: Sequence[DataFrame], digest: bool) -> Materialised:
+    def materialise(
+        self, frames: Sequence[DataFrame], digest: bool, partitions: int | None = None
+    ) -> Materialised:
+        """``frames``: one frame per partition; or, with ``partitions``, one frame of
+        that many partitions, each row tagged with its own in ``PARTITION_COLUMN``."""
         from pyspark.sql import functions as F
 
         if not digest:
-            batch = _union(frames).localCheckpoint(eager=False)
+            union = _union(frames)
+            if partitions is not None:
+                union = union.drop(_PARTITION)
+            batch = union.localCheckpoint(eager=False)
             records = int(batch.count())
             return Materialised(_few_tasks(batch, records), records)
-        tagged = _union([f.withColumn(_PARTITION, F.lit(p)) for p, f in enumerate(frames)])
+        if partitions is None:
+            partitions = len(frames)
+            tagged = _union([f.withColumn(_PARTITION, F.lit(p)) for p, f in enumerate(frames)])
+        else:
+            tagged = frames[0].withColumn(_PARTITION, F.col(_PARTITION).cast("int"))
         tagged = tagged.localCheckpoint(eager=False)
         batch = tagged.drop(_PARTITION)
         # sum(h) as two sums of longs: of the high 32 bits (signed) and of the low 32
@@ -89,7 +106,14 @@ class SparkEngine:
             .collect()
         )
         found = {int(r[_PARTITION]): (int(r["n"]), str((r["hi"] << 32) + r["lo"])) for r in rows}
-        digests = {p: found.get(p, (0, "0")) for p in range(len(frames))}
+        strays = sorted(set(found) - set(range(partitions)))
+        if strays:
+            raise ContractError(
+                f"the batch's one frame of {partitions} partitions holds rows tagged with "
+                f"partition {strays[0]} in {_PARTITION}: emit_partitions must tag each row "
+                f"with its partition, 0 to {partitions - 1}"
+            )
+        digests = {p: found.get(p, (0, "0")) for p in range(partitions)}
         records = sum(n for n, _ in digests.values())
         return Materialised(_few_tasks(batch, records), records, digests)
 

@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from transactional.types import M, SpoutKind, TransactionAttempt
 
+#: The column of ``emit_partitions``'s frame that holds each row's partition number.
+PARTITION_COLUMN = "__transactional_partition"
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -162,6 +165,19 @@ class PartitionedTransactionalSpout(_SpoutBase[M]):
         Must return the same records for the same metadata every time. The frames of
         all partitions are unioned, so their reads run in parallel Spark tasks.
         """
+
+    def emit_partitions(self, attempt: TransactionAttempt, metas: Mapping[int, M]) -> Any:
+        """Optional: the records of every partition ``metas`` describes (every
+        partition of the txid, numbered from 0), as one frame with each row's partition
+        number in column ``PARTITION_COLUMN`` (an integer), and otherwise exactly the
+        rows and columns of ``emit_partition_batch`` for each. One frame lets a source
+        read several partitions in one Spark task: the per-partition frames cost a
+        Python evaluation each when they read through ``mapInArrow`` (8 partitions of
+        15,625 tweets: 0.8 to 1.1 s as 8 frames, 0.3 to 0.5 s as one frame in 2 tasks).
+        The runner drops the column before the bolts see the batch; the determinism
+        check is the same either way. Default None: ``emit_partition_batch`` per
+        partition."""
+        return None
 
 
 class OpaquePartitionedTransactionalSpout(_SpoutBase[M]):

@@ -8,7 +8,7 @@ The spouts in ``sources`` add the metadata and the Storm contracts on top.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,12 +40,15 @@ def frame(
     rows: Sequence[tuple[Any, ...]],
     schema: str,
     reader: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    tasks: int | None = None,
+    output: str = lines.RECORD_SCHEMA,
 ) -> DataFrame:
-    """A lazy frame that runs ``reader`` once per row, one Spark task per row."""
+    """A lazy frame that runs ``reader`` over ``rows``: one Spark task per row, or the
+    rows spread over ``tasks`` tasks (each reads its rows one after the other)."""
     if not rows:
-        return spark.createDataFrame([], lines.RECORD_SCHEMA)
-    splits = spark.sparkContext.parallelize(list(rows), len(rows))
-    return spark.createDataFrame(splits, schema).mapInArrow(reader, lines.RECORD_SCHEMA)
+        return spark.createDataFrame([], output)
+    splits = spark.sparkContext.parallelize(list(rows), min(len(rows), tasks or len(rows)))
+    return spark.createDataFrame(splits, schema).mapInArrow(reader, output)
 
 
 class SparkHolder:
@@ -124,6 +127,26 @@ class FileInput(SparkHolder):
                 "it was truncated or replaced; files may only grow by appending lines"
             )
         return lines.scan_lines(self.resolve(name), offset, max_lines)
+
+    def read_partitions(self, ranges: Mapping[int, tuple[str, int, int]]) -> DataFrame:
+        """One lazy frame of every partition's ``(file, offset, length)`` range, each row
+        tagged with its partition (``emit_partitions``): the splits of all partitions
+        spread over as many tasks as the session runs at once, not a task and a Python
+        evaluation per partition."""
+        rows = [
+            (partition, *row)
+            for partition, (name, offset, length) in sorted(ranges.items())
+            if length
+            for row in lines.file_splits(self.resolve(name), offset, length, self.split_bytes)
+        ]
+        return frame(
+            self.spark,
+            rows,
+            f"partition INT, {_FILE_SPLIT_SCHEMA}",
+            lines.read_tagged_file_splits,
+            self.spark.sparkContext.defaultParallelism,
+            lines.TAGGED_RECORD_SCHEMA,
+        )
 
     def sample_batch(self) -> DataFrame | None:
         """The first ``SAMPLE_LINES`` lines of the first file holding any, read as a

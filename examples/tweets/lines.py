@@ -24,8 +24,12 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from transactional.spout import PARTITION_COLUMN
+
 #: The schema of every spout's output.
 RECORD_SCHEMA = "raw STRING, error STRING"
+#: The records of several partitions in one frame (a spout's ``emit_partitions``).
+TAGGED_RECORD_SCHEMA = f"{RECORD_SCHEMA}, {PARTITION_COLUMN} INT"
 INVALID_UTF8 = "invalid UTF-8"
 
 _ARROW_SCHEMA = pa.schema([("raw", pa.string()), ("error", pa.string())])
@@ -168,6 +172,16 @@ def read_file_splits(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBat
     for batch in batches:
         for row in batch.to_pylist():
             yield read_file_split(row["path"], row["start"], row["end"], row["lo"], row["hi"])
+
+
+def read_tagged_file_splits(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body over rows ``(partition, path, start, end, lo, hi)``: the
+    records of each split with its partition number (``TAGGED_RECORD_SCHEMA``)."""
+    for batch in batches:
+        for row in batch.to_pylist():
+            records = read_file_split(row["path"], row["start"], row["end"], row["lo"], row["hi"])
+            tag = pa.array([row["partition"]] * records.num_rows, pa.int32())
+            yield records.append_column(PARTITION_COLUMN, tag)
 
 
 def file_splits(

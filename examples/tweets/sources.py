@@ -204,6 +204,11 @@ class FilePartitionedSpout(_FilePartitions, PartitionedTransactionalSpout[FileRa
     ) -> DataFrame:
         return self.read([meta])
 
+    def emit_partitions(
+        self, attempt: TransactionAttempt, metas: Mapping[int, FileRange]
+    ) -> DataFrame:
+        return self.read_partitions({p: (m.file, m.offset, m.length) for p, m in metas.items()})
+
 
 class FileOpaqueSpout(_FilePartitions, OpaquePartitionedTransactionalSpout[FileRange]):
     """The partitioned file spout's ranges, without the promise of exact replays."""

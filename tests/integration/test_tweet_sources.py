@@ -23,6 +23,7 @@ from examples.tweets.sources import (
     RedisPartitionedSpout,
     RedisTransactionalSpout,
 )
+from transactional.errors import ContractError
 from transactional.spout import SpoutContext
 from transactional.types import TransactionAttempt, dump_meta, load_meta
 
@@ -311,3 +312,38 @@ def test_redis_spouts_sample_the_first_queue_holding_messages(
     assert tasks == min(len(records), spark.sparkContext.defaultParallelism)
     assert _open(kind(redis_url, prefix="nothing", batch_size=5), spark).sample_batch() is None
     spout.close()
+
+
+def test_file_partitioned_emits_all_partitions_as_one_tagged_frame(
+    spark: Any, dataset: Path
+) -> None:
+    """The one frame holds each partition's records of the same metadata, tagged with
+    the partition, in fewer tasks; the engine reads the same batch and the same digests
+    from it as from the per-partition frames."""
+    from transactional.engine import SparkEngine
+    from transactional.spout import PARTITION_COLUMN
+
+    spout = _open(FilePartitionedSpout(dataset, batch_size=40), spark)
+    attempt = TransactionAttempt(1, 1)
+    metas = {p: spout.emit_partition_batch_new(attempt, p, None) for p in range(3)}
+    metas[1] = spout.emit_partition_batch_new(attempt, 1, metas[1])  # not at offset 0
+    combined = spout.emit_partitions(attempt, metas)
+    rows = combined.collect()
+    files = sorted(dataset.glob("part-*.jsonl"))
+    for p, meta in metas.items():
+        mine = [(r.raw, r.error) for r in rows if r[PARTITION_COLUMN] == p]
+        assert mine == _rows(spout.emit_partition_batch(attempt, p, meta))
+        assert mine == _expected(files[p])[meta.offset and 40 : (meta.offset and 40) + 40]
+    assert combined.rdd.getNumPartitions() <= spark.sparkContext.defaultParallelism
+
+    engine = SparkEngine(spark)
+    one = engine.materialise([combined], True, partitions=3)
+    per = engine.materialise(
+        [spout.emit_partition_batch(attempt, p, metas[p]) for p in range(3)], True
+    )
+    assert one.digests == per.digests and one.records == per.records == 120
+    assert sorted(_rows(one.batch)) == sorted(_rows(per.batch))
+    assert engine.materialise([combined], False, partitions=3).records == 120
+    stray = combined.withColumn(PARTITION_COLUMN, combined[PARTITION_COLUMN] + 3)
+    with pytest.raises(ContractError, match="tagged with partition 3"):
+        engine.materialise([stray], True, partitions=3)

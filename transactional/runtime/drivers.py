@@ -103,8 +103,10 @@ class SpoutDriver(ABC):
         """A txid again, from its stored metadata."""
 
     @abstractmethod
-    def frames(self, batch: Batch) -> list[Any]:
-        """The batch's frames, one per partition (a worker calls this)."""
+    def frames(self, batch: Batch) -> tuple[list[Any], int | None]:
+        """The batch's frames, one per partition, and None; or one frame of all
+        partitions tagged with ``PARTITION_COLUMN`` (``emit_partitions``), and their
+        count (a worker calls this)."""
 
     @abstractmethod
     def decision(self, batch: Batch) -> Any:
@@ -243,12 +245,13 @@ class TransactionalDriver(SpoutDriver):
     def _rebuild(self, attempt: TransactionAttempt, number: int) -> Batch:
         return Batch(attempt, number, self.metas[attempt.txid])
 
-    def frames(self, batch: Batch) -> list[Any]:
+    def frames(self, batch: Batch) -> tuple[list[Any], int | None]:
         self.checkpoint(FaultPoint.AFTER_STORE_META, batch.attempt, batch.number)
         self.checkpoint(FaultPoint.EMIT, batch.attempt, batch.number)
         emitted = self.spout.emit_batch(batch.attempt, batch.meta)
         is_frame = self.engine.is_frame
-        return [contracts.check_frame(emitted, is_frame, self.name, "emit_batch", batch.txid)]
+        frame = contracts.check_frame(emitted, is_frame, self.name, "emit_batch", batch.txid)
+        return [frame], None
 
     def decision(self, batch: Batch) -> Any:
         return dump_meta(batch.meta)
@@ -285,9 +288,18 @@ class PartitionedDriver(SpoutDriver):
         txid = attempt.txid
         return Batch(attempt, number, self.metas[txid], dict(self.partitions[txid]))
 
-    def frames(self, batch: Batch) -> list[Any]:
+    def frames(self, batch: Batch) -> tuple[list[Any], int | None]:
         self.checkpoint(FaultPoint.AFTER_STORE_META, batch.attempt, batch.number)
         self.checkpoint(FaultPoint.EMIT, batch.attempt, batch.number)
+        count = int(batch.meta["partitions"])
+        metas = {p: batch.partitions[p] for p in range(count)}
+        combined = self.spout.emit_partitions(batch.attempt, metas)
+        if combined is not None:
+            return [
+                contracts.check_tagged_frame(
+                    combined, self.engine.is_frame, self.name, "emit_partitions", batch.txid
+                )
+            ], count
         return [
             contracts.check_frame(
                 self.spout.emit_partition_batch(batch.attempt, p, batch.partitions[p]),
@@ -296,8 +308,8 @@ class PartitionedDriver(SpoutDriver):
                 f"emit_partition_batch (partition {p})",
                 batch.txid,
             )
-            for p in range(int(batch.meta["partitions"]))
-        ]
+            for p in range(count)
+        ], None
 
     def decision(self, batch: Batch) -> Any:
         return {p: dump_meta(m) for p, m in batch.partitions.items()}
@@ -359,8 +371,8 @@ class OpaqueDriver(SpoutDriver):
             committed.update(self.partitions[t])
         return committed
 
-    def frames(self, batch: Batch) -> list[Any]:
-        return [batch.frames[p] for p in sorted(batch.frames)]
+    def frames(self, batch: Batch) -> tuple[list[Any], int | None]:
+        return [batch.frames[p] for p in sorted(batch.frames)], None
 
     def decision(self, batch: Batch) -> Any:
         return {p: dump_meta(m) for p, m in batch.partitions.items()}

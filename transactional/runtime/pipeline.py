@@ -54,8 +54,8 @@ class Pipeline:
     def run(self, batch: Batch) -> Result:
         attempt = batch.attempt
         began = time.perf_counter()
-        frames = self.driver.frames(batch)
-        read = self.engine.materialise(frames, self.driver.digests)
+        frames, partitions = self.driver.frames(batch)
+        read = self.engine.materialise(frames, self.driver.digests, partitions)
         self.measure(attempt, "emit", began)
         if read.records == 0 and not self.driver.spout.commit_empty_batches:
             # Committed only inside a recorded group: as ``None`` to every committer.

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from transactional.engine import Materialised
-from transactional.errors import CoordinatorError, FencedError
+from transactional.errors import ContractError, CoordinatorError, FencedError
 from transactional.spout import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
@@ -46,7 +46,16 @@ class InMemoryEngine:
         self.cancelled: list[str] = []
         self.groups: list[str] = []
 
-    def materialise(self, frames: Sequence[list[Any]], digest: bool) -> Materialised:
+    def materialise(
+        self, frames: Sequence[list[Any]], digest: bool, partitions: int | None = None
+    ) -> Materialised:
+        """With ``partitions``: ``frames`` is one list of ``(partition, row)`` pairs (an
+        in-memory spout's ``emit_partitions``)."""
+        if partitions is not None:
+            strays = {p for p, _ in frames[0]} - set(range(partitions))
+            if strays:
+                raise ContractError(f"rows tagged with partition {min(strays)} of {partitions}")
+            frames = [[row for p, row in frames[0] if p == n] for n in range(partitions)]
         batch = [row for frame in frames for row in frame]
         if not digest:
             return Materialised(batch, len(batch))
