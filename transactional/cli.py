@@ -39,7 +39,7 @@ from transactional.errors import (
 )
 from transactional.faults import FaultPoint, KillAt
 from transactional.interrupt import INTERRUPTED, stop_on_signals
-from transactional.settings import RunSettings, environment, load_settings, parse_conf
+from transactional.settings import FLAGS, RunSettings, environment, load_settings, parse_conf
 from transactional.store import open_store
 from transactional.topology import Topology
 
@@ -196,6 +196,12 @@ _RUN_SETTINGS = (
     ("--poll-interval", "S", "idle poll interval (default 1)"),
     ("--poll-max", "S", "idle poll back-off limit (default 30)"),
 )
+#: Runner settings that are on by default, as flags that turn them off: (setting, help);
+#: the flag is ``settings.FLAGS[setting]``.
+_RUN_SWITCHES = (
+    ("check_determinism", "do not store and compare each first emit's count and checksum"),
+    ("warm_up", "skip the warm-up: the spout's sample run through the topology before txid 1"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -222,16 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for flag, metavar, help_text in _RUN_SETTINGS:
         run.add_argument(flag, metavar=metavar, help=help_text)
-    run.add_argument(
-        "--no-determinism-check",
-        action="store_true",
-        help="do not store and compare each first emit's count and checksum",
-    )
-    run.add_argument(
-        "--no-warm-up",
-        action="store_true",
-        help="skip the warm-up: the spout's sample run through the topology before txid 1",
-    )
+    for setting, help_text in _RUN_SWITCHES:
+        run.add_argument(FLAGS[setting], dest=setting, action="store_false", help=help_text)
     run.add_argument(
         "--until-drained",
         action="store_true",
@@ -326,8 +324,8 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         "leader_timeout_s": args.leader_timeout,
         "poll_interval_s": args.poll_interval,
         "poll_max_s": args.poll_max,
-        "check_determinism": False if args.no_determinism_check else None,
-        "warm_up": False if args.no_warm_up else None,
+        # An off switch not given leaves the setting to the file, environment and --conf.
+        **{setting: None if getattr(args, setting) else False for setting, _ in _RUN_SWITCHES},
     }
     return load_settings(args.config, environment(), flags, conf)
 

@@ -171,7 +171,6 @@ class TransactionalRunner:
             if self.config.warm_up:
                 warm_up(
                     executor.pipeline,
-                    self.engine,
                     f"warm-up-run-{executor.run}",
                     self.config.attempt_timeout_s,
                     self._stop.is_set,

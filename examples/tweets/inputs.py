@@ -70,6 +70,11 @@ class SparkHolder:
 
     batch_size: int
 
+    def per_task(self, count: int) -> int:
+        """Of ``count`` bytes or messages, how many one task reads when they are spread
+        over as many tasks as the session runs at once."""
+        return -(-count // self.spark.sparkContext.defaultParallelism)
+
     def next_batch_size(self) -> int:
         """The size of a new txid: the runner's adaptive size under ``--batch-size auto``,
         else the fixed ``batch_size``. Replays never ask: their ranges are stored."""
@@ -135,9 +140,8 @@ class FileInput(SparkHolder):
         evaluation per partition."""
         rows = [
             (partition, *row)
-            for partition, (name, offset, length) in sorted(ranges.items())
-            if length
-            for row in lines.file_splits(self.resolve(name), offset, length, self.split_bytes)
+            for partition, named in sorted(ranges.items())
+            for row in self._splits([named], self.split_bytes)
         ]
         return frame(
             self.spark,
@@ -155,8 +159,7 @@ class FileInput(SparkHolder):
         for name in self.names():
             length, _ = self.scan(name, 0, SAMPLE_LINES)
             if length:
-                split = -(-length // self.spark.sparkContext.defaultParallelism)
-                return self.read_ranges([(name, 0, length)], split)
+                return self.read_ranges([(name, 0, length)], self.per_task(length))
         return None
 
     def read_ranges(
@@ -164,14 +167,18 @@ class FileInput(SparkHolder):
     ) -> DataFrame:
         """A lazy frame of the ``(file, offset, length)`` ranges, in order, a task per
         ``split_bytes`` (default: the input's)."""
-        split = split_bytes or self.split_bytes
-        rows = [
+        rows = self._splits(ranges, split_bytes or self.split_bytes)
+        return frame(self.spark, rows, _FILE_SPLIT_SCHEMA, lines.read_file_splits)
+
+    def _splits(
+        self, ranges: Iterable[tuple[str, int, int]], split_bytes: int
+    ) -> list[tuple[str, int, int, int, int]]:
+        return [
             row
             for name, offset, length in ranges
             if length
-            for row in lines.file_splits(self.resolve(name), offset, length, split)
+            for row in lines.file_splits(self.resolve(name), offset, length, split_bytes)
         ]
-        return frame(self.spark, rows, _FILE_SPLIT_SCHEMA, lines.read_file_splits)
 
 
 class RedisQueues(SparkHolder):
@@ -261,8 +268,7 @@ class RedisQueues(SparkHolder):
         for partition, next_write in enumerate(self.next_writes(self.num_partitions())):
             if next_write:
                 count = min(SAMPLE_LINES, next_write)
-                split = -(-count // self.spark.sparkContext.defaultParallelism)
-                return self.read_ranges([(partition, 0, count)], split)
+                return self.read_ranges([(partition, 0, count)], self.per_task(count))
         return None
 
     def read_ranges(

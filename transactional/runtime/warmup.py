@@ -24,17 +24,14 @@ from collections.abc import Callable
 from typing import Any
 
 from transactional import contracts
-from transactional.engine import Engine
 from transactional.errors import ConfigurationError
 from transactional.runtime.pipeline import Pipeline
-from transactional.topology import SPOUT
 
 log = logging.getLogger("transactional.runner")
 
 
 def warm_up(
     pipeline: Pipeline,
-    engine: Engine,
     group: str,
     timeout_s: float | None,
     stopping: Callable[[], bool],
@@ -42,15 +39,14 @@ def warm_up(
     """Run the spout's sample through ``pipeline`` in Spark job group ``group``, cancelled
     after ``timeout_s``. Returns the sample's records, or None if there was no warm-up
     (no sample, a stop asked for, or a failure other than a ``ConfigurationError``)."""
-    spout = pipeline.driver.spout
-    who = contracts.component("spout", SPOUT, spout)
+    spout, engine = pipeline.driver.spout, pipeline.engine
     began = time.perf_counter()
     timer = threading.Timer(timeout_s, engine.cancel, (group,)) if timeout_s else None
     try:
         frame: Any = spout.sample_batch()
         if frame is None or stopping():
             return None
-        contracts.check_frame(frame, engine.is_frame, who, "sample_batch", 0)
+        contracts.check_frame(frame, engine.is_frame, pipeline.driver.name, "sample_batch", 0)
         if timer is not None:
             timer.start()
         with engine.job_group(group):
