@@ -139,6 +139,8 @@ def structured_streaming(
 
 #: Suffix of the case run without the determinism check (the others run with it).
 NO_CHECK = "no determinism check"
+#: The framework case on the transactional file spout (the others are partitioned).
+SEQUENCE = "file sequence"
 
 #: The latency --batch-size auto keeps each txid under in the benchmark.
 AUTO_TARGET_S = 30.0
@@ -155,10 +157,14 @@ def framework(
     max_pending: int,
     auto: bool = False,
     check_determinism: bool = True,
+    sequence: bool = False,
     **_: Any,
 ) -> Case:
+    """``sequence``: the transactional file spout, ``per_txid`` lines a txid (one file of
+    the benchmark's dataset, as Structured Streaming takes one a trigger); otherwise the
+    partitioned file spout, ``per_txid / partitions`` lines per partition."""
     from coordinators import SQLiteStateStore
-    from examples.tweets.sources import FilePartitionedSpout
+    from examples.tweets.sources import FilePartitionedSpout, FileTransactionalSpout
     from transactional.config import RunnerConfig
     from transactional.flow import AdaptiveBatchSize, BatchSizeConfig
     from transactional.runner import TransactionalRunner
@@ -168,7 +174,11 @@ def framework(
     def run() -> int:
         base = _fresh(work)
         committer = _committer(sink, redis_url, base)
-        spout = FilePartitionedSpout(data, per_partition)
+        spout = (
+            FileTransactionalSpout(data, per_txid)
+            if sequence
+            else FilePartitionedSpout(data, per_partition)
+        )
         sizer = None
         if auto:
             sizer = AdaptiveBatchSize(
@@ -195,12 +205,20 @@ def framework(
         return stats.records
 
     name = "framework, batch auto" if auto else f"framework, max_pending={max_pending}"
+    if sequence:
+        name = f"framework, {SEQUENCE}, max_pending={max_pending}"
     if not check_determinism:
         name += f", {NO_CHECK}"
     note = (
         f"partitioned file spout, {per_partition} lines per partition per txid "
         f"({per_partition * partitions} per txid), SQLite store"
     )
+    if sequence:
+        note = (
+            f"transactional file spout (the directory as one sequence), {per_txid} lines per "
+            "txid; a txid that is a whole file followed by another is read by Spark's text "
+            "reader, the last file by the range reader; SQLite store"
+        )
     if auto:
         note = (
             f"partitioned file spout, --batch-size auto (slow start, AIMD, target {AUTO_TARGET_S:.0f} s per "

@@ -34,6 +34,18 @@ def lines_of(path: Path) -> list[bytes]:
     return [line[:-1] if line.endswith(b"\r") else line for line in lines]
 
 
+def records_of(path: Path) -> list[tuple[str, str | None]]:
+    """The spouts' records ``(raw, error)`` of a file: each line decoded, or escaped and
+    flagged when it is not UTF-8."""
+    out: list[tuple[str, str | None]] = []
+    for line in lines_of(path):
+        try:
+            out.append((line.decode("utf-8"), None))
+        except UnicodeDecodeError:
+            out.append((line.decode("utf-8", "backslashreplace"), "invalid UTF-8"))
+    return out
+
+
 def expected_counts(path: Path) -> Expected:
     out = Expected()
     for file in input_files(path):

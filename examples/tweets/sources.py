@@ -22,7 +22,8 @@ The coordinator side (``is_ready``, ``initialize_transaction``,
 ``emit_partition_batch_new``) runs on the driver and only counts: newlines in big
 chunks for files, counters for Redis. The emitters return lazy DataFrames over small
 "split" rows whose reading happens in Spark tasks, one task per split, so partitions
-are read in parallel by the executors. Paths must be visible to the executors
+are read in parallel by the executors; a transactional batch's segment that is a whole
+finished file is read by Spark's own text reader instead (``FileInput.read_ranges``). Paths must be visible to the executors
 (a shared file system on a cluster); they are made absolute for that.
 """
 
@@ -150,7 +151,13 @@ class FileTransactionalSpout(_FileSpout, TransactionalSpout[FileSequenceMeta]):
         return FileSequenceMeta(segments=tuple(segments), file=file, offset=offset)
 
     def emit_batch(self, attempt: TransactionAttempt, meta: FileSequenceMeta) -> DataFrame:
-        return self.read(meta.segments)
+        # A file followed by another is finished (the sequence has moved past it): a
+        # segment that is all of one is read by Spark's own reader (FileInput.read_ranges).
+        names = self.names()
+        finished = set(names[:-1]) if len(names) > 1 else set()
+        return self.read_ranges(
+            ((r.file, r.offset, r.length) for r in meta.segments), finished=finished
+        )
 
 
 class _FilePartitions(_FileSpout):
