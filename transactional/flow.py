@@ -6,9 +6,18 @@ commit (a smaller batch cannot shorten that wait: with ``max_pending`` K it is u
 K-1 whole commits, and shrinking for it would spiral down to the minimum size on a
 sink whose commits have a fixed cost, such as Delta's MERGE).
 
-As TCP does, it starts in slow start: the size doubles after each commit under the
-target, so it finds a large enough size in a few txids instead of hundreds of steps.
-The first latency over the target (or a failure) ends slow start and halves the size.
+As TCP does, it starts in slow start: the size doubles once per round, so it finds a
+large enough size in a few txids instead of hundreds of steps. A round is a txid run
+at the current size: with ``max_pending`` K, the K txids decided before the first
+commit were all decided at the first size, and doubling at each of their commits would
+overshoot by 2^K before any txid had tried the new size. Slow start ends in one of
+two ways:
+
+- a txid over the latency target (or a failure) halves the size, as TCP does;
+- a doubling that raised a txid's records per second by less than a quarter keeps the
+  size (BBR's exit from its start-up): the cores or the sink are saturated, and larger
+  batches would add latency and memory, not throughput.
+
 From then on, while latencies stay under the target the batch grows by a fixed step
 (additive increase); a latency over the target shrinks it by a step (the "slow"
 state); a failure or a timeout halves it (multiplicative decrease). It never leaves
@@ -22,6 +31,9 @@ import threading
 from collections import deque
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: A doubling must raise a txid's records per second by this factor to go on doubling.
+PLATEAU = 1.25
 
 
 class BatchSizeConfig(BaseModel):
@@ -61,12 +73,15 @@ HISTORY = 1024
 class AdaptiveBatchSize:
     """The controller; thread-safe, since spouts may read it while the runner updates it.
     ``history`` holds its latest decisions, oldest first: (kind, size after) with kind
-    ``start`` (doubled in slow start), ``grow``, ``slow`` or ``fail``."""
+    ``start`` (doubled in slow start), ``hold`` (in slow start, a txid decided at an
+    earlier size), ``plateau`` (slow start ended, size kept), ``grow``, ``slow`` or
+    ``fail``."""
 
     def __init__(self, config: BatchSizeConfig | None = None) -> None:
         self.config = config or BatchSizeConfig()
         self._current = self.config.initial
         self._starting = self.config.slow_start
+        self._rate: float | None = None  # records/s of the last round's txid
         self._lock = threading.Lock()
         self.history: deque[tuple[str, int]] = deque(maxlen=HISTORY)
 
@@ -79,13 +94,18 @@ class AdaptiveBatchSize:
     def step(self) -> int:
         return self.config.step or self.config.initial
 
-    def on_commit(self, latency_s: float) -> int:
+    def on_commit(
+        self, latency_s: float, records: int | None = None, size: int | None = None
+    ) -> int:
+        """A txid committed ``latency_s`` after it started; ``records``: how many it
+        held; ``size``: the size it was decided at (None: the current one)."""
         cfg = self.config
         with self._lock:
-            if latency_s <= cfg.target_latency_s:
-                kind = "start" if self._starting else "grow"
-                grown = self._current * 2 if self._starting else self._current + self.step
-                self._current = min(cfg.maximum, grown)
+            if latency_s <= cfg.target_latency_s and self._starting:
+                kind = self._start_round(latency_s, records, size)
+            elif latency_s <= cfg.target_latency_s:
+                kind = "grow"
+                self._current = min(cfg.maximum, self._current + self.step)
             elif self._starting:
                 kind, self._starting = "slow", False
                 self._current = max(cfg.minimum, int(self._current * cfg.decrease))
@@ -94,6 +114,19 @@ class AdaptiveBatchSize:
                 self._current = max(cfg.minimum, self._current - self.step)
             self.history.append((kind, self._current))
             return self._current
+
+    def _start_round(self, latency_s: float, records: int | None, size: int | None) -> str:
+        """Slow start, under the target: double once per round, unless the last doubling
+        no longer paid (``PLATEAU``)."""
+        if size is not None and size != self._current:
+            return "hold"
+        rate = records / latency_s if records and latency_s > 0 else None
+        if rate is not None and self._rate is not None and rate < self._rate * PLATEAU:
+            self._starting = False
+            return "plateau"
+        self._rate = rate if rate is not None else self._rate
+        self._current = min(self.config.maximum, self._current * 2)
+        return "start"
 
     def on_failure(self) -> int:
         cfg = self.config

@@ -1,6 +1,7 @@
-"""The adaptive batch size follows its rule exactly: double under target until the
-first txid over it or a failure (slow start, which halves), then add under target,
-subtract over it, halve on failure, stay within bounds."""
+"""The adaptive batch size follows its rule exactly: double once per round under target
+until the first txid over it or a failure (slow start, which halves) or a doubling that
+no longer raised the records per second by a quarter (which keeps the size), then add
+under target, subtract over it, halve on failure, stay within bounds."""
 
 from __future__ import annotations
 
@@ -37,6 +38,31 @@ class SizedSpout(ListTransactionalSpout):
         start = prev_meta.end if prev_meta else 0
         size = self.context.batch_size(default=1)
         return Range(start=start, count=min(size, len(self.records) - start))
+
+
+def test_slow_start_doubles_once_per_round_not_once_per_commit() -> None:
+    sizer = AdaptiveBatchSize(BatchSizeConfig(initial=100, maximum=10_000, target_latency_s=10))
+    # Three txids were decided at 100 before the first commit (max_pending 3).
+    assert sizer.on_commit(1.0, records=100, size=100) == 200
+    assert sizer.on_commit(1.0, records=100, size=100) == 200  # not a test of 200
+    assert sizer.on_commit(1.0, records=100, size=100) == 200
+    assert sizer.on_commit(1.5, records=200, size=200) == 400  # 133/s >= 1.25 x 100/s
+    assert [k for k, _ in sizer.history] == ["start", "hold", "hold", "start"]
+
+
+def test_slow_start_ends_where_doubling_stops_paying_and_keeps_the_size() -> None:
+    sizer = AdaptiveBatchSize(
+        BatchSizeConfig(initial=100, step=10, maximum=10_000, target_latency_s=10)
+    )
+    assert sizer.on_commit(1.0, records=100, size=100) == 200  # 100 records/s
+    assert sizer.on_commit(1.7, records=200, size=200) == 200  # 118/s: under 125/s
+    assert sizer.on_commit(1.7, records=200, size=200) == 210  # then additive
+    assert [k for k, _ in sizer.history] == ["start", "plateau", "grow"]
+    # A txid over the target still ends slow start by halving, as before.
+    over = AdaptiveBatchSize(
+        BatchSizeConfig(initial=100, minimum=10, maximum=10_000, target_latency_s=1)
+    )
+    assert over.on_commit(2.0, records=100, size=100) == 50
 
 
 def test_grows_additively_under_target_and_never_exceeds_the_maximum() -> None:
