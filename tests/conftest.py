@@ -55,9 +55,12 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     from committers.delta import delta_spark_conf
-    from transactional.session import create_spark_session
+    from transactional.session import create_spark_session, merged
+    from transactional.sources.kafka import kafka_spark_conf
 
-    session = create_spark_session("local[2]", "tests", delta_spark_conf())
+    session = create_spark_session(
+        "local[2]", "tests", merged(delta_spark_conf(), kafka_spark_conf())
+    )
     yield session
     session.stop()
 

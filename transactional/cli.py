@@ -39,6 +39,7 @@ from transactional.errors import (
 )
 from transactional.faults import FaultPoint, KillAt
 from transactional.interrupt import INTERRUPTED, stop_on_signals
+from transactional.session import merged
 from transactional.settings import FLAGS, RunSettings, environment, load_settings, parse_conf
 from transactional.store import open_store
 from transactional.topology import Topology
@@ -133,10 +134,7 @@ def _build(factory: Any, spec: str, *args: Any) -> Topology:
 def _installed_spark_conf() -> dict[str, str]:
     """What every installed committer package asks of a session (Delta's jars and
     extensions), for a factory that needs the session before its committers exist."""
-    conf: dict[str, str] = {}
-    for ep in entry_points(group="transactional.spark_conf"):
-        conf.update(ep.load()())
-    return conf
+    return merged(*(ep.load()() for ep in entry_points(group="transactional.spark_conf")))
 
 
 class _Standby(BaseException):
@@ -355,9 +353,10 @@ def _run(args: argparse.Namespace) -> int:
             topology = _build(factory, args.factory, spark)
         else:
             topology = _build(factory, args.factory)
-            needed: dict[str, str] = {}
-            for node in topology.committers:
-                needed.update(node.committer.spark_conf())
+            needed = merged(
+                topology.spout.spark_conf(),
+                *(n.committer.spark_conf() for n in topology.committers),
+            )
             spark = create_spark_session(settings.master, app, {**needed, **settings.spark})
         store = open_store(settings.zookeeper, settings.state_dir)
         runner = TransactionalRunner(

@@ -28,6 +28,12 @@ class NondeterministicSpoutError(ContractError):
     sees the replay."""
 
 
+class SourceDataLostError(ConfigurationError):
+    """A source no longer holds records that a stored batch refers to (a Kafka range
+    deleted by retention, a trimmed stream): a replayable spout cannot replay that batch
+    exactly, and no retry can bring the records back, so the run stops at once."""
+
+
 class CoordinatorError(TransactionalError):
     """The state store or the coordination around it failed."""
 

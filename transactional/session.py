@@ -26,6 +26,22 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 
+#: Settings that are comma-separated lists, joined (not replaced) by ``merged``.
+LIST_SETTINGS = frozenset({"spark.jars", "spark.jars.packages", "spark.sql.extensions"})
+
+
+def merged(*confs: Mapping[str, str]) -> dict[str, str]:
+    """Several components' Spark settings as one: later ones win, except the list
+    settings (``spark.jars``, ...), whose entries are joined, each once."""
+    out: dict[str, str] = {}
+    for conf in confs:
+        for key, value in conf.items():
+            if key in LIST_SETTINGS and out.get(key):
+                entries = [*out[key].split(","), *value.split(",")]
+                value = ",".join(dict.fromkeys(e for e in entries if e))
+            out[key] = value
+    return out
+
 
 def create_spark_session(
     master: str = "local[*]",
@@ -40,11 +56,11 @@ def create_spark_session(
     # project installed (a bare ``python3`` on PATH may have neither).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
-    merged = dict(LOCAL_DEFAULTS)
+    settings = dict(LOCAL_DEFAULTS)
     # Spark's logs at WARN from the JVM's first line, not only after setLogLevel.
-    merged["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"
-    merged.update(conf or {})
-    for key, value in merged.items():
+    settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"
+    settings.update(conf or {})
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

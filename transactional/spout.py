@@ -64,6 +64,12 @@ class _SpoutBase(ABC, Generic[M]):
     #: fixed-size range of a compacted log, say): its empty batches then commit.
     commit_empty_batches: ClassVar[bool] = False
 
+    def spark_conf(self) -> Mapping[str, str]:
+        """Spark settings this spout needs on the runner's session (the jars of Spark's
+        Kafka reader, say). ``transactional run`` merges them with the committers'
+        (``transactional.session.merged``); user settings (``--conf``) win."""
+        return {}
+
     def open(self, context: SpoutContext) -> None:
         """Called once before any other method."""
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from examples.tweets import lines
 from transactional.errors import ConfigurationError, EmitError
 from transactional.secrets import redact_url
+from transactional.sources.base import SourceBase
 from transactional.spout import SpoutContext
 
 if TYPE_CHECKING:
@@ -53,39 +54,7 @@ def frame(
     return spark.createDataFrame(splits, schema).mapInArrow(reader, output)
 
 
-class SparkHolder:
-    """The session arrives at ``open``, not at construction, so that a spout can be
-    built and its topology validated before Spark is started."""
-
-    _context: SpoutContext | None = None
-
-    def open(self, context: SpoutContext) -> None:
-        self._context = context
-
-    @property
-    def spark(self) -> SparkSession:
-        if self._context is None:
-            raise EmitError(
-                f"{type(self).__name__} was not opened: call open(SpoutContext(...)) first"
-            )
-        return self._context.spark
-
-    batch_size: int
-
-    def per_task(self, count: int) -> int:
-        """Of ``count`` bytes or messages, how many one task reads when they are spread
-        over as many tasks as the session runs at once."""
-        return -(-count // self.spark.sparkContext.defaultParallelism)
-
-    def next_batch_size(self) -> int:
-        """The size of a new txid: the runner's adaptive size under ``--batch-size auto``,
-        else the fixed ``batch_size``. Replays never ask: their ranges are stored."""
-        if self._context is None:
-            return self.batch_size
-        return self._context.batch_size(self.batch_size)
-
-
-class FileInput(SparkHolder):
+class FileInput(SourceBase):
     """A file or a directory of partition files, seen from the driver."""
 
     def __init__(
@@ -94,10 +63,8 @@ class FileInput(SparkHolder):
         batch_size: int = 1000,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
     ) -> None:
-        if batch_size < 1:
-            raise ConfigurationError(f"batch_size must be at least 1, not {batch_size}")
+        super().__init__(batch_size)
         self.path = Path(path).resolve()
-        self.batch_size = batch_size
         self.split_bytes = split_bytes
 
     def identity(self) -> str:
@@ -217,7 +184,7 @@ class FileInput(SparkHolder):
         ]
 
 
-class RedisQueues(SparkHolder):
+class RedisQueues(SourceBase):
     """The queues ``load`` writes, seen from the driver."""
 
     #: Transactional kinds must replay exactly, so a lost message is an error for them.
@@ -230,11 +197,9 @@ class RedisQueues(SparkHolder):
         batch_size: int = 1000,
         split_keys: int = DEFAULT_SPLIT_KEYS,
     ) -> None:
-        if batch_size < 1:
-            raise ConfigurationError(f"batch_size must be at least 1, not {batch_size}")
+        super().__init__(batch_size)
         self.url = url
         self.prefix = prefix
-        self.batch_size = batch_size
         self.split_keys = split_keys
         self._client: redis.Redis | None = None
 

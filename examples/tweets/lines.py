@@ -30,16 +30,14 @@ from typing import TYPE_CHECKING, BinaryIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from transactional.sources.text import INVALID_UTF8, RECORD_SCHEMA, text_records
 from transactional.spout import PARTITION_COLUMN
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
-#: The schema of every spout's output.
-RECORD_SCHEMA = "raw STRING, error STRING"
 #: The records of several partitions in one frame (a spout's ``emit_partitions``).
 TAGGED_RECORD_SCHEMA = f"{RECORD_SCHEMA}, {PARTITION_COLUMN} INT"
-INVALID_UTF8 = "invalid UTF-8"
 
 _ARROW_SCHEMA = pa.schema([("raw", pa.string()), ("error", pa.string())])
 #: Driver-side scans read this much per ``read``: counting b"\n" in big chunks is
@@ -208,23 +206,6 @@ def message_key(prefix: str, partition: int, index: int) -> str:
     return f"{prefix}:{partition}:{index}"
 
 
-#: One byte as it appears in ``hex()``: a continuation byte of a UTF-8 sequence.
-_CONT = "[89AB][0-9A-F]"
-#: The well-formed UTF-8 byte sequences (Unicode Table 3-7), over ``hex()``'s digits.
-_WELL_FORMED = "|".join(
-    (
-        "[0-7][0-9A-F]",
-        f"(?:C[2-9A-F]|D[0-9A-F]){_CONT}",
-        f"E0[AB][0-9A-F]{_CONT}",
-        f"E[1-9A-CEF]{_CONT}{_CONT}",
-        f"ED[89][0-9A-F]{_CONT}",
-        f"F0(?:9[0-9A-F]|[AB][0-9A-F]){_CONT}{_CONT}",
-        f"F[1-3]{_CONT}{_CONT}{_CONT}",
-        f"F48[0-9A-F]{_CONT}{_CONT}",
-    )
-)
-#: A line's bytes in hex, cut into well-formed sequences and single stray bytes.
-_SEQUENCES = f"({_WELL_FORMED}|..)"
 #: Paths Spark's reader takes literally: no glob characters, nothing URIs escape.
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./+=@,-]*")
 
@@ -238,49 +219,16 @@ def readable_by_spark(path: str) -> bool:
     )
 
 
-def _escaped(line: Column) -> Column:
-    """``line``'s bytes decoded as Python's ``decode("utf-8", "backslashreplace")`` does:
-    each well-formed sequence as its character, each other byte as ``\\xNN``. In Spark
-    SQL, so that the JVM reader needs no Python; costly, but only bad lines take it."""
-    from pyspark.sql import functions as F
-
-    tokens = F.regexp_extract_all(F.hex(line.cast("binary")), F.lit(_SEQUENCES), 1)
-    decoded = F.transform(
-        tokens,
-        lambda t: F.when(
-            (F.length(t) > 2) | (t < F.lit("80")), F.unhex(t).cast("string")
-        ).otherwise(F.concat(F.lit("\\x"), F.lower(t))),
-    )
-    return F.array_join(decoded, "")
-
-
 def read_text_files(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """The records of whole files (``RECORD_SCHEMA``), read by Spark's text reader: the
     same records as the range reader gives for the same bytes (the framing rule above).
 
-    Spark's reader hands each line over as its bytes, unchecked, so the rule is applied
-    in SQL: lines split at ``\\n`` only (``lineSep``; by default Spark also splits at a
-    lone ``\\r``), one trailing ``\\r`` removed by byte, then ``is_valid_utf8``. Paths
-    must pass ``readable_by_spark``.
+    Spark's reader hands each line over as its bytes, unchecked: lines are split at
+    ``\\n`` only (``lineSep``; by default Spark also splits at a lone ``\\r``) and
+    decoded by ``transactional.sources.text``. Paths must pass ``readable_by_spark``.
     """
-    from pyspark.sql import functions as F
-
     uris = [f"file://{p}" for p in paths]
-    value = F.col("value")
-    line = F.when(
-        value.endswith("\r"),
-        F.expr("substring(cast(value AS BINARY), 1, octet_length(value) - 1)").cast("string"),
-    ).otherwise(value)
-    valid = F.is_valid_utf8(F.col("line"))
-    return (
-        spark.read.option("lineSep", "\n")
-        .text(uris)
-        .select(line.alias("line"))
-        .select(
-            F.when(valid, F.col("line")).otherwise(_escaped(F.col("line"))).alias("raw"),
-            F.when(~valid, F.lit(INVALID_UTF8)).alias("error"),
-        )
-    )
+    return text_records(spark.read.option("lineSep", "\n").text(uris), "value")
 
 
 def counter_key(prefix: str, partition: int) -> str:

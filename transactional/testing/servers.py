@@ -1,7 +1,8 @@
-"""Real ZooKeeper and Redis servers as plain processes on free loopback ports."""
+"""Real ZooKeeper, Redis and Kafka servers as plain processes on free loopback ports."""
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -127,3 +129,72 @@ class RedisServer(_Server):
         if self.appendonly:
             return [*args, "--appendonly", "yes", "--appendfsync", "always"]
         return [*args, "--appendonly", "no"]
+
+
+def _pyspark_jars(prefix: str) -> list[Path]:
+    import pyspark
+
+    return sorted((Path(pyspark.__file__).parent / "jars").glob(f"{prefix}*.jar"))
+
+
+#: The broker the tests and the demo run: KRaft only (no ZooKeeper), Java 17.
+KAFKA_BROKER = "org.apache.kafka:kafka_2.13:4.1.1"
+
+
+class KafkaServer(_Server):
+    """A single-node Kafka broker in KRaft mode (broker and controller in one process),
+    from the broker's jars resolved from Maven Central once (``transactional.jars``);
+    stop/start keep its log. Topics are not created on first use: tests create them."""
+
+    name = "kafka"
+    start_timeout_s = 90.0
+
+    def __init__(self, ivy_dir: str | Path | None = None) -> None:
+        from transactional.jars import resolved_jars
+
+        # Spark's resolver leaves out the Scala library (Spark has its own): the broker
+        # takes PySpark's, the same Scala 2.13.
+        self.jars = [*resolved_jars([KAFKA_BROKER], ivy_dir), *_pyspark_jars("scala-library-")]
+        super().__init__("kafka-")
+        self.controller_port = free_port()
+        self.config = self.dir / "server.properties"
+        self.config.write_text(
+            "process.roles=broker,controller\nnode.id=1\n"
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}\n"
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}\n"
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}\n"
+            "controller.listener.names=CONTROLLER\ninter.broker.listener.name=PLAINTEXT\n"
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n"
+            f"log.dirs={self.dir / 'log'}\nauto.create.topics.enable=false\n"
+            "offsets.topic.replication.factor=1\ntransaction.state.log.replication.factor=1\n"
+            "transaction.state.log.min.isr=1\ngroup.initial.rebalance.delay.ms=0\n"
+            # A write is on disk before it is acknowledged, so a SIGKILL loses nothing
+            # acknowledged (a single node has no replica to recover it from).
+            "log.flush.interval.messages=1\n"
+        )
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self._java("kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self.config))
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _java(self, main: str, *args: str) -> None:
+        done = subprocess.run(
+            [*self._jvm(), main, *args], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{main} {' '.join(args)} failed: {done.stdout}{done.stderr}")
+
+    def _jvm(self) -> list[str]:
+        return [
+            "java",
+            "-Xmx512m",
+            f"-Dkafka.logs.dir={self.dir}",
+            "-cp",
+            ":".join(str(jar) for jar in self.jars),
+        ]
+
+    def command(self) -> list[str]:
+        return [*self._jvm(), "kafka.Kafka", str(self.config)]

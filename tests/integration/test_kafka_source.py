@@ -1,0 +1,356 @@
+"""The Kafka source on a real broker (KRaft, loopback): offset ranges decided on the
+driver and read by Spark's Kafka reader, exact per partition across txids and replays;
+the start positions; a missing topic and deleted offsets said plainly; and the tweet
+topology counted exactly from a topic of several partitions through a crash and a
+broker restart."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from committers import decode_key
+from examples.tweets.generate import generate_lines
+from examples.tweets.sinks import make_committer
+from examples.tweets.topology import build_topology
+from tests.reference import Expected, expected_counts
+from transactional.errors import ConfigurationError, SourceDataLostError
+from transactional.faults import FaultPoint
+from transactional.sources.kafka import KafkaOpaqueSpout, KafkaPartitionedSpout, KafkaRange
+from transactional.spout import PARTITION_COLUMN, SpoutContext
+from transactional.testing import FaultPlan, TopologyHarness
+from transactional.testing.servers import KafkaServer
+from transactional.types import CommitMode, TransactionAttempt, dump_meta, load_meta
+
+pytestmark = pytest.mark.integration
+
+Record = tuple[str, str | None]
+#: librdkafka's own lines (a client reconnecting to a stopped broker) go to logging.
+LOG = logging.getLogger("tests.kafka")
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[KafkaServer]:
+    server = KafkaServer()
+    server.start()
+    yield server
+    server.close()
+
+
+_topics = iter(range(1_000_000))
+
+
+def new_topic(kafka: KafkaServer, partitions: int) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"t{next(_topics)}-{int(time.time() * 1000) % 100_000}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        future.result(60)
+    return name
+
+
+def produce(kafka: KafkaServer, topic: str, messages: Mapping[int, list[bytes | None]]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": kafka.bootstrap_servers, "enable.idempotence": True, "logger": LOG}
+    )
+    for partition, values in messages.items():
+        for value in values:
+            producer.produce(topic, value=value, partition=partition)
+            producer.poll(0)
+    assert producer.flush(60) == 0, "messages left unsent"
+
+
+def delete_before(kafka: KafkaServer, topic: str, partition: int, offset: int) -> None:
+    """Move the partition's start to ``offset``, as retention would."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    for future in admin.delete_records([TopicPartition(topic, partition, offset)]).values():
+        future.result(60)
+
+
+def decoded(value: bytes) -> Record:
+    """The text rule, again: one trailing CR removed, bad UTF-8 escaped and flagged."""
+    value = value.removesuffix(b"\r")
+    try:
+        return value.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return value.decode("utf-8", "backslashreplace"), "invalid UTF-8"
+
+
+#: Messages that make values awkward; the rest are generated tweets.
+AWKWARD = [b"caf\xe9 #latin1", b"crlf #x\r", b"", b"\xff\xfe", b"\xe2\x82\xac ok"]
+
+
+def _messages(partitions: int, per_partition: int, seed: int) -> dict[int, list[bytes]]:
+    lines = list(generate_lines(partitions * per_partition, seed=seed, bad_rate=0.1))
+    out = {p: lines[p::partitions] for p in range(partitions)}
+    out[0] = AWKWARD + out[0]
+    return out
+
+
+def _open(spout: Any, spark: Any) -> Any:
+    spout.open(SpoutContext(spark, "test"))
+    return spout
+
+
+def _rows(frame: Any) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in frame.orderBy("partition", "offset").collect()]
+
+
+def _drive(spout: Any, last: dict[int, KafkaRange], limit: int = 40) -> list[dict[int, KafkaRange]]:
+    """Decide txids until the spout is not ready; the metadata of each, through JSON."""
+    history = []
+    for txid in range(1, limit):
+        if not spout.is_ready(txid, last):
+            return history
+        attempt = TransactionAttempt(txid, 1)
+        metas = {
+            p: load_meta(
+                KafkaRange, dump_meta(spout.emit_partition_batch_new(attempt, p, last.get(p)))
+            )
+            for p in range(spout.num_partitions())
+        }
+        history.append(metas)
+        last = {**last, **metas}
+    raise AssertionError("the spout never drained")
+
+
+def test_partitioned_spout_reads_each_partition_exactly_in_ranges(
+    spark: Any, kafka: KafkaServer
+) -> None:
+    topic = new_topic(kafka, 3)
+    messages = _messages(3, 40, seed=1)
+    produce(kafka, topic, messages)
+    spout = _open(KafkaPartitionedSpout(kafka.bootstrap_servers, topic, batch_size=15), spark)
+    assert spout.num_partitions() == 3
+
+    history = _drive(spout, {})
+    got: dict[int, list[Record]] = {0: [], 1: [], 2: []}
+    for txid, metas in enumerate(history, start=1):
+        assert all(m.offsets <= 15 for m in metas.values())
+        frame = spout.emit_partitions(TransactionAttempt(txid, 1), metas)
+        rows = frame.orderBy("partition", "offset").collect()
+        for row in rows:
+            assert row[PARTITION_COLUMN] == row["partition"]
+            got[row["partition"]].append((row["raw"], row["error"]))
+        # The same metadata gives the same records, one partition at a time too.
+        again = [
+            r
+            for p, meta in metas.items()
+            for r in _rows(spout.emit_partition_batch(TransactionAttempt(txid, 2), p, meta))
+        ]
+        assert again == [tuple(r)[:-1] for r in rows]
+    assert got == {p: [decoded(v) for v in values] for p, values in messages.items()}
+
+    # New messages make it ready again, and the next ranges start where the last ended.
+    produce(kafka, topic, {1: [b"late"]})
+    last = {p: m for metas in history for p, m in metas.items()}
+    more = _drive(spout, last)
+    assert [(p, m.start, m.end) for p, m in more[0].items() if m.offsets] == [
+        (1, last[1].end, last[1].end + 1)
+    ]
+
+
+def test_start_positions(spark: Any, kafka: KafkaServer) -> None:
+    topic = new_topic(kafka, 2)
+    produce(kafka, topic, {0: [b"a0", b"a1", b"a2"], 1: [b"b0", b"b1"]})
+    time.sleep(0.05)
+    middle = datetime.now(UTC)
+    time.sleep(0.05)
+    produce(kafka, topic, {0: [b"a3"], 1: [b"b2", b"b3"]})
+
+    def first(start: Any) -> dict[int, tuple[int, int]]:
+        spout = _open(
+            KafkaPartitionedSpout(kafka.bootstrap_servers, topic, 100, start=start), spark
+        )
+        return {p: (m.start, m.end) for p, m in _drive(spout, {})[0].items()}
+
+    assert first("earliest") == {0: (0, 4), 1: (0, 4)}
+    latest = _open(
+        KafkaPartitionedSpout(kafka.bootstrap_servers, topic, 100, start="latest"), spark
+    )
+    assert latest.is_ready(1, {}) is True  # no partition has a range yet
+    assert {p: (m.start, m.end) for p, m in _drive(latest, {})[0].items()} == {0: (4, 4), 1: (4, 4)}
+    assert first({0: 2}) == {0: (2, 4), 1: (0, 4)}  # partitions not named: earliest
+    assert first(middle) == {0: (3, 4), 1: (2, 4)}
+
+    delete_before(kafka, topic, 0, 2)
+    with pytest.raises(SourceDataLostError, match=r"start offset 1 .* partition 0 was deleted"):
+        first({0: 1})
+
+
+def test_a_record_without_a_value_is_flagged_not_dropped(spark: Any, kafka: KafkaServer) -> None:
+    topic = new_topic(kafka, 1)
+    produce(kafka, topic, {0: [b"before", None, b"after"]})
+    spout = _open(KafkaPartitionedSpout(kafka.bootstrap_servers, topic), spark)
+    metas = _drive(spout, {})[0]
+    rows = _rows(spout.emit_partitions(TransactionAttempt(1, 1), metas))
+    assert [(r[0], r[1], r[5]) for r in rows] == [
+        ("before", None, 0),
+        (None, "no value (a tombstone)", 1),
+        ("after", None, 2),
+    ]
+
+
+def test_a_missing_topic_or_a_stopped_broker_is_a_configuration_error(
+    spark: Any, kafka: KafkaServer
+) -> None:
+    topic = new_topic(kafka, 1)
+    with pytest.raises(
+        ConfigurationError, match=r"topic 'nope' does not exist on .* \(topics there: .*" + topic
+    ):
+        _open(KafkaPartitionedSpout(kafka.bootstrap_servers, "nope"), spark)
+    with pytest.raises(ConfigurationError, match=r"cannot reach Kafka at 127\.0\.0\.1:1"):
+        _open(KafkaPartitionedSpout("127.0.0.1:1", topic, timeout_s=2), spark)
+    with pytest.raises(ConfigurationError, match="value_format must be"):
+        KafkaPartitionedSpout(kafka.bootstrap_servers, topic, value_format="json")  # type: ignore[arg-type]
+
+
+def test_deleted_offsets_stop_a_replay_and_are_named_by_the_opaque_spout(
+    spark: Any, kafka: KafkaServer
+) -> None:
+    topic = new_topic(kafka, 2)
+    produce(kafka, topic, {0: [f"m{i}".encode() for i in range(10)], 1: [b"x"]})
+    spout = _open(KafkaPartitionedSpout(kafka.bootstrap_servers, topic, batch_size=4), spark)
+    metas = {p: spout.emit_partition_batch_new(TransactionAttempt(1, 1), p, None) for p in (0, 1)}
+    delete_before(kafka, topic, 0, 3)
+    with pytest.raises(
+        SourceDataLostError, match=r"txid 1 reads offsets 0 to 3 .* now starts at 3"
+    ):
+        spout.emit_partitions(TransactionAttempt(1, 2), metas)
+
+    opaque = _open(KafkaOpaqueSpout(kafka.bootstrap_servers, topic, batch_size=4), spark)
+    meta, frame = opaque.emit_partition_batch(
+        TransactionAttempt(1, 1), 0, KafkaRange(start=0, end=1)
+    )
+    assert (meta.start, meta.end, meta.lost) == (3, 7, 2)
+    rows = [(r["raw"], r["error"], r["offset"]) for r in frame.orderBy("offset").collect()]
+    assert rows[0] == (
+        "",
+        f"offsets 1 to 2 of {topic!r} partition 0 were deleted (retention) before they were "
+        "read: 2 offsets lost",
+        1,
+    )
+    assert rows[1:] == [(f"m{i}", None, i) for i in range(3, 7)]
+
+
+def _expected(messages: Mapping[int, list[bytes]], tmp_path: Path) -> Expected:
+    """The reference counts, from the messages written out as a JSON Lines file."""
+    path = tmp_path / "messages.jsonl"
+    path.write_bytes(b"".join(v + b"\n" for values in messages.values() for v in values))
+    return expected_counts(path)
+
+
+def _assert_counts(url: str, expected: Expected) -> None:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        assert {k: int(v) for k, v in client.hgetall("hashtags").items()} == expected.hashtags
+        assert {k: int(v) for k, v in client.hgetall("users").items()} == expected.users
+        pairs = client.hgetall("users_hashtags")
+        assert {decode_key(k, 2): int(v) for k, v in pairs.items()} == dict(expected.pairs)
+        dead = sorted(json.loads(v)["raw"] for v in client.lrange("dead_letters", 0, -1))
+        assert dead == sorted(expected.dead_letters)
+    finally:
+        client.close()
+
+
+class _Failures(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("txid failed"):
+            self.seen.set()
+
+
+@pytest.mark.parametrize("mode", [CommitMode.TRANSACTIONAL, CommitMode.OPAQUE])
+def test_tweets_counted_exactly_from_kafka_through_a_crash_and_a_broker_restart(
+    spark: Any, kafka: KafkaServer, redis_url: str, tmp_path: Path, mode: CommitMode
+) -> None:
+    topic = new_topic(kafka, 3)
+    messages = _messages(3, 150, seed=7)
+    produce(kafka, topic, messages)
+    kind = KafkaPartitionedSpout if mode is CommitMode.TRANSACTIONAL else KafkaOpaqueSpout
+
+    def build() -> Any:
+        spout = kind(kafka.bootstrap_servers, topic, batch_size=25, timeout_s=5)
+        return build_topology(spout, make_committer("redis", mode, redis_url=redis_url))
+
+    harness = TopologyHarness(build, spark, topology_id="tweets", state_dir=tmp_path / "state")
+    crashed = harness.run_until_drained(FaultPlan().crash(FaultPoint.BEFORE_SINK_WRITE, txid=3))
+    assert crashed.crashed
+
+    failures = _Failures()
+    logging.getLogger("transactional.runner").addHandler(failures)
+    errors: list[BaseException] = []
+
+    def restart_mid_run() -> None:
+        try:
+            client = redis.Redis.from_url(redis_url)
+            deadline = time.monotonic() + 240
+            while int(client.get("transactional:tweets:sink:txid") or 0) < 4:
+                assert time.monotonic() < deadline, "txid 4 was never committed"
+                time.sleep(0.02)
+            client.close()
+            kafka.stop()  # SIGKILL
+            assert failures.seen.wait(120), "nothing failed while Kafka was down"
+            kafka.start()
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+
+    watcher = threading.Thread(target=restart_mid_run)
+    watcher.start()
+    try:
+        harness.run_until_drained(max_attempts=30, attempt_timeout_s=60)
+    finally:
+        watcher.join(180)
+        logging.getLogger("transactional.runner").removeHandler(failures)
+    assert not errors, errors
+    assert failures.seen.is_set()
+    _assert_counts(redis_url, _expected(messages, tmp_path))
+
+
+def test_the_readme_kafka_example_counts_every_page_once(
+    spark: Any, kafka: KafkaServer, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+    from collections import Counter
+
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    section = readme.read_text().split("### Kafka\n", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "the README lost its Kafka example"
+    topic = new_topic(kafka, 2)
+    pages = [b"home", b"about", b"home", b"caf\xe9", b"pricing", b"home", b"about"]
+    produce(kafka, topic, {0: pages[:4], 1: pages[4:]})
+    for name, value in {
+        "KAFKA": kafka.bootstrap_servers,
+        "KAFKA_TOPIC": topic,
+        "REDIS_URL": redis_url,
+        "STATE": str(tmp_path / "state.db"),
+    }.items():
+        monkeypatch.setenv(name, value)
+
+    exec(compile(match.group(1), str(readme), "exec"), {"__name__": "readme_kafka"})
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    good = Counter(p.decode() for p in pages if p != b"caf\xe9")
+    assert {k: int(v) for k, v in client.hgetall("pages").items()} == good
+    bad = [json.loads(v) for v in client.lrange("dead_letters", 0, -1)]
+    assert [(b["raw"], b["reason"]) for b in bad] == [("caf\\xe9", "invalid UTF-8")]
+    client.close()

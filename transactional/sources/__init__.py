@@ -1,0 +1,1 @@
+"""Ready-made sources: spouts over the stores users already have."""

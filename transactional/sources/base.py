@@ -1,0 +1,51 @@
+"""What every ready-made source shares: the session it gets at ``open`` and the size of
+a new txid."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from transactional.errors import ConfigurationError, EmitError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from transactional.spout import SpoutContext
+
+
+class SourceBase:
+    """The session arrives at ``open``, not at construction, so that a spout can be built
+    and its topology validated before Spark is started."""
+
+    _context: SpoutContext | None = None
+    batch_size: int
+
+    def __init__(self, batch_size: int) -> None:
+        if batch_size < 1:
+            raise ConfigurationError(
+                f"{type(self).__name__}: batch_size must be at least 1, not {batch_size}"
+            )
+        self.batch_size = batch_size
+
+    def open(self, context: SpoutContext) -> None:
+        self._context = context
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._context is None:
+            raise EmitError(
+                f"{type(self).__name__} was not opened: call open(SpoutContext(...)) first"
+            )
+        return self._context.spark
+
+    def per_task(self, count: int) -> int:
+        """Of ``count`` bytes or messages, how many one task reads when they are spread
+        over as many tasks as the session runs at once."""
+        return -(-count // self.spark.sparkContext.defaultParallelism)
+
+    def next_batch_size(self) -> int:
+        """The size of a new txid: the runner's adaptive size under ``--batch-size auto``,
+        else the fixed ``batch_size``. Replays never ask: their ranges are stored."""
+        if self._context is None:
+            return self.batch_size
+        return self._context.batch_size(self.batch_size)

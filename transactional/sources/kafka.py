@@ -1,0 +1,436 @@
+"""Kafka: one topic's partitions as spout partitions, each txid an offset range per
+partition, read by Spark's own Kafka batch reader (``spark.read.format("kafka")`` with
+``startingOffsets``/``endingOffsets``), the offsets decided on the driver.
+
+- ``KafkaPartitionedSpout`` replays a txid's ranges exactly. A range that retention
+  deleted before its replay cannot be replayed: the run stops with
+  ``SourceDataLostError`` naming the range (never a silent skip).
+- ``KafkaOpaqueSpout`` is for topics whose retention may delete a range before it is
+  read or replayed; with an opaque committer the results stay exact for what was
+  read. Offsets deleted before they were read are not skipped silently: the batch
+  carries one row for the gap, its ``error`` naming the offsets, which a bolt sends to
+  the dead letters.
+
+Records: ``value_format="text"`` (the default) gives text records ``raw, error``
+(``transactional.sources.text``: a value that is not UTF-8 is flagged, not dropped; a
+record without a value, a tombstone, has ``raw`` null and ``error`` saying so)
+followed by ``key, topic, partition, offset, timestamp``; ``"binary"`` gives Spark's
+Kafka columns (``key, value, topic, partition, offset, timestamp, timestampType``)
+and ``error``.
+
+Offsets are read with ``read_committed`` by default: a range ends at most at the last
+stable offset, so records of open or aborted producer transactions are never in a
+batch. Ranges count offsets, not records: compacted topics and transaction markers
+leave offsets without records, so a txid may hold fewer records than its range's size
+(even none: such a txid is committed all the same, to move on).
+
+Start positions, for the partitions that exist when the topology starts
+(``start=``): ``"earliest"``, ``"latest"``, ``{partition: offset}`` (partitions not
+named start at the earliest), or a ``datetime`` (the first offset at or after it).
+A partition added to the topic later starts at its earliest offset, as Structured
+Streaming does, so nothing written to it is missed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
+from transactional.jars import resolved_jars
+from transactional.secrets import redact_url
+from transactional.sources.base import SourceBase
+from transactional.sources.text import text_records
+from transactional.spout import (
+    PARTITION_COLUMN,
+    OpaquePartitionedTransactionalSpout,
+    PartitionedTransactionalSpout,
+    SpoutContext,
+)
+from transactional.types import BatchMetadata, TransactionAttempt
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "KafkaOpaqueSpout",
+    "KafkaPartitionedSpout",
+    "KafkaRange",
+    "kafka_package",
+    "kafka_spark_conf",
+]
+
+Start = Literal["earliest", "latest"] | Mapping[int, int] | datetime
+
+log = logging.getLogger(__name__)
+
+#: The ``error`` of a text record whose Kafka record has no value.
+TOMBSTONE = "no value (a tombstone)"
+#: Columns of a text record batch after ``raw, error``.
+TEXT_COLUMNS = ("key", "topic", "partition", "offset", "timestamp")
+TEXT_SCHEMA = (
+    "raw STRING, error STRING, key BINARY, topic STRING, partition INT, offset LONG, "
+    "timestamp TIMESTAMP"
+)
+BINARY_SCHEMA = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, "
+    "timestamp TIMESTAMP, timestampType INT, error STRING"
+)
+
+
+def kafka_package() -> str:
+    """The Maven coordinate of Spark's Kafka reader for the installed PySpark."""
+    import pyspark
+
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+
+
+def kafka_spark_conf(ivy_dir: str | Path | None = None) -> dict[str, str]:
+    """Spark settings that load the Kafka reader (its jars, resolved once from Maven
+    Central); merge them into the session's with ``transactional.session.merged``."""
+    return {"spark.jars": ",".join(str(jar) for jar in resolved_jars([kafka_package()], ivy_dir))}
+
+
+class KafkaRange(BatchMetadata):
+    """Offsets ``[start, end)`` of one partition; ``lost`` offsets before ``start`` were
+    deleted before they were read (opaque spout only)."""
+
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    lost: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> KafkaRange:
+        if self.end < self.start:
+            raise ValueError(f"end {self.end} is before start {self.start}")
+        return self
+
+    @property
+    def offsets(self) -> int:
+        return self.end - self.start
+
+
+class _KafkaTopic(SourceBase):
+    """One topic, seen from the driver through an admin client."""
+
+    #: A range of offsets may hold no record (compaction, transaction markers) and still
+    #: be needed to move on: such a txid commits.
+    commit_empty_batches: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        batch_size: int = 10_000,
+        start: Start = "earliest",
+        value_format: Literal["text", "binary"] = "text",
+        isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
+        options: Mapping[str, str] | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        super().__init__(batch_size)
+        if value_format not in ("text", "binary"):
+            raise ConfigurationError(
+                f"{type(self).__name__}: value_format must be 'text' or 'binary', not {value_format!r}"
+            )
+        if isinstance(start, str) and start not in ("earliest", "latest"):
+            raise ConfigurationError(
+                f"{type(self).__name__}: start must be 'earliest', 'latest', a mapping of "
+                f"partition to offset or a datetime, not {start!r}"
+            )
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.start = start
+        self.value_format = value_format
+        self.isolation_level = isolation_level
+        #: More options for Spark's Kafka reader (``kafka.security.protocol``, ...) and,
+        #: without their ``kafka.`` prefix, for the driver's admin client.
+        self.options = dict(options or {})
+        self.timeout_s = timeout_s
+        self._admin: Any = None
+        self._fresh = False  # no partition had a range when the current txid began
+
+    def identity(self) -> str:
+        return f"{type(self).__module__}.{type(self).__qualname__}:{self.topic}"
+
+    # -- the driver's view of the topic ---------------------------------------------
+
+    @property
+    def admin(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            config: dict[str, Any] = {
+                k.removeprefix("kafka."): v
+                for k, v in self.options.items()
+                if k.startswith("kafka.")
+            }
+            # librdkafka's lines (a broker restarting) through logging, not to stderr.
+            config.update({"bootstrap.servers": self.bootstrap_servers, "logger": log})
+            self._admin = AdminClient(config)
+        return self._admin
+
+    def spark_conf(self) -> Mapping[str, str]:
+        return kafka_spark_conf()
+
+    def open(self, context: SpoutContext) -> None:
+        super().open(context)
+        _check_reader(self.spark, type(self).__name__)
+        self._partitions(at_open=True)
+
+    def close(self) -> None:
+        self._admin = None
+
+    def num_partitions(self) -> int:
+        return self._partitions(at_open=False)
+
+    def _partitions(self, at_open: bool) -> int:
+        """The topic's partition count. At ``open`` a broker that cannot be reached or a
+        missing topic is bad configuration (``ConfigurationError``, the run stops);
+        later it is a failure of the txid at hand (``EmitError``, retried), as when the
+        broker restarts."""
+        from confluent_kafka import KafkaException
+
+        error = ConfigurationError if at_open else EmitError
+        where = redact_url(self.bootstrap_servers)
+        try:
+            metadata = self.admin.list_topics(topic=self.topic, timeout=self.timeout_s)
+            found = metadata.topics.get(self.topic)
+            if found is not None and found.error is None:
+                return len(found.partitions)
+            known = self.admin.list_topics(timeout=self.timeout_s).topics
+        except KafkaException as e:
+            raise error(
+                f"{type(self).__name__}: cannot reach Kafka at {where} ({e}): start the "
+                "broker or fix bootstrap_servers"
+            ) from e
+        listed = ", ".join(sorted(t for t in known if not t.startswith("__"))) or "none"
+        raise error(
+            f"{type(self).__name__}: topic {self.topic!r} does not exist on {where} "
+            f"(topics there: {listed}): create it or fix the topic name"
+        )
+
+    def _offsets(self, specs: Mapping[int, Any]) -> dict[int, int]:
+        """Each partition's offset for its ``OffsetSpec`` (-1: none, for a timestamp
+        after the last record)."""
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+
+        isolation = (
+            IsolationLevel.READ_COMMITTED
+            if self.isolation_level == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        futures = self.admin.list_offsets(
+            {TopicPartition(self.topic, p): spec for p, spec in specs.items()},
+            isolation_level=isolation,
+            request_timeout=self.timeout_s,
+        )
+        try:
+            return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+        except KafkaException as e:
+            raise EmitError(f"{type(self).__name__}: offsets of {self.topic!r}: {e}") from e
+
+    def earliest(self, partitions: list[int]) -> dict[int, int]:
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._offsets({p: OffsetSpec.earliest() for p in partitions})
+
+    def latest(self, partitions: list[int]) -> dict[int, int]:
+        """The end of each partition: the last stable offset under ``read_committed``."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._offsets({p: OffsetSpec.latest() for p in partitions})
+
+    def starting(self, partition: int) -> int:
+        """Where a partition without a range starts: ``start`` for the partitions of a
+        fresh topology, the earliest offset for one added later."""
+        from confluent_kafka.admin import OffsetSpec
+
+        earliest = self.earliest([partition])[partition]
+        start = self.start
+        if not self._fresh or start == "earliest":
+            return earliest
+        if start == "latest":
+            return self.latest([partition])[partition]
+        if isinstance(start, datetime):
+            at = self._offsets({partition: OffsetSpec.for_timestamp(int(start.timestamp() * 1000))})
+            return at[partition] if at[partition] >= 0 else self.latest([partition])[partition]
+        assert isinstance(start, Mapping)
+        offset = int(start.get(partition, earliest))
+        if offset < earliest:
+            raise SourceDataLostError(
+                f"{type(self).__name__}: start offset {offset} of {self.topic!r} partition "
+                f"{partition} was deleted (the partition now starts at {earliest}): start "
+                "from an offset that still exists"
+            )
+        return offset
+
+    def is_ready(self, txid: int, last_metas: Mapping[int, KafkaRange]) -> bool:
+        self._fresh = not last_metas
+        partitions = list(range(self.num_partitions()))
+        ends = self.latest(partitions)
+        unknown = [p for p in partitions if p not in last_metas]
+        # A partition never read is ready once it holds anything (its start is decided
+        # with its first range: an empty topic leaves no txid behind).
+        starts = {p: m.end for p, m in last_metas.items()}
+        if unknown:
+            starts.update(self.earliest(unknown))
+        return any(ends[p] > starts[p] for p in partitions)
+
+    def next_range(self, partition: int, last: KafkaRange | None) -> KafkaRange:
+        start = last.end if last is not None else self.starting(partition)
+        end = self.latest([partition])[partition]
+        if end < start:
+            raise EmitError(
+                f"{type(self).__name__}: {self.topic!r} partition {partition} ends at "
+                f"offset {end}, before {start} where its last batch ended: the topic was "
+                "deleted and created again; start a new topology id"
+            )
+        return KafkaRange(start=start, end=min(end, start + self.next_batch_size()))
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(self, ranges: Mapping[int, KafkaRange], tagged: bool = False) -> DataFrame:
+        """The records of ``ranges`` (partition -> range) as one frame, by Spark's Kafka
+        reader; ``tagged``: with each row's partition in ``PARTITION_COLUMN``."""
+        from pyspark.sql import functions as F
+
+        wanted = {p: r for p, r in sorted(ranges.items()) if r.offsets}
+        schema = TEXT_SCHEMA if self.value_format == "text" else BINARY_SCHEMA
+        if tagged:
+            schema += f", {PARTITION_COLUMN} INT"
+        gaps = [self._gap(p, r, tagged) for p, r in sorted(ranges.items()) if r.lost]
+        if not wanted:
+            return self.spark.createDataFrame(gaps, schema)
+        frame = (
+            self.spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap_servers)
+            .option("kafka.isolation.level", self.isolation_level)
+            .option("assign", json.dumps({self.topic: list(wanted)}))
+            .option(
+                "startingOffsets",
+                json.dumps({self.topic: {str(p): r.start for p, r in wanted.items()}}),
+            )
+            .option(
+                "endingOffsets",
+                json.dumps({self.topic: {str(p): r.end for p, r in wanted.items()}}),
+            )
+            .option("failOnDataLoss", "true")
+            .options(**self.options)
+            .load()
+        )
+        if self.value_format == "text":
+            frame = text_records(frame, "value", keep=(*TEXT_COLUMNS, "value"))
+            # A record without a value (a tombstone) is not text: say so.
+            tombstone = F.col("value").isNull()
+            frame = frame.select(
+                "raw",
+                F.when(tombstone, F.lit(TOMBSTONE)).otherwise(F.col("error")).alias("error"),
+                *TEXT_COLUMNS,
+            )
+        else:
+            frame = frame.withColumn("error", F.lit(None).cast("string"))
+        if tagged:
+            frame = frame.withColumn(PARTITION_COLUMN, F.col("partition"))
+        if gaps:
+            frame = frame.unionByName(self.spark.createDataFrame(gaps, schema))
+        return frame
+
+    def _gap(self, partition: int, r: KafkaRange, tagged: bool) -> tuple[Any, ...]:
+        """The row that stands for offsets deleted before they were read."""
+        error = (
+            f"offsets {r.start - r.lost} to {r.start - 1} of {self.topic!r} partition "
+            f"{partition} were deleted (retention) before they were read: {r.lost} offsets lost"
+        )
+        row: tuple[Any, ...]
+        if self.value_format == "text":
+            row = ("", error, None, self.topic, partition, r.start - r.lost, None)
+        else:
+            row = (None, None, self.topic, partition, r.start - r.lost, None, None, error)
+        return (*row, partition) if tagged else row
+
+    def check_retained(self, ranges: Mapping[int, KafkaRange], attempt: TransactionAttempt) -> None:
+        """A replayable range must still be in the topic: say which one is not, instead
+        of failing every attempt inside Spark's reader."""
+        held = {p: r for p, r in ranges.items() if r.offsets}
+        if not held:
+            return
+        earliest = self.earliest(list(held))
+        for p, r in held.items():
+            if earliest[p] > r.start:
+                raise SourceDataLostError(
+                    f"{type(self).__name__}: txid {attempt.txid} reads offsets {r.start} to "
+                    f"{r.end - 1} of {self.topic!r} partition {p}, but the partition now starts "
+                    f"at {earliest[p]}: retention deleted them before the txid committed, so it "
+                    "cannot be replayed exactly. Keep data longer than a txid can take to "
+                    "commit, or use KafkaOpaqueSpout with an opaque committer"
+                )
+
+
+class KafkaPartitionedSpout(_KafkaTopic, PartitionedTransactionalSpout[KafkaRange]):
+    """A topic's partitions, ``batch_size`` offsets per partition per txid, replayed
+    exactly from the stored ranges."""
+
+    metadata_type = KafkaRange
+
+    def emit_partition_batch_new(
+        self, attempt: TransactionAttempt, partition: int, last_meta: KafkaRange | None
+    ) -> KafkaRange:
+        return self.next_range(partition, last_meta)
+
+    def emit_partition_batch(
+        self, attempt: TransactionAttempt, partition: int, meta: KafkaRange
+    ) -> DataFrame:
+        self.check_retained({partition: meta}, attempt)
+        return self.read({partition: meta})
+
+    def emit_partitions(
+        self, attempt: TransactionAttempt, metas: Mapping[int, KafkaRange]
+    ) -> DataFrame:
+        self.check_retained(metas, attempt)
+        return self.read(metas, tagged=True)
+
+
+class KafkaOpaqueSpout(_KafkaTopic, OpaquePartitionedTransactionalSpout[KafkaRange]):
+    """A topic's partitions for opaque committers: each batch starts where the last
+    committed one ended, or at the partition's earliest offset if retention deleted
+    those offsets first (the batch then carries a row naming the lost offsets)."""
+
+    metadata_type = KafkaRange
+
+    def emit_partition_batch(
+        self, attempt: TransactionAttempt, partition: int, last_meta: KafkaRange | None
+    ) -> tuple[KafkaRange, DataFrame]:
+        meta = self.next_range(partition, last_meta)
+        earliest = self.earliest([partition])[partition]
+        if earliest > meta.start:
+            lost = earliest - meta.start
+            end = self.latest([partition])[partition]
+            meta = KafkaRange(
+                start=earliest, end=min(end, earliest + self.next_batch_size()), lost=lost
+            )
+        return meta, self.read({partition: meta})
+
+
+def _check_reader(spark: Any, who: str) -> None:
+    """The session must have Spark's Kafka reader: say how to get it, at ``open``."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    try:
+        jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+            "kafka", spark._jsparkSession.sessionState().conf()
+        )
+    except Py4JJavaError as e:
+        raise ConfigurationError(
+            f"{who}: this Spark session has no Kafka reader ({kafka_package()}): create it "
+            "with the settings of transactional.sources.kafka.kafka_spark_conf() "
+            "(`transactional run` adds them for a factory that takes no session)"
+        ) from e
