@@ -1,5 +1,5 @@
 """Session-scoped real servers and one shared local SparkSession; each test gets its own
-ZooKeeper chroot, Redis database keys prefix and Delta directory."""
+ZooKeeper chroot, Redis database keys prefix, Kafka topics and Delta directory."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from transactional.testing.servers import RedisServer, ZooKeeperServer
+from transactional.testing.servers import KafkaServer, RedisServer, ZooKeeperServer
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +50,16 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
     client.flushdb()
     client.close()
     yield redis_server.url
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaServer]:
+    """One KRaft broker for the session; each test creates its own topics. A test that
+    stops it starts it again before it ends."""
+    server = KafkaServer()
+    server.start()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from examples.tweets.cli import main as demo
 from examples.tweets.lines import RECORD_SCHEMA
 from examples.tweets.sinks import make_committer
 from examples.tweets.topology import build_topology
-from tests.e2e.test_demo import assert_exact, redis_contents
+from tests.observed import assert_exact, redis_contents
 from tests.reference import expected_counts
 from transactional import (
     BatchMetadata,

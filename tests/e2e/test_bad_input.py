@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from examples.tweets.cli import main as demo
-from tests.e2e.test_demo import assert_exact, delta_contents, redis_contents
+from tests.observed import assert_exact, delta_contents, redis_contents
 from tests.processes import run_summary
 from tests.reference import Expected, expected_counts
 from transactional.faults import FaultPoint, RandomFaults

@@ -34,7 +34,7 @@ import pytest
 import redis
 
 from examples.tweets.cli import main as demo
-from tests.e2e.test_demo import assert_exact, delta_contents, redis_contents
+from tests.observed import assert_exact, delta_contents, redis_contents
 from tests.processes import (
     DemoProcess,
     adopting_orphans,

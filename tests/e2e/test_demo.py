@@ -4,21 +4,19 @@ killed; every count is checked against an answer computed here from the input fi
 from __future__ import annotations
 
 import io
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from committers import decode_key
 from examples.tweets.cli import main as demo
+from tests.observed import assert_exact, delta_contents, redis_contents
 from tests.processes import run_summary
 from tests.reference import Expected, expected_counts
 
@@ -66,44 +64,6 @@ def faulty_seed(txids: int, faults: int = 2) -> int:
         if sum(RandomFaults(0.2, seed).planned(t, 1) is not None for t in range(1, txids + 1))
         >= faults
     )
-
-
-def redis_contents(url: str) -> Expected:
-    client = redis.Redis.from_url(url, decode_responses=True)
-    got = Expected()
-    got.hashtags = Counter({k: int(v) for k, v in client.hgetall("hashtags").items()})
-    got.users = Counter({k: int(v) for k, v in client.hgetall("users").items()})
-    # Fields are (user, hashtag) keys as committers.encode_key writes them (a ':' in a
-    # user is escaped, so pairs never merge): decoded, compared with the expected pairs.
-    got.pairs = Counter(
-        {decode_key(k, 2): int(v) for k, v in client.hgetall("users_hashtags").items()}
-    )
-    got.dead_letters = [json.loads(v)["raw"] for v in client.lrange("dead_letters", 0, -1)]
-    return got
-
-
-def delta_contents(spark: Any, path: Path) -> Expected:
-    def table(name: str) -> list[Any]:
-        return spark.read.format("delta").load(str(path / name)).collect()
-
-    got = Expected()
-    got.hashtags = Counter({r["hashtag"]: r["count"] for r in table("hashtags") if r["count"]})
-    got.users = Counter({r["user"]: r["count"] for r in table("users") if r["count"]})
-    got.pairs = Counter(
-        {(r["user"], r["hashtag"]): r["count"] for r in table("users_hashtags") if r["count"]}
-    )
-    got.dead_letters = [r["raw"] for r in table("dead_letters")]
-    return got
-
-
-def assert_exact(got: Expected, expected: Expected) -> None:
-    assert got.hashtags == expected.hashtags
-    assert got.users == expected.users
-    if any(isinstance(k, str) for k in got.pairs):
-        assert got.pairs == Counter({f"{u}:{t}": n for (u, t), n in expected.pairs.items()})
-    else:
-        assert got.pairs == expected.pairs
-    assert sorted(got.dead_letters) == sorted(expected.dead_letters)
 
 
 @pytest.mark.parametrize("spout", ["transactional", "partitioned", "opaque"])

@@ -14,7 +14,7 @@ import redis
 
 from coordinators import SQLiteStateStore
 from examples.tweets.cli import main as demo
-from tests.e2e.test_demo import assert_exact, redis_contents
+from tests.observed import assert_exact, redis_contents
 from tests.reference import expected_counts, lines_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]

@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,14 +18,15 @@ from typing import Any
 import pytest
 import redis
 
-from committers import decode_key
 from examples.tweets.generate import generate_lines
 from examples.tweets.sinks import make_committer
 from examples.tweets.topology import build_topology
+from tests.observed import FailedTxids, assert_exact, redis_contents
 from tests.reference import Expected, expected_counts
-from transactional.errors import ConfigurationError, SourceDataLostError
+from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.faults import FaultPoint
 from transactional.sources.kafka import KafkaOpaqueSpout, KafkaPartitionedSpout, KafkaRange
+from transactional.sources.kafka_offsets import KafkaOffsets
 from transactional.spout import PARTITION_COLUMN, SpoutContext
 from transactional.testing import FaultPlan, TopologyHarness
 from transactional.testing.servers import KafkaServer
@@ -36,14 +37,6 @@ pytestmark = pytest.mark.integration
 Record = tuple[str, str | None]
 #: librdkafka's own lines (a client reconnecting to a stopped broker) go to logging.
 LOG = logging.getLogger("tests.kafka")
-
-
-@pytest.fixture(scope="module")
-def kafka() -> Iterator[KafkaServer]:
-    server = KafkaServer()
-    server.start()
-    yield server
-    server.close()
 
 
 _topics = iter(range(1_000_000))
@@ -59,7 +52,7 @@ def new_topic(kafka: KafkaServer, partitions: int) -> str:
     return name
 
 
-def produce(kafka: KafkaServer, topic: str, messages: Mapping[int, list[bytes | None]]) -> None:
+def produce(kafka: KafkaServer, topic: str, messages: Mapping[int, Sequence[bytes | None]]) -> None:
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -165,6 +158,69 @@ def test_partitioned_spout_reads_each_partition_exactly_in_ranges(
     ]
 
 
+class _Requests:
+    """Counts the spout's requests to the broker: topic metadata and offset lists."""
+
+    def __init__(self, spout: Any) -> None:
+        self.metadata = self.offsets = 0
+        view = spout.offsets
+        ask_metadata, ask_offsets = view.count, view.offsets
+
+        def count(at_open: bool = False) -> int:
+            self.metadata += 1
+            return int(ask_metadata(at_open))
+
+        def offsets(specs: Mapping[int, Any]) -> dict[int, int]:
+            self.offsets += bool(specs)
+            return dict(ask_offsets(specs))
+
+        view.count, view.offsets = count, offsets
+
+    def taken(self) -> tuple[int, int]:
+        seen, self.metadata, self.offsets = (self.metadata, self.offsets), 0, 0
+        return seen
+
+
+@pytest.mark.parametrize("kind", [KafkaPartitionedSpout, KafkaOpaqueSpout])
+def test_a_txid_is_decided_with_one_request_per_question(
+    spark: Any, kafka: KafkaServer, kind: type
+) -> None:
+    """As the runner decides a txid: the partition count, then ``is_ready`` asks every
+    end once (and the start of partitions never read); the emits of the same attempt
+    reuse them, and a replay's new attempt asks afresh."""
+    topic = new_topic(kafka, 3)
+    produce(kafka, topic, _messages(3, 10, seed=3))
+    spout = _open(kind(kafka.bootstrap_servers, topic, batch_size=4), spark)
+    requests = _Requests(spout)
+    last: dict[int, KafkaRange] = {}
+
+    def decide(txid: int) -> dict[int, KafkaRange]:
+        attempt = TransactionAttempt(txid, 1)
+        count = spout.num_partitions()
+        assert spout.is_ready(txid, last)
+        if kind is KafkaPartitionedSpout:
+            return {
+                p: spout.emit_partition_batch_new(attempt, p, last.get(p)) for p in range(count)
+            }
+        return {p: spout.emit_partition_batch(attempt, p, last.get(p))[0] for p in range(count)}
+
+    first = decide(1)
+    assert requests.taken() == (1, 2)  # metadata; every end, every start (none read)
+    assert [(m.start, m.end) for m in first.values()] == [(0, 4)] * 3
+    last = first
+    second = decide(2)
+    # The opaque spout also asks every start once, for offsets deleted since.
+    assert requests.taken() == ((1, 1) if kind is KafkaPartitionedSpout else (1, 2))
+    assert [(m.start, m.end) for m in second.values()] == [(4, 8)] * 3
+    if kind is KafkaOpaqueSpout:
+        again = {
+            p: spout.emit_partition_batch(TransactionAttempt(2, 2), p, first[p])[0]
+            for p in range(3)
+        }
+        assert again == second
+        assert requests.taken() == (1, 2)  # a new attempt: count, ends, starts
+
+
 def test_start_positions(spark: Any, kafka: KafkaServer) -> None:
     topic = new_topic(kafka, 2)
     produce(kafka, topic, {0: [b"a0", b"a1", b"a2"], 1: [b"b0", b"b1"]})
@@ -220,6 +276,30 @@ def test_a_missing_topic_or_a_stopped_broker_is_a_configuration_error(
         KafkaPartitionedSpout(kafka.bootstrap_servers, topic, value_format="json")  # type: ignore[arg-type]
 
 
+def test_the_offsets_are_asked_again_after_a_broker_restart(kafka: KafkaServer) -> None:
+    """librdkafka's admin client refuses to work after the broker restarted (it keeps
+    leader epochs the new broker fences): the spout's view asks through a new client."""
+    topic = new_topic(kafka, 2)
+    produce(kafka, topic, {0: [b"a", b"b"], 1: [b"c"]})
+    offsets = KafkaOffsets("test", kafka.bootstrap_servers, topic, "read_committed", {}, 2.0)
+    assert offsets.latest([0, 1]) == {0: 2, 1: 1}
+    kafka.stop()
+    try:
+        with pytest.raises(EmitError, match=f"test: offsets of '{topic}'"):
+            offsets.latest([0, 1])
+    finally:
+        kafka.start()
+    produce(kafka, topic, {1: [b"d"]})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            assert offsets.latest([0, 1]) == {0: 2, 1: 2}
+            break
+        except EmitError:
+            assert time.monotonic() < deadline, "the offsets were never read again"
+            time.sleep(1)
+
+
 def test_deleted_offsets_stop_a_replay_and_are_named_by_the_opaque_spout(
     spark: Any, kafka: KafkaServer
 ) -> None:
@@ -255,27 +335,29 @@ def _expected(messages: Mapping[int, list[bytes]], tmp_path: Path) -> Expected:
     return expected_counts(path)
 
 
-def _assert_counts(url: str, expected: Expected) -> None:
-    client = redis.Redis.from_url(url, decode_responses=True)
-    try:
-        assert {k: int(v) for k, v in client.hgetall("hashtags").items()} == expected.hashtags
-        assert {k: int(v) for k, v in client.hgetall("users").items()} == expected.users
-        pairs = client.hgetall("users_hashtags")
-        assert {decode_key(k, 2): int(v) for k, v in pairs.items()} == dict(expected.pairs)
-        dead = sorted(json.loads(v)["raw"] for v in client.lrange("dead_letters", 0, -1))
-        assert dead == sorted(expected.dead_letters)
-    finally:
-        client.close()
+class _BrokerKilledAt:
+    """SIGKILLs the broker when ``txid``'s first attempt starts its emit, so that the
+    emit (and whatever else is in flight) meets it down; the broker is started again
+    once a txid failed."""
 
+    def __init__(self, kafka: KafkaServer, txid: int, failures: FailedTxids) -> None:
+        self.kafka, self.txid, self.failures = kafka, txid, failures
+        self.killed = threading.Event()
+        self.errors: list[BaseException] = []
+        self.restarter = threading.Thread(target=self._restart)
 
-class _Failures(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.seen = threading.Event()
+    def check(self, point: FaultPoint, attempt: TransactionAttempt, number: int) -> None:
+        if point is FaultPoint.EMIT and attempt.txid == self.txid and not self.killed.is_set():
+            self.kafka.stop()
+            self.killed.set()
+            self.restarter.start()
 
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("txid failed"):
-            self.seen.set()
+    def _restart(self) -> None:
+        try:
+            assert self.failures.seen.wait(120), "nothing failed while Kafka was down"
+            self.kafka.start()
+        except BaseException as exc:  # reported by the test thread
+            self.errors.append(exc)
 
 
 @pytest.mark.parametrize("mode", [CommitMode.TRANSACTIONAL, CommitMode.OPAQUE])
@@ -295,34 +377,22 @@ def test_tweets_counted_exactly_from_kafka_through_a_crash_and_a_broker_restart(
     crashed = harness.run_until_drained(FaultPlan().crash(FaultPoint.BEFORE_SINK_WRITE, txid=3))
     assert crashed.crashed
 
-    failures = _Failures()
+    failures = FailedTxids()
     logging.getLogger("transactional.runner").addHandler(failures)
-    errors: list[BaseException] = []
-
-    def restart_mid_run() -> None:
-        try:
-            client = redis.Redis.from_url(redis_url)
-            deadline = time.monotonic() + 240
-            while int(client.get("transactional:tweets:sink:txid") or 0) < 4:
-                assert time.monotonic() < deadline, "txid 4 was never committed"
-                time.sleep(0.02)
-            client.close()
-            kafka.stop()  # SIGKILL
-            assert failures.seen.wait(120), "nothing failed while Kafka was down"
-            kafka.start()
-        except BaseException as exc:  # reported by the test thread
-            errors.append(exc)
-
-    watcher = threading.Thread(target=restart_mid_run)
-    watcher.start()
+    broker = _BrokerKilledAt(kafka, 5, failures)
     try:
-        harness.run_until_drained(max_attempts=30, attempt_timeout_s=60)
+        harness.run_until_drained(broker, max_attempts=30, attempt_timeout_s=60)
+    except Exception as e:
+        e.add_note(f"the broker's restart: {broker.errors or 'no error'}; its log:")
+        e.add_note(kafka.log_tail())
+        raise
     finally:
-        watcher.join(180)
+        if broker.killed.is_set():
+            broker.restarter.join(180)
         logging.getLogger("transactional.runner").removeHandler(failures)
-    assert not errors, errors
-    assert failures.seen.is_set()
-    _assert_counts(redis_url, _expected(messages, tmp_path))
+    assert broker.killed.is_set() and failures.seen.is_set()
+    assert not broker.errors, broker.errors
+    assert_exact(redis_contents(redis_url), _expected(messages, tmp_path))
 
 
 def test_the_readme_kafka_example_counts_every_page_once(

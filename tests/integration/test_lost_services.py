@@ -6,7 +6,6 @@ against counts computed here in plain Python."""
 from __future__ import annotations
 
 import io
-import json
 import logging
 import threading
 import time
@@ -19,10 +18,11 @@ import pytest
 import redis
 from kazoo.client import KazooClient
 
-from committers import CounterTable, RedisCommitter, decode_key
+from committers import CounterTable, RedisCommitter
 from coordinators import SQLiteStateStore, ZooKeeperStateStore
 from examples.tweets.cli import main as demo
 from tests.integration.topologies import BucketBolt, RangeSpout
+from tests.observed import FailedTxids, assert_exact, redis_contents
 from tests.processes import run_summary
 from tests.reference import expected_counts
 from transactional import RunnerConfig, TopologyBuilder, TransactionalRunner
@@ -258,31 +258,10 @@ def test_a_redis_restart_mid_run_hits_source_and_sink_and_counts_exactly(
     # It failed on the stopped Redis, retried, and recovered.
     assert any("Connection" in message for message in failures.messages), failures.messages
     assert run_summary(out.getvalue())["failures"] >= 1
-    expected = expected_counts(tweets)
     client = redis.Redis.from_url(url, decode_responses=True)
     final = int(client.get("transactional:tweets:sink:txid") or 0)
     assert restarted_at and restarted_at[0] < final == 4  # restarted mid-run
-    assert {k: int(v) for k, v in client.hgetall("hashtags").items()} == expected.hashtags
-    assert {k: int(v) for k, v in client.hgetall("users").items()} == expected.users
-    fields = client.hgetall("users_hashtags")
-    assert {decode_key(k, 2): int(v) for k, v in fields.items()} == dict(expected.pairs)
-    dead = sorted(json.loads(v)["raw"] for v in client.lrange("dead_letters", 0, -1))
-    assert dead == sorted(expected.dead_letters)
-
-
-class FailedTxids(logging.Handler):
-    """Collects the runner's "txid failed" lines; ``seen`` is set at the first."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.seen = threading.Event()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if message.startswith("txid failed"):
-            self.messages.append(message)
-            self.seen.set()
+    assert_exact(redis_contents(url), expected_counts(tweets))
 
 
 class LostReply(Committer):

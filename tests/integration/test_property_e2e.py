@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from examples.tweets.cli import main as demo
 from examples.tweets.generate import generate
-from tests.e2e.test_demo import assert_exact, delta_contents, redis_contents
+from tests.observed import assert_exact, delta_contents, redis_contents
 from tests.processes import run_summary
 from tests.reference import expected_counts
 from transactional.faults import RandomFaults

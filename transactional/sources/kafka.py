@@ -34,7 +34,6 @@ Streaming does, so nothing written to it is missed.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -43,8 +42,8 @@ from pydantic import Field, model_validator
 
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.jars import resolved_jars
-from transactional.secrets import redact_url
 from transactional.sources.base import SourceBase
+from transactional.sources.kafka_offsets import Isolation, KafkaOffsets, Snapshot
 from transactional.sources.text import text_records
 from transactional.spout import (
     PARTITION_COLUMN,
@@ -68,8 +67,6 @@ __all__ = [
 ]
 
 Start = Literal["earliest", "latest"] | Mapping[int, int] | datetime
-
-log = logging.getLogger(__name__)
 
 #: The ``error`` of a text record whose Kafka record has no value.
 TOMBSTONE = "no value (a tombstone)"
@@ -118,7 +115,8 @@ class KafkaRange(BatchMetadata):
 
 
 class _KafkaTopic(SourceBase):
-    """One topic, seen from the driver through an admin client."""
+    """One topic: its offsets asked on the driver (``KafkaOffsets``), its records read
+    by Spark."""
 
     #: A range of offsets may hold no record (compaction, transaction markers) and still
     #: be needed to move on: such a txid commits.
@@ -131,19 +129,20 @@ class _KafkaTopic(SourceBase):
         batch_size: int = 10_000,
         start: Start = "earliest",
         value_format: Literal["text", "binary"] = "text",
-        isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
+        isolation_level: Isolation = "read_committed",
         options: Mapping[str, str] | None = None,
         timeout_s: float = 30.0,
     ) -> None:
         super().__init__(batch_size)
+        who = type(self).__name__
         if value_format not in ("text", "binary"):
             raise ConfigurationError(
-                f"{type(self).__name__}: value_format must be 'text' or 'binary', not {value_format!r}"
+                f"{who}: value_format must be 'text' or 'binary', not {value_format!r}"
             )
         if isinstance(start, str) and start not in ("earliest", "latest"):
             raise ConfigurationError(
-                f"{type(self).__name__}: start must be 'earliest', 'latest', a mapping of "
-                f"partition to offset or a datetime, not {start!r}"
+                f"{who}: start must be 'earliest', 'latest', a mapping of partition to "
+                f"offset or a datetime, not {start!r}"
             )
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
@@ -153,29 +152,22 @@ class _KafkaTopic(SourceBase):
         #: More options for Spark's Kafka reader (``kafka.security.protocol``, ...) and,
         #: without their ``kafka.`` prefix, for the driver's admin client.
         self.options = dict(options or {})
-        self.timeout_s = timeout_s
-        self._admin: Any = None
+        self.offsets = KafkaOffsets(
+            who,
+            bootstrap_servers,
+            topic,
+            isolation_level,
+            {
+                k.removeprefix("kafka."): v
+                for k, v in self.options.items()
+                if k.startswith("kafka.")
+            },
+            timeout_s,
+        )
         self._fresh = False  # no partition had a range when the current txid began
 
     def identity(self) -> str:
         return f"{type(self).__module__}.{type(self).__qualname__}:{self.topic}"
-
-    # -- the driver's view of the topic ---------------------------------------------
-
-    @property
-    def admin(self) -> Any:
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            config: dict[str, Any] = {
-                k.removeprefix("kafka."): v
-                for k, v in self.options.items()
-                if k.startswith("kafka.")
-            }
-            # librdkafka's lines (a broker restarting) through logging, not to stderr.
-            config.update({"bootstrap.servers": self.bootstrap_servers, "logger": log})
-            self._admin = AdminClient(config)
-        return self._admin
 
     def spark_conf(self) -> Mapping[str, str]:
         return kafka_spark_conf()
@@ -183,85 +175,38 @@ class _KafkaTopic(SourceBase):
     def open(self, context: SpoutContext) -> None:
         super().open(context)
         _check_reader(self.spark, type(self).__name__)
-        self._partitions(at_open=True)
+        self.offsets.count(at_open=True)
 
     def close(self) -> None:
-        self._admin = None
+        self.offsets.close()
 
     def num_partitions(self) -> int:
-        return self._partitions(at_open=False)
+        return self.offsets.count()
 
-    def _partitions(self, at_open: bool) -> int:
-        """The topic's partition count. At ``open`` a broker that cannot be reached or a
-        missing topic is bad configuration (``ConfigurationError``, the run stops);
-        later it is a failure of the txid at hand (``EmitError``, retried), as when the
-        broker restarts."""
-        from confluent_kafka import KafkaException
+    # -- deciding ranges ------------------------------------------------------------
 
-        error = ConfigurationError if at_open else EmitError
-        where = redact_url(self.bootstrap_servers)
-        try:
-            metadata = self.admin.list_topics(topic=self.topic, timeout=self.timeout_s)
-            found = metadata.topics.get(self.topic)
-            if found is not None and found.error is None:
-                return len(found.partitions)
-            known = self.admin.list_topics(timeout=self.timeout_s).topics
-        except KafkaException as e:
-            raise error(
-                f"{type(self).__name__}: cannot reach Kafka at {where} ({e}): start the "
-                "broker or fix bootstrap_servers"
-            ) from e
-        listed = ", ".join(sorted(t for t in known if not t.startswith("__"))) or "none"
-        raise error(
-            f"{type(self).__name__}: topic {self.topic!r} does not exist on {where} "
-            f"(topics there: {listed}): create it or fix the topic name"
-        )
+    def is_ready(self, txid: int, last_metas: Mapping[int, KafkaRange]) -> bool:
+        self._fresh = not last_metas
+        count = self.offsets.counted()
+        unread = [p for p in range(count) if p not in last_metas]
+        snapshot = self.offsets.snap(txid, count, unread)
+        # A partition never read is ready once it holds anything (its start is decided
+        # with its first range: an empty topic leaves no txid behind).
+        starts = {**{p: m.end for p, m in last_metas.items()}, **snapshot.starts}
+        return any(end > starts[p] for p, end in snapshot.ends.items())
 
-    def _offsets(self, specs: Mapping[int, Any]) -> dict[int, int]:
-        """Each partition's offset for its ``OffsetSpec`` (-1: none, for a timestamp
-        after the last record)."""
-        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-
-        isolation = (
-            IsolationLevel.READ_COMMITTED
-            if self.isolation_level == "read_committed"
-            else IsolationLevel.READ_UNCOMMITTED
-        )
-        futures = self.admin.list_offsets(
-            {TopicPartition(self.topic, p): spec for p, spec in specs.items()},
-            isolation_level=isolation,
-            request_timeout=self.timeout_s,
-        )
-        try:
-            return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
-        except KafkaException as e:
-            raise EmitError(f"{type(self).__name__}: offsets of {self.topic!r}: {e}") from e
-
-    def earliest(self, partitions: list[int]) -> dict[int, int]:
-        from confluent_kafka.admin import OffsetSpec
-
-        return self._offsets({p: OffsetSpec.earliest() for p in partitions})
-
-    def latest(self, partitions: list[int]) -> dict[int, int]:
-        """The end of each partition: the last stable offset under ``read_committed``."""
-        from confluent_kafka.admin import OffsetSpec
-
-        return self._offsets({p: OffsetSpec.latest() for p in partitions})
-
-    def starting(self, partition: int) -> int:
+    def starting(self, partition: int, snapshot: Snapshot) -> int:
         """Where a partition without a range starts: ``start`` for the partitions of a
         fresh topology, the earliest offset for one added later."""
-        from confluent_kafka.admin import OffsetSpec
-
-        earliest = self.earliest([partition])[partition]
+        earliest = self.offsets.starts(snapshot, [partition])[partition]
         start = self.start
         if not self._fresh or start == "earliest":
             return earliest
         if start == "latest":
-            return self.latest([partition])[partition]
+            return snapshot.ends[partition]
         if isinstance(start, datetime):
-            at = self._offsets({partition: OffsetSpec.for_timestamp(int(start.timestamp() * 1000))})
-            return at[partition] if at[partition] >= 0 else self.latest([partition])[partition]
+            at = self.offsets.at_time(partition, int(start.timestamp() * 1000))
+            return at if at >= 0 else snapshot.ends[partition]
         assert isinstance(start, Mapping)
         offset = int(start.get(partition, earliest))
         if offset < earliest:
@@ -272,21 +217,14 @@ class _KafkaTopic(SourceBase):
             )
         return offset
 
-    def is_ready(self, txid: int, last_metas: Mapping[int, KafkaRange]) -> bool:
-        self._fresh = not last_metas
-        partitions = list(range(self.num_partitions()))
-        ends = self.latest(partitions)
-        unknown = [p for p in partitions if p not in last_metas]
-        # A partition never read is ready once it holds anything (its start is decided
-        # with its first range: an empty topic leaves no txid behind).
-        starts = {p: m.end for p, m in last_metas.items()}
-        if unknown:
-            starts.update(self.earliest(unknown))
-        return any(ends[p] > starts[p] for p in partitions)
-
-    def next_range(self, partition: int, last: KafkaRange | None) -> KafkaRange:
-        start = last.end if last is not None else self.starting(partition)
-        end = self.latest([partition])[partition]
+    def next_range(
+        self, attempt: TransactionAttempt, partition: int, last: KafkaRange | None
+    ) -> KafkaRange:
+        """The range after ``last``, up to the partition's end as the attempt's snapshot
+        saw it."""
+        snapshot = self.offsets.for_attempt(attempt, partition)
+        start = last.end if last is not None else self.starting(partition, snapshot)
+        end = snapshot.ends[partition]
         if end < start:
             raise EmitError(
                 f"{type(self).__name__}: {self.topic!r} partition {partition} ends at "
@@ -362,7 +300,7 @@ class _KafkaTopic(SourceBase):
         held = {p: r for p, r in ranges.items() if r.offsets}
         if not held:
             return
-        earliest = self.earliest(list(held))
+        earliest = self.offsets.earliest(held)
         for p, r in held.items():
             if earliest[p] > r.start:
                 raise SourceDataLostError(
@@ -383,7 +321,7 @@ class KafkaPartitionedSpout(_KafkaTopic, PartitionedTransactionalSpout[KafkaRang
     def emit_partition_batch_new(
         self, attempt: TransactionAttempt, partition: int, last_meta: KafkaRange | None
     ) -> KafkaRange:
-        return self.next_range(partition, last_meta)
+        return self.next_range(attempt, partition, last_meta)
 
     def emit_partition_batch(
         self, attempt: TransactionAttempt, partition: int, meta: KafkaRange
@@ -408,13 +346,15 @@ class KafkaOpaqueSpout(_KafkaTopic, OpaquePartitionedTransactionalSpout[KafkaRan
     def emit_partition_batch(
         self, attempt: TransactionAttempt, partition: int, last_meta: KafkaRange | None
     ) -> tuple[KafkaRange, DataFrame]:
-        meta = self.next_range(partition, last_meta)
-        earliest = self.earliest([partition])[partition]
+        meta = self.next_range(attempt, partition, last_meta)
+        snapshot = self.offsets.for_attempt(attempt, partition)
+        earliest = self.offsets.starts(snapshot, range(len(snapshot.ends)))[partition]
         if earliest > meta.start:
-            lost = earliest - meta.start
-            end = self.latest([partition])[partition]
+            end = snapshot.ends[partition]
             meta = KafkaRange(
-                start=earliest, end=min(end, earliest + self.next_batch_size()), lost=lost
+                start=earliest,
+                end=min(end, earliest + self.next_batch_size()),
+                lost=earliest - meta.start,
             )
         return meta, self.read({partition: meta})
 

@@ -56,7 +56,17 @@ class _Server:
         self.proc = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        _wait_port(self.port, self.proc, self.start_timeout_s, self.name)
+        try:
+            _wait_port(self.port, self.proc, self.start_timeout_s, self.name)
+        except RuntimeError as e:
+            self.stop()
+            raise RuntimeError(f"{e}; the end of its log:\n{self.log_tail()}") from e
+
+    def log_tail(self, lines: int = 40) -> str:
+        path = self.dir / f"{self.name}.log"
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
         """SIGKILL: the server loses what it had not written, as in a power cut."""

@@ -1,0 +1,72 @@
+"""What a run left in its sinks and its log, read back for comparison with the answers of
+``tests.reference``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from committers import decode_key
+from tests.reference import Expected
+
+
+def redis_contents(url: str) -> Expected:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        got = Expected()
+        got.hashtags = Counter({k: int(v) for k, v in client.hgetall("hashtags").items()})
+        got.users = Counter({k: int(v) for k, v in client.hgetall("users").items()})
+        # Fields are (user, hashtag) keys as committers.encode_key writes them (a ':' in
+        # a user is escaped, so pairs never merge): decoded, compared with the pairs.
+        got.pairs = Counter(
+            {decode_key(k, 2): int(v) for k, v in client.hgetall("users_hashtags").items()}
+        )
+        got.dead_letters = [json.loads(v)["raw"] for v in client.lrange("dead_letters", 0, -1)]
+        return got
+    finally:
+        client.close()
+
+
+def delta_contents(spark: Any, path: Path) -> Expected:
+    def table(name: str) -> list[Any]:
+        return spark.read.format("delta").load(str(path / name)).collect()
+
+    got = Expected()
+    got.hashtags = Counter({r["hashtag"]: r["count"] for r in table("hashtags") if r["count"]})
+    got.users = Counter({r["user"]: r["count"] for r in table("users") if r["count"]})
+    got.pairs = Counter(
+        {(r["user"], r["hashtag"]): r["count"] for r in table("users_hashtags") if r["count"]}
+    )
+    got.dead_letters = [r["raw"] for r in table("dead_letters")]
+    return got
+
+
+def assert_exact(got: Expected, expected: Expected) -> None:
+    assert got.hashtags == expected.hashtags
+    assert got.users == expected.users
+    if any(isinstance(k, str) for k in got.pairs):
+        assert got.pairs == Counter({f"{u}:{t}": n for (u, t), n in expected.pairs.items()})
+    else:
+        assert got.pairs == expected.pairs
+    assert sorted(got.dead_letters) == sorted(expected.dead_letters)
+
+
+class FailedTxids(logging.Handler):
+    """Collects the runner's "txid failed" lines; ``seen`` is set at the first."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = threading.Event()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("txid failed"):
+            self.messages.append(message)
+            self.seen.set()

@@ -1,0 +1,193 @@
+"""The driver's view of one Kafka topic: its partition count and offsets, asked of the
+broker through confluent-kafka's admin client, one request per question for all the
+partitions it concerns.
+
+A txid's decision asks once: ``is_ready`` takes a ``Snapshot`` of every partition's
+end (and the start of partitions never read), and the emits of the same attempt read
+it instead of asking again. A snapshot serves one attempt: a replay asks afresh, so a
+stale start never hides offsets retention deleted meanwhile.
+
+An admin client that met an error is dropped and the next question builds a new one:
+librdkafka's client keeps the leader epochs it knew before a broker restart and is then
+refused (``FENCED_LEADER_EPOCH``) by the restarted broker for good.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from transactional.errors import ConfigurationError, EmitError
+from transactional.secrets import redact_url
+from transactional.types import TransactionAttempt
+
+log = logging.getLogger("transactional.sources.kafka")
+
+Isolation = Literal["read_committed", "read_uncommitted"]
+
+
+@dataclass
+class Snapshot:
+    """Offsets the broker gave for one txid: each partition's end, and the start of those
+    asked. ``attempt`` is the attempt that uses it (None: not yet claimed)."""
+
+    txid: int
+    ends: dict[int, int]
+    starts: dict[int, int] = field(default_factory=dict)
+    attempt: TransactionAttempt | None = None
+
+
+class KafkaOffsets:
+    """Partition count and offsets of ``topic``; ``who`` names the spout in errors."""
+
+    def __init__(
+        self,
+        who: str,
+        bootstrap_servers: str,
+        topic: str,
+        isolation_level: Isolation,
+        client_config: Mapping[str, str],
+        timeout_s: float,
+    ) -> None:
+        self.who = who
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.isolation_level = isolation_level
+        self.client_config = dict(client_config)
+        self.timeout_s = timeout_s
+        self._admin: Any = None
+        self._count: int | None = None  # from num_partitions, for the is_ready after it
+        self._snapshot: Snapshot | None = None
+
+    @property
+    def admin(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            # librdkafka's lines (a broker restarting) through logging, not to stderr.
+            config: dict[str, Any] = {
+                **self.client_config,
+                "bootstrap.servers": self.bootstrap_servers,
+                "logger": log,
+            }
+            self._admin = AdminClient(config)
+        return self._admin
+
+    def close(self) -> None:
+        self._admin = None
+        self._snapshot = None
+
+    def _failed(self, error: Exception) -> None:
+        """Forget the client (and what it told) after an error: the next question
+        starts from a new one."""
+        log.info("kafka admin client dropped after an error", extra={"error": str(error)})
+        self._admin = None
+        self._snapshot = None
+
+    # -- partitions -----------------------------------------------------------------
+
+    def count(self, at_open: bool = False) -> int:
+        """The topic's partition count. At ``open`` a broker that cannot be reached or a
+        missing topic is bad configuration (``ConfigurationError``, the run stops);
+        later it is a failure of the txid at hand (``EmitError``, retried), as when the
+        broker restarts."""
+        from confluent_kafka import KafkaException
+
+        error = ConfigurationError if at_open else EmitError
+        where = redact_url(self.bootstrap_servers)
+        try:
+            metadata = self.admin.list_topics(topic=self.topic, timeout=self.timeout_s)
+            found = metadata.topics.get(self.topic)
+            if found is not None and found.error is None:
+                self._count = len(found.partitions)
+                return self._count
+            known = self.admin.list_topics(timeout=self.timeout_s).topics
+        except KafkaException as e:
+            self._failed(e)
+            raise error(
+                f"{self.who}: cannot reach Kafka at {where} ({e}): start the broker or fix "
+                "bootstrap_servers"
+            ) from e
+        listed = ", ".join(sorted(t for t in known if not t.startswith("__"))) or "none"
+        raise error(
+            f"{self.who}: topic {self.topic!r} does not exist on {where} (topics there: "
+            f"{listed}): create it or fix the topic name"
+        )
+
+    def counted(self) -> int:
+        """The count the driver just asked for (it asks before ``is_ready``), else a new
+        one. Used once: a later decision asks again."""
+        count, self._count = self._count, None
+        return count if count is not None else self.count()
+
+    # -- offsets --------------------------------------------------------------------
+
+    def offsets(self, specs: Mapping[int, Any]) -> dict[int, int]:
+        """Each partition's offset for its ``OffsetSpec`` (-1: none, for a timestamp
+        after the last record), in one request."""
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+
+        if not specs:
+            return {}
+        isolation = (
+            IsolationLevel.READ_COMMITTED
+            if self.isolation_level == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        try:
+            futures = self.admin.list_offsets(
+                {TopicPartition(self.topic, p): spec for p, spec in specs.items()},
+                isolation_level=isolation,
+                request_timeout=self.timeout_s,
+            )
+            return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+        except KafkaException as e:
+            self._failed(e)
+            raise EmitError(f"{self.who}: offsets of {self.topic!r}: {e}") from e
+
+    def earliest(self, partitions: Iterable[int]) -> dict[int, int]:
+        from confluent_kafka.admin import OffsetSpec
+
+        return self.offsets({p: OffsetSpec.earliest() for p in partitions})
+
+    def latest(self, partitions: Iterable[int]) -> dict[int, int]:
+        """The end of each partition: the last stable offset under ``read_committed``."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self.offsets({p: OffsetSpec.latest() for p in partitions})
+
+    def at_time(self, partition: int, millis: int) -> int:
+        """The first offset at or after ``millis`` (-1: none yet)."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self.offsets({partition: OffsetSpec.for_timestamp(millis)})[partition]
+
+    # -- one txid's decision --------------------------------------------------------
+
+    def snap(self, txid: int, partitions: int, unread: Iterable[int]) -> Snapshot:
+        """A new snapshot for deciding ``txid``: every end, and the start of ``unread``."""
+        snapshot = Snapshot(txid, self.latest(range(partitions)), self.earliest(unread))
+        self._snapshot = snapshot
+        return snapshot
+
+    def for_attempt(self, attempt: TransactionAttempt, partition: int) -> Snapshot:
+        """The snapshot ``attempt`` decides ``partition`` with: the one ``is_ready`` took
+        for its txid if no other attempt used it, else a new one of every partition."""
+        snapshot = self._snapshot
+        if (
+            snapshot is None
+            or snapshot.txid != attempt.txid
+            or snapshot.attempt not in (None, attempt)
+            or partition not in snapshot.ends
+        ):
+            snapshot = self.snap(attempt.txid, self.count(), ())
+        snapshot.attempt = attempt
+        return snapshot
+
+    def starts(self, snapshot: Snapshot, partitions: Iterable[int]) -> dict[int, int]:
+        """The start of each of ``partitions``, asked once per snapshot."""
+        wanted = [p for p in partitions if p not in snapshot.starts]
+        snapshot.starts.update(self.earliest(wanted))
+        return snapshot.starts
