@@ -6,23 +6,29 @@ commit (a smaller batch cannot shorten that wait: with ``max_pending`` K it is u
 K-1 whole commits, and shrinking for it would spiral down to the minimum size on a
 sink whose commits have a fixed cost, such as Delta's MERGE).
 
+Throughput is measured as BBR measures bandwidth: a round is the txids decided between
+two sizing decisions, and its delivery rate is the records they committed per second,
+from the commit before the round's first to its last. That counts what a txid's own
+latency hides: the time commits spend queued behind each other, and the cores the
+other txids in flight take.
+
 As TCP does, it starts in slow start: the size doubles once per round, so it finds a
-large enough size in a few txids instead of hundreds of steps. A round is a txid run
-at the current size: with ``max_pending`` K, the K txids decided before the first
-commit were all decided at the first size, and doubling at each of their commits would
-overshoot by 2^K before any txid had tried the new size. Slow start ends in one of
-two ways:
+large enough size in a few rounds instead of hundreds of steps (with ``max_pending``
+K, the K txids decided before the first commit are one round: doubling at each of
+their commits would overshoot by 2^K before any txid had tried the new size). Slow
+start ends in one of two ways:
 
 - a txid over the latency target (or a failure) halves the size, as TCP does;
-- a doubling that raised a txid's records per second by less than a quarter keeps the
-  size (BBR's exit from its start-up): the cores or the sink are saturated, and larger
-  batches would add latency and memory, not throughput.
+- a doubling that raised the delivery rate by less than a quarter (BBR's exit from its
+  start-up): the cores or the sink are saturated, and larger batches would add latency
+  and memory, not throughput. The size goes to the cruise size: the smallest whose
+  round delivered within ``TOLERANCE`` of the best of the last ``RATE_WINDOW`` rounds.
 
-From then on, while latencies stay under the target the batch grows by a fixed step
-(additive increase); a latency over the target shrinks it by a step (the "slow"
-state); a failure or a timeout halves it (multiplicative decrease). It never leaves
-``[minimum, maximum]``. The runner feeds it; spouts that opt in read ``current`` when
-they size a new txid.
+From then on each round either probes a step above the cruise size or returns to it,
+so a larger size is kept only when it delivered more (BBR's probing); a txid over the
+target shrinks it by a step (the "slow" state, once per round); a failure or a timeout
+halves it (multiplicative decrease). It never leaves ``[minimum, maximum]``. The runner
+feeds it; spouts that opt in read ``current`` when they size a new txid.
 """
 
 from __future__ import annotations
@@ -32,8 +38,13 @@ from collections import deque
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-#: A doubling must raise a txid's records per second by this factor to go on doubling.
+#: A doubling must raise the delivery rate by this factor to go on doubling.
 PLATEAU = 1.25
+#: After slow start, a round delivering less than the best recent one by more than this
+#: fraction sends the size back to the best one's.
+TOLERANCE = 0.05
+#: How many complete rounds the best delivery rate is taken over (BBR's max filter).
+RATE_WINDOW = 8
 
 
 class BatchSizeConfig(BaseModel):
@@ -73,15 +84,25 @@ HISTORY = 1024
 class AdaptiveBatchSize:
     """The controller; thread-safe, since spouts may read it while the runner updates it.
     ``history`` holds its latest decisions, oldest first: (kind, size after) with kind
-    ``start`` (doubled in slow start), ``hold`` (in slow start, a txid decided at an
-    earlier size), ``plateau`` (slow start ended, size kept), ``grow``, ``slow`` or
-    ``fail``."""
+    ``start`` (doubled in slow start), ``hold`` (a txid of an earlier round: nothing
+    decided), ``plateau`` (slow start ended at the best round's size), ``grow``,
+    ``back`` (a step that did not pay, undone), ``slow`` or ``fail``.
+
+    A round is the txids decided between two decisions (``round`` tags them when they
+    start); it is measured from the last commit before its first to its last commit,
+    so its records per second are the pipeline's delivery rate at its size, queueing
+    and commits included. It ends at the first commit of a later round, which is when
+    the controller decides again."""
 
     def __init__(self, config: BatchSizeConfig | None = None) -> None:
         self.config = config or BatchSizeConfig()
         self._current = self.config.initial
         self._starting = self.config.slow_start
-        self._rate: float | None = None  # records/s of the last round's txid
+        self._round = 0  # the round new txids belong to
+        self._sizes = {0: self._current}  # round -> its size, for rounds not yet measured
+        self._slowed = 0  # rounds before this one were answered by a "slow" decision
+        self._measuring: _Round | None = None
+        self._rates: deque[tuple[float, int]] = deque(maxlen=RATE_WINDOW)  # (rate, size)
         self._lock = threading.Lock()
         self.history: deque[tuple[str, int]] = deque(maxlen=HISTORY)
 
@@ -91,47 +112,127 @@ class AdaptiveBatchSize:
             return self._current
 
     @property
+    def round(self) -> int:
+        with self._lock:
+            return self._round
+
+    @property
     def step(self) -> int:
         return self.config.step or self.config.initial
 
+    def rates(self) -> list[tuple[float, int]]:
+        """The latest complete rounds' (records per second, size), oldest first."""
+        with self._lock:
+            return list(self._rates)
+
     def on_commit(
-        self, latency_s: float, records: int | None = None, size: int | None = None
+        self,
+        latency_s: float,
+        records: int | None = None,
+        round: int | None = None,
+        at: float | None = None,
     ) -> int:
-        """A txid committed ``latency_s`` after it started; ``records``: how many it
-        held; ``size``: the size it was decided at (None: the current one)."""
+        """A txid committed ``latency_s`` after it started, at time ``at`` (monotonic);
+        ``records``: how many it held; ``round``: the round it started in (None: the
+        current one, and every commit a round of its own)."""
         cfg = self.config
         with self._lock:
-            if latency_s <= cfg.target_latency_s and self._starting:
-                kind = self._start_round(latency_s, records, size)
-            elif latency_s <= cfg.target_latency_s:
-                kind = "grow"
-                self._current = min(cfg.maximum, self._current + self.step)
+            measured = self._measure(latency_s, records, round, at)
+            if latency_s > cfg.target_latency_s and (round is None or round >= self._slowed):
+                kind = "slow"  # once per round: its later txids were already answered
+                self._forget_from(self._current)
+                if self._starting:
+                    self._starting = False
+                    self._resize(int(self._current * cfg.decrease))
+                else:
+                    self._resize(self._current - self.step)
+                self._slowed = self._round
+            elif round is not None and round != self._round:
+                kind = "hold"  # decided before the last decision: it says nothing new
             elif self._starting:
-                kind, self._starting = "slow", False
-                self._current = max(cfg.minimum, int(self._current * cfg.decrease))
+                kind = self._start_round(measured)
             else:
-                kind = "slow"
-                self._current = max(cfg.minimum, self._current - self.step)
+                kind = self._probe(measured)
             self.history.append((kind, self._current))
             return self._current
 
-    def _start_round(self, latency_s: float, records: int | None, size: int | None) -> str:
+    def _resize(self, size: int) -> None:
+        """A decision: the next txids form a new round."""
+        self._current = max(self.config.minimum, min(self.config.maximum, size))
+        self._round += 1
+        self._sizes[self._round] = self._current
+
+    def _measure(
+        self, latency_s: float, records: int | None, round: int | None, at: float | None
+    ) -> bool:
+        """Account the commit to its round; True if it completed the round before it."""
+        if at is None or records is None:
+            return False
+        meas = self._measuring
+        if meas is not None and round is not None and round == meas.round:
+            meas.end, meas.records = at, meas.records + records
+            return False
+        if meas is not None and meas.end > meas.begin:
+            self._rates.append((meas.records / (meas.end - meas.begin), meas.size))
+        # The first round is timed from its first txid's start.
+        begin = meas.end if meas is not None else at - latency_s
+        size = self._current if round is None else self._sizes.get(round, self._current)
+        for old in [r for r in self._sizes if round is not None and r < round]:
+            del self._sizes[old]
+        self._measuring = _Round(round, size, begin, at, records)
+        return meas is not None
+
+    def _forget_from(self, size: int) -> None:
+        """Rounds at ``size`` or more went over the latency target: not a size to return to."""
+        kept = [(rate, s) for rate, s in self._rates if s < size]
+        self._rates.clear()
+        self._rates.extend(kept)
+
+    def _cruise_size(self) -> int:
+        """The smallest size whose round delivered within ``TOLERANCE`` of the best
+        recent round: as fast, with less latency and memory."""
+        best = max(rate for rate, _ in self._rates)
+        return min(size for rate, size in self._rates if rate >= best * (1 - TOLERANCE))
+
+    def _start_round(self, measured: bool) -> str:
         """Slow start, under the target: double once per round, unless the last doubling
-        no longer paid (``PLATEAU``)."""
-        if size is not None and size != self._current:
-            return "hold"
-        rate = records / latency_s if records and latency_s > 0 else None
-        if rate is not None and self._rate is not None and rate < self._rate * PLATEAU:
+        no longer raised the delivery rate by a quarter (``PLATEAU``): then the size
+        goes to the cruise size (``_cruise_size``)."""
+        rates = self._rates
+        if measured and len(rates) >= 2 and rates[-1][0] < rates[-2][0] * PLATEAU:
             self._starting = False
+            self._resize(self._cruise_size())
             return "plateau"
-        self._rate = rate if rate is not None else self._rate
-        self._current = min(self.config.maximum, self._current * 2)
+        self._resize(self._current * 2)
         return "start"
+
+    def _probe(self, measured: bool) -> str:
+        """After slow start, at each round: a round at the cruise size is followed by one
+        a step above it (a probe); the probe becomes the cruise size only if it delivered
+        more than the tolerance better, else the size goes back."""
+        if measured and self._rates:
+            cruise = self._cruise_size()
+            if cruise != self._current:
+                kind = "back" if cruise < self._current else "grow"
+                self._resize(cruise)
+                return kind
+        self._resize(self._current + self.step)
+        return "grow"
 
     def on_failure(self) -> int:
         cfg = self.config
         with self._lock:
             self._starting = False
-            self._current = max(cfg.minimum, int(self._current * cfg.decrease))
+            self._resize(int(self._current * cfg.decrease))
             self.history.append(("fail", self._current))
             return self._current
+
+
+class _Round:
+    """Commits of one round so far: records, and the span they were delivered in."""
+
+    __slots__ = ("begin", "end", "records", "round", "size")
+
+    def __init__(self, round: int | None, size: int, begin: float, end: float, records: int):
+        self.round, self.size = round, size
+        self.begin, self.end, self.records = begin, end, records

@@ -1,7 +1,8 @@
 """The adaptive batch size follows its rule exactly: double once per round under target
 until the first txid over it or a failure (slow start, which halves) or a doubling that
-no longer raised the records per second by a quarter (which keeps the size), then add
-under target, subtract over it, halve on failure, stay within bounds."""
+no longer raised the delivery rate by a quarter (which goes to the best size), then
+probe a step up per round and go back when it did not pay, subtract over the target,
+halve on failure, stay within bounds."""
 
 from __future__ import annotations
 
@@ -42,27 +43,69 @@ class SizedSpout(ListTransactionalSpout):
 
 def test_slow_start_doubles_once_per_round_not_once_per_commit() -> None:
     sizer = AdaptiveBatchSize(BatchSizeConfig(initial=100, maximum=10_000, target_latency_s=10))
-    # Three txids were decided at 100 before the first commit (max_pending 3).
-    assert sizer.on_commit(1.0, records=100, size=100) == 200
-    assert sizer.on_commit(1.0, records=100, size=100) == 200  # not a test of 200
-    assert sizer.on_commit(1.0, records=100, size=100) == 200
-    assert sizer.on_commit(1.5, records=200, size=200) == 400  # 133/s >= 1.25 x 100/s
+    # Three txids were decided in round 0 (at 100) before the first commit (max_pending 3).
+    assert sizer.round == 0
+    assert sizer.on_commit(1.0, records=100, round=0, at=1.0) == 200
+    assert sizer.round == 1
+    assert sizer.on_commit(1.0, records=100, round=0, at=1.1) == 200  # not a test of 200
+    assert sizer.on_commit(1.0, records=100, round=0, at=1.2) == 200
+    assert sizer.on_commit(1.5, records=200, round=1, at=2.5) == 400
     assert [k for k, _ in sizer.history] == ["start", "hold", "hold", "start"]
+    # Round 0 delivered its 300 records from its first txid's start (0.0) to 1.2 s.
+    assert sizer.rates() == [(300 / 1.2, 100)]
 
 
-def test_slow_start_ends_where_doubling_stops_paying_and_keeps_the_size() -> None:
+def test_slow_start_ends_where_the_delivery_rate_stops_rising_at_the_best_size() -> None:
+    """One txid per round (max_pending 1); each round is timed from the commit before
+    it. A doubling that raised records per second by less than a quarter ends slow
+    start, and the size goes to the smallest that delivered within 5% of the best."""
     sizer = AdaptiveBatchSize(
-        BatchSizeConfig(initial=100, step=10, maximum=10_000, target_latency_s=10)
+        BatchSizeConfig(initial=100, step=50, maximum=10_000, target_latency_s=10)
     )
-    assert sizer.on_commit(1.0, records=100, size=100) == 200  # 100 records/s
-    assert sizer.on_commit(1.7, records=200, size=200) == 200  # 118/s: under 125/s
-    assert sizer.on_commit(1.7, records=200, size=200) == 210  # then additive
-    assert [k for k, _ in sizer.history] == ["start", "plateau", "grow"]
+    commits = [  # (records, commit time): rates 100/s, 200/s, 400/1.8 = 222/s, ...
+        (100, 1.0),
+        (200, 2.0),
+        (400, 3.8),
+        (800, 7.3),  # completes round 2 at 222/s: under 1.25 x 200/s
+    ]
+    sizes = [sizer.on_commit(1.0, records=n, round=sizer.round, at=t) for n, t in commits]
+    assert sizes == [200, 400, 800, 400]
+    assert [k for k, _ in sizer.history] == ["start"] * 3 + ["plateau"]
+    assert [round(r) for r, _ in sizer.rates()] == [100, 200, 222]
+    # Then at each round: a probe a step above the cruise size, or back to it. Each
+    # commit completes the round before it: round 3 (800 in 3.5 s: 229/s) is the best,
+    # and 400 delivered within 5% of it: cruise at 400, so probe 450.
+    assert sizer.on_commit(1.0, records=400, round=sizer.round, at=9.1) == 450
+    assert [round(r) for r, _ in sizer.rates()][-1] == 229
+    # Round 4 (400 at 222/s) changes nothing: back to the cruise size.
+    assert sizer.on_commit(1.0, records=450, round=sizer.round, at=11.1) == 400
+    # Round 5, the probe (450 in 2.0 s: 225/s), was not 5% better: probe again.
+    assert sizer.on_commit(1.0, records=400, round=sizer.round, at=12.6) == 450
+    # Round 6 (400 in 1.5 s: 267/s) is the new best, at 400: back to it.
+    assert sizer.on_commit(1.0, records=450, round=sizer.round, at=13.9) == 400
+    # Round 7, the probe (450 in 1.3 s: 346/s), delivered more than 5% better: it is
+    # the cruise size now.
+    assert sizer.on_commit(1.0, records=400, round=sizer.round, at=14.5) == 450
+    assert [k for k, _ in sizer.history][4:] == ["grow", "back", "grow", "back", "grow"]
     # A txid over the target still ends slow start by halving, as before.
     over = AdaptiveBatchSize(
         BatchSizeConfig(initial=100, minimum=10, maximum=10_000, target_latency_s=1)
     )
-    assert over.on_commit(2.0, records=100, size=100) == 50
+    assert over.on_commit(2.0, records=100, round=0, at=2.0) == 50
+
+
+def test_a_slow_round_is_answered_once() -> None:
+    """Several txids of one round over the target shrink the size once; sizes at or
+    above the slow one are no longer cruise sizes."""
+    sizer = AdaptiveBatchSize(
+        BatchSizeConfig(initial=1000, step=100, minimum=10, target_latency_s=1, slow_start=False)
+    )
+    assert sizer.on_commit(0.5, records=1000, round=0, at=1.0) == 1100  # round 1
+    assert sizer.on_commit(2.0, records=1100, round=1, at=3.0) == 1000  # slow
+    assert sizer.on_commit(2.0, records=1100, round=1, at=5.0) == 1000  # same round: hold
+    assert sizer.on_commit(2.0, records=1000, round=2, at=7.0) == 900  # a new round, slow
+    assert [k for k, _ in sizer.history] == ["grow", "slow", "hold", "slow"]
+    assert all(size < 1000 for _, size in sizer.rates())
 
 
 def test_grows_additively_under_target_and_never_exceeds_the_maximum() -> None:
@@ -141,9 +184,11 @@ def test_the_runner_feeds_the_size_and_new_txids_use_it() -> None:
     )
     runner.run(until_drained=True)
     # 10, doubled per commit (slow start); txid 3 (size 40) fails once: its metadata is
-    # kept, the size halves to 20 and slow start ends, so after txid 3 commits: +10.
+    # kept and the size halves to 20 (slow start ends). Txid 3's commit is of the round
+    # before the failure, which says nothing of 20: txid 4 takes 20; the last 10 remain.
     sizes = {a.txid: m.count for a, m in spout.emits}
-    assert sorted(sizes.items()) == [(1, 10), (2, 20), (3, 40), (4, 30)]  # 100 records
+    assert sorted(sizes.items()) == [(1, 10), (2, 20), (3, 40), (4, 20), (5, 10)]
+    assert [k for k, _ in sizer.history][:4] == ["start", "start", "fail", "hold"]
     assert committer.counts == Counter(data)
 
 
@@ -203,4 +248,6 @@ def test_time_queued_behind_earlier_commits_does_not_shrink_the_batch() -> None:
 
     # Queued 0, 0.2, 0.4 and 0.6 s: each txid's own latency is its 0.2 s commit.
     assert [round(t.latency_s or 0, 9) for t in stats.timings] == [0.2] * 4
-    assert [kind for kind, _ in sizer.history] == ["grow"] * 4
+    # Not a "slow" among them: the first commit grows the size, the rest are of the
+    # same round (decided before that decision) and hold it.
+    assert [kind for kind, _ in sizer.history] == ["grow", "hold", "hold", "hold"]

@@ -106,16 +106,16 @@ class Timings(Probe):
         self._first_started: dict[int, float] = {}  # txid -> when its first attempt began
         self._steps: dict[int, dict[str, float]] = {}  # txid -> step -> seconds
         self._jobs: dict[int, int | None] = {}  # txid -> Spark jobs of its last attempt
-        self._sizes: dict[int, int] = {}  # txid -> the adaptive size when it started
+        self._rounds: dict[int, int] = {}  # txid -> the adaptive size's round when it started
 
     def on_event(self, event: m.Event, now: float) -> None:
         if isinstance(event, m.Started):
             self._first_started.setdefault(event.attempt.txid, now)
-            if self.batch_size is not None:  # it was decided at this size just before
-                self._sizes.setdefault(event.attempt.txid, self.batch_size.current)
+            if self.batch_size is not None:  # it was decided in this round just before
+                self._rounds.setdefault(event.attempt.txid, self.batch_size.round)
         elif isinstance(event, m.Retracted):
             self._first_started.pop(event.attempt.txid, None)
-            self._sizes.pop(event.attempt.txid, None)
+            self._rounds.pop(event.attempt.txid, None)
             self._steps.pop(event.attempt.txid, None)
             self._jobs.pop(event.attempt.txid, None)
 
@@ -150,9 +150,9 @@ class Timings(Probe):
                 self._jobs.pop(txid, None),
             )
         )
-        size = self._sizes.pop(txid, None)
+        round_ = self._rounds.pop(txid, None)
         if self.batch_size is not None and latency is not None:
-            self.batch_size.on_commit(latency, command.records, size)
+            self.batch_size.on_commit(latency, command.records, round_, at=now)
 
 
 class Outcomes(Probe):
