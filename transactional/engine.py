@@ -39,6 +39,8 @@ class Engine(Protocol):
 
     def job_group(self, group: str) -> Any: ...
 
+    def describe(self, text: str) -> None: ...
+
     def cancel(self, group: str) -> None: ...
 
     def is_frame(self, value: object) -> bool: ...
@@ -125,6 +127,12 @@ class SparkEngine:
             yield
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+
+    def describe(self, text: str) -> None:
+        """The description the Spark UI shows for the calling thread's next jobs (PySpark
+        pins each Python thread to a JVM thread, so it is the thread's own)."""
+        self.spark.sparkContext.setJobDescription(text)
 
     def cancel(self, group: str) -> None:
         """Cancel ``group``'s running jobs. A group with none is left alone: Spark would

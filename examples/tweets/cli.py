@@ -85,10 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="fraction of bad lines, for the dead letters (default: 0)",
     )
 
-    load = commands.add_parser("load", help="put JSON Lines files into Redis queues")
+    load = commands.add_parser(
+        "load", help="put JSON Lines files into Redis queues or a Kafka topic"
+    )
     load.add_argument("--input", required=True, metavar="PATH", help="a file or a directory")
-    load.add_argument("--redis-url", required=True, metavar="URL")
+    into = load.add_mutually_exclusive_group(required=True)
+    into.add_argument("--redis-url", metavar="URL", help="into Redis queues")
+    into.add_argument(
+        "--kafka", metavar="HOSTS", help="into a Kafka topic (bootstrap servers, host:port,...)"
+    )
     load.add_argument("--prefix", default="tweets", help="queue key prefix (default: tweets)")
+    load.add_argument("--topic", default="tweets", help="Kafka topic (default: tweets)")
     load.add_argument(
         "--append",
         action="store_true",
@@ -101,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the topology",
         description="Run the tweet topology; a rerun resumes exactly.",
     )
-    run.add_argument("--source", choices=("file", "redis"), default="file")
+    run.add_argument("--source", choices=("file", "redis", "kafka"), default="file")
     run.add_argument(
         "--input", metavar="PATH", help="JSON Lines file or directory (default: a generated sample)"
     )
@@ -112,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="spout kind (default: %(default)s)",
     )
     run.add_argument("--prefix", default="tweets", help="Redis queue prefix, as given to load")
+    run.add_argument("--kafka", metavar="HOSTS", help="Kafka bootstrap servers, for --source kafka")
+    run.add_argument("--topic", default="tweets", help="Kafka topic, as given to load")
     run.add_argument(
         "--zookeeper",
         metavar="HOSTS",
@@ -212,9 +221,15 @@ def _generate(args: argparse.Namespace, out: TextIO) -> None:
 def _load(args: argparse.Namespace, out: TextIO) -> None:
     from examples.tweets.commands import check_redis
     from examples.tweets.load import load
+    from examples.tweets.load_kafka import load_kafka
 
     if not Path(args.input).exists():
         raise ConfigurationError(f"--input {args.input} does not exist: pass a file or directory")
+    if args.kafka:
+        sent = load_kafka(args.input, args.kafka, args.topic, append=args.append)
+        for partition, lines in sent.items():
+            print(kv("loaded", topic=args.topic, partition=partition, lines=lines), file=out)
+        return
     check_redis(args.redis_url)
     loaded = load(args.input, args.redis_url, args.prefix, append=args.append)
     for partition, lines in loaded.items():

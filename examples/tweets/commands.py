@@ -72,7 +72,7 @@ def run(opts: RunOptions, out: TextIO) -> None:
     from pyspark.sql import SparkSession
 
     owns_session = SparkSession.getActiveSession() is None  # embedded callers keep theirs
-    spark = start_spark(opts.master, opts.sink, state_dir)
+    spark = start_spark(opts.master, opts.sink, state_dir, spout)
     try:
         with ProgressListener(out) as listener:
             runner = TransactionalRunner(

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 CHUNK_LINES = 5000
 
 
-def _read_lines(path: Path) -> Iterator[bytes]:
+def read_lines(path: Path) -> Iterator[bytes]:
     """Lines as the file spouts frame them; the ``\\r`` of a CRLF is kept here and
     stripped by the reader, as for files."""
     with open(path, "rb") as f:
@@ -108,7 +108,7 @@ def load(
             # An empty file still gets its counter: partitions are found by probing
             # counters 0, 1, ..., so a missing one would hide every later partition.
             client.set(counter_key(prefix, partition), 0, nx=True)
-            for chunk in _chunks(_read_lines(Path(files.resolve(name))), CHUNK_LINES):
+            for chunk in _chunks(read_lines(Path(files.resolve(name))), CHUNK_LINES):
                 _append(client, prefix, partition, chunk)
                 loaded[partition] += len(chunk)
             log.info("loaded partition=%d file=%s lines=%d", partition, name, loaded[partition])

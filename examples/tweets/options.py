@@ -33,6 +33,8 @@ class RunOptions:
     delta_path: str | None = None
     redis_url: str | None = None
     prefix: str = "tweets"
+    kafka: str | None = None
+    topic: str = "tweets"
     batch_size: int | str = 1000  # or "auto": adaptive, see transactional.flow
     target_latency: float = 10.0
     max_pending: int = 2
@@ -73,6 +75,20 @@ def check_options(opts: RunOptions) -> None:
             "--input is for --source file; to read a file through Redis, first run "
             "`python -m examples.tweets load --input PATH --redis-url URL`"
         )
+    if opts.source == "kafka" and not opts.kafka:
+        raise ConfigurationError("--source kafka reads a topic: add --kafka HOSTS (--topic NAME)")
+    if opts.source == "kafka" and opts.spout == "transactional":
+        raise ConfigurationError(
+            "--source kafka reads a topic's partitions: use --spout partitioned (replays "
+            "exact ranges) or --spout opaque (for topics whose retention may delete a range)"
+        )
+    if opts.source == "kafka" and opts.input:
+        raise ConfigurationError(
+            "--input is for --source file; to read a file through Kafka, first run "
+            "`python -m examples.tweets load --input PATH --kafka HOSTS --topic NAME`"
+        )
+    if opts.kafka and opts.source != "kafka":
+        raise ConfigurationError(f"--kafka is for --source kafka, not --source {opts.source}")
     if "redis" in opts.sinks and not opts.redis_url:
         raise ConfigurationError(f"--sink {opts.sink} writes counts to Redis: add --redis-url URL")
     if opts.sink == "redis" and opts.delta_path:

@@ -48,6 +48,12 @@ def make_spout(opts: RunOptions, input_path: Path | None) -> AnySpout:
             "opaque": sources.RedisOpaqueSpout,
         }
         return redis_kinds[opts.spout](opts.redis_url, opts.prefix, fixed_batch_size(opts))
+    if opts.source == "kafka":
+        from transactional.sources.kafka import KafkaOpaqueSpout, KafkaPartitionedSpout
+
+        assert opts.kafka is not None
+        kind = KafkaOpaqueSpout if opts.spout == "opaque" else KafkaPartitionedSpout
+        return kind(opts.kafka, opts.topic, fixed_batch_size(opts))
     assert input_path is not None
     file_kinds: dict[str, Callable[..., AnySpout]] = {
         "transactional": sources.FileTransactionalSpout,
@@ -67,11 +73,14 @@ def make_store(opts: RunOptions) -> Any:
     return SQLiteStateStore(Path(opts.state_dir) / "state.db")
 
 
-def start_spark(master: str, sink: str, state_dir: Path) -> SparkSession:
-    """One session for the run. Executors must run this interpreter (it has pyarrow and
-    this project), and Spark's own logging is cut to warnings from the JVM's start."""
-    from transactional.session import create_spark_session
+def start_spark(
+    master: str, sink: str, state_dir: Path, spout: AnySpout | None = None
+) -> SparkSession:
+    """One session for the run, with what the sink and the spout need (Delta's and
+    Kafka's jars). Executors must run this interpreter (it has pyarrow and this
+    project), and Spark's own logging is cut to warnings from the JVM's start."""
+    from transactional.session import create_spark_session, merged
 
     state_dir.mkdir(parents=True, exist_ok=True)
-    conf = spark_conf(sink)
+    conf = merged(spark_conf(sink), spout.spark_conf() if spout is not None else {})
     return create_spark_session(master, "tweets", conf)

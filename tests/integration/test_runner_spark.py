@@ -59,6 +59,44 @@ def test_a_warm_up_past_the_attempt_timeout_is_cancelled_and_the_run_goes_on(
     assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
 
 
+def spark_jobs(spark: Any) -> list[tuple[str | None, str | None]]:
+    """(job group, description) of every job the session remembers."""
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+
+    def text(option: Any) -> str | None:
+        return str(option.get()) if option.isDefined() else None
+
+    return [
+        (text(jobs.apply(i).jobGroup()), text(jobs.apply(i).description()))
+        for i in range(jobs.size())
+    ]
+
+
+def test_spark_jobs_say_which_txid_attempt_and_step_they_belong_to(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    topology = build(spark, redis_url, RangeSpout())
+    config = RunnerConfig(topology_id="described", max_pending=2)
+    store = SQLiteStateStore(tmp_path / "state.db")
+    TransactionalRunner(topology, store, spark, config).run(until_drained=True)
+
+    # The session's other jobs belong to other tests: this topology's are found by its
+    # name, and each must sit in its txid's job group.
+    described: dict[int, set[str]] = {}
+    for group, description in spark_jobs(spark):
+        if description is None or not description.startswith("described "):
+            continue
+        _, tx, attempt, step = description.split(" ")
+        txid = int(tx.removeprefix("txid="))
+        assert group is not None and group.startswith(f"txid-{txid}-"), (group, description)
+        assert attempt == "attempt=1"
+        described.setdefault(txid, set()).add(step)
+    # Every txid's jobs: reading the batch (emit) and collecting its sums (prepare).
+    assert sorted(described) == list(range(1, TOTAL // BATCH + 1))
+    steps = {"step=emit", "step=process", "step=prepare", "step=commit"}
+    assert all({"step=emit", "step=prepare"} <= seen <= steps for seen in described.values())
+
+
 def test_the_transactional_command_runs_a_factory_and_reports_status(
     redis_url: str, tmp_path: Path
 ) -> None:

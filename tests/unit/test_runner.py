@@ -425,3 +425,30 @@ def test_step_timings_keep_only_the_latest_txids() -> None:
     assert stats.committed_txids == len(records)
     assert [t.txid for t in stats.timings] == list(range(7, len(records) + 1))
     assert committer.counts == Counter(records)
+
+
+def test_each_step_of_each_attempt_describes_its_spark_jobs() -> None:
+    """What the Spark UI shows beside a job: the topology, the txid, the attempt number
+    and the step, set before each step of each attempt (a retry says attempt=2)."""
+    data = records(30)
+    committer = MemoryCommitter()
+    runner = make_runner(
+        ListTransactionalSpout(data, 10),
+        committer,
+        faults=FaultPlan([FaultRule(FaultPoint.PROCESS, 2)]),
+        max_pending=1,
+    )
+    engine = runner.engine
+    runner.run(until_drained=True)
+    steps = ("emit", "process", "prepare", "commit")
+
+    def attempt(txid: int, number: int, upto: tuple[str, ...] = steps) -> list[str]:
+        return [f"t txid={txid} attempt={number} step={s}" for s in upto]
+
+    assert engine.descriptions == [
+        *attempt(1, 1),
+        *attempt(2, 1, ("emit", "process")),  # failed at the end of its process step
+        *attempt(2, 2),
+        *attempt(3, 1),
+    ]
+    assert committer.counts == Counter(data)

@@ -85,7 +85,7 @@ def test_the_sample_goes_through_bolts_and_prepare_as_txid_0_and_is_never_commit
     spout = Sampled(DATA, 10, sample=6)
     bolt = Seen()
     first, second = MemoryCommitter(), MemoryCommitter()
-    _, store = run(spout, first, second, bolt=bolt)
+    runner, store = run(spout, first, second, bolt=bolt, max_pending=1)
     assert spout.samples == 1
     # The bolt saw the sample first, as txid 0, then every batch of the data in order.
     assert bolt.batches[0] == (0, DATA[:6])
@@ -100,6 +100,11 @@ def test_the_sample_goes_through_bolts_and_prepare_as_txid_0_and_is_never_commit
     # The store never saw txid 0 either: the spout's first txid was decided from nothing.
     assert spout.init_calls[0] == (1, None)
     assert store.read_state().currtx == 6
+    # Its Spark jobs say so in the UI, before the first txid's.
+    assert runner.engine.descriptions[:2] == [
+        "t warm-up (txid 0, not stored)",
+        "t txid=1 attempt=1 step=emit",
+    ]
 
 
 def test_without_warm_up_the_sample_is_never_asked_for() -> None:

@@ -36,7 +36,7 @@ from transactional.runtime.commit import CommitSequence
 from transactional.runtime.drivers import Batch, SpoutDriver, job_group
 from transactional.runtime.leadership import LeaderSession
 from transactional.runtime.machine import Machine
-from transactional.runtime.pipeline import Pipeline
+from transactional.runtime.pipeline import Pipeline, describer
 from transactional.runtime.probes import Faults, Outcomes, Probe, RunStats
 from transactional.topology import Topology
 from transactional.types import CommitOutcome, TransactionAttempt
@@ -80,7 +80,12 @@ class Executor:
             self.topology.committers, self.driver.replays_exactly, self.faults.check
         )
         self.pipeline = Pipeline(
-            self.topology, self.driver, self.engine, self.faults, self._measure
+            self.topology,
+            self.driver,
+            self.engine,
+            self.faults,
+            self._measure,
+            self.session.topology_id,
         )
         self.reports: queue.Queue[Report] = queue.Queue()
         self._results: dict[TransactionAttempt, Report] = {}
@@ -319,11 +324,12 @@ class Executor:
     ) -> None:
         """Commit thread: the ordered commit of one txid or group
         (``commit.CommitSequence``). A group's commit time is shared by its txids."""
-        attempt = members[0][0]
+        attempt, number = members[0]
         self.reports.put(Report(m.CommitBegan(attempt)))
         began = time.perf_counter()
         try:
             with self.engine.job_group(self._group(attempt)):
+                describer(self.engine, self.session.topology_id, attempt, number)("commit")
                 outcomes = self.sequence.commit(members, prepared)
             share = (time.perf_counter() - began) / len(members)
             for member, _ in members:

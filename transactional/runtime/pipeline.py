@@ -33,6 +33,18 @@ WARM_UP = TransactionAttempt(0, 0)
 Measure = Callable[[TransactionAttempt, str, float], None]
 
 
+def describer(
+    engine: Engine, label: str, attempt: TransactionAttempt, number: int
+) -> Callable[[str], None]:
+    """Sets the description of the Spark jobs of each step of an attempt, as the Spark
+    UI shows it: ``tweets txid=7 attempt=2 step=emit``."""
+
+    def step(name: str) -> None:
+        engine.describe(f"{label} txid={attempt.txid} attempt={number} step={name}".strip())
+
+    return step
+
+
 @dataclass(frozen=True)
 class Result:
     """A processed attempt: the event, each committer's prepared value and the digest of
@@ -50,10 +62,14 @@ class Pipeline:
     engine: Engine
     faults: Faults
     measure: Measure
+    #: Names the topology in the Spark jobs' descriptions.
+    label: str = ""
 
     def run(self, batch: Batch) -> Result:
         attempt = batch.attempt
+        step = describer(self.engine, self.label, attempt, batch.number)
         began = time.perf_counter()
+        step("emit")
         frames, partitions = self.driver.frames(batch)
         read = self.engine.materialise(frames, self.driver.digests, partitions)
         self.measure(attempt, "emit", began)
@@ -62,10 +78,12 @@ class Pipeline:
             empty = Processed(attempt, 0, empty=True, groupable=True)
             return Result(empty, [None] * len(self.topology.committers), read.digests)
         began = time.perf_counter()
+        step("process")
         streams = self._bolts(attempt, read.batch)
         self.faults.check(FaultPoint.PROCESS, attempt, batch.number)
         self.measure(attempt, "process", began)
         began = time.perf_counter()
+        step("prepare")
         prepared = self._prepare(attempt, streams)
         self.measure(attempt, "prepare", began)
         groupable = all(

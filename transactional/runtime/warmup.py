@@ -50,6 +50,7 @@ def warm_up(
         if timer is not None:
             timer.start()
         with engine.job_group(group):
+            engine.describe(f"{pipeline.label} warm-up (txid 0, not stored)".strip())
             records = pipeline.warm_up(frame)
     except ConfigurationError as exc:
         exc.add_note(

@@ -45,6 +45,7 @@ class InMemoryEngine:
         self._local = threading.local()
         self.cancelled: list[str] = []
         self.groups: list[str] = []
+        self.descriptions: list[str] = []
 
     def materialise(
         self, frames: Sequence[list[Any]], digest: bool, partitions: int | None = None
@@ -70,6 +71,9 @@ class InMemoryEngine:
             yield
         finally:
             self._local.group = None
+
+    def describe(self, text: str) -> None:
+        self.descriptions.append(text)
 
     def cancel(self, group: str) -> None:
         self.cancelled.append(group)
