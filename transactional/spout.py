@@ -70,6 +70,12 @@ class _SpoutBase(ABC, Generic[M]):
         (``transactional.session.merged``); user settings (``--conf``) win."""
         return {}
 
+    def lag(self) -> int | None:
+        """How far the source is ahead of the last txid decided, in the source's own
+        unit (Kafka: offsets), as the spout last saw it; None if it cannot tell. Read by
+        progress displays from any thread: it must not do I/O."""
+        return None
+
     def open(self, context: SpoutContext) -> None:
         """Called once before any other method."""
 

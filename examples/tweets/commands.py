@@ -74,7 +74,7 @@ def run(opts: RunOptions, out: TextIO) -> None:
     owns_session = SparkSession.getActiveSession() is None  # embedded callers keep theirs
     spark = start_spark(opts.master, opts.sink, state_dir, spout)
     try:
-        with ProgressListener(out) as listener:
+        with ProgressListener(out, lag=spout.lag) as listener:
             runner = TransactionalRunner(
                 topology,
                 store,

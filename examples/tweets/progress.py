@@ -57,8 +57,11 @@ class ProgressListener:
         interval_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         live: bool | None = None,
+        lag: Callable[[], int | None] | None = None,
     ) -> None:
         self.stream = stream or sys.stdout
+        #: How far the source is ahead of the last txid decided (``Spout.lag``).
+        self.lag = lag or (lambda: None)
         self.interval_s = interval_s
         self.clock = clock
         self.live = self.stream.isatty() if live is None else live
@@ -81,11 +84,12 @@ class ProgressListener:
                 TextColumn("[bold]committed[/] txid {task.fields[txid]}"),
                 TextColumn("{task.completed:,} records"),
                 TextColumn("{task.fields[rate]:,.0f} records/s"),
+                TextColumn("{task.fields[lag]}"),
                 TimeElapsedColumn(),
                 console=Console(file=self.stream),
                 transient=False,
             )
-            self._task = progress.add_task("run", total=None, txid=0, rate=0.0)
+            self._task = progress.add_task("run", total=None, txid=0, rate=0.0, lag="")
             progress.start()
             self._progress = progress
         return self
@@ -111,8 +115,13 @@ class ProgressListener:
             self.records += records
             self.last_txid = txid
             if self._progress is not None:
+                lag = self.lag()
                 self._progress.update(  # type: ignore[attr-defined]
-                    self._task, completed=self.records, txid=txid, rate=self.rate
+                    self._task,
+                    completed=self.records,
+                    txid=txid,
+                    rate=self.rate,
+                    lag="" if lag is None else f"lag {lag:,}",
                 )
                 return
             now = self.clock()
@@ -121,6 +130,7 @@ class ProgressListener:
                 print(self.status(), file=self.stream, flush=True)
 
     def status(self) -> str:
+        lag = self.lag()
         return kv(
             "progress",
             committed_txids=self.txids,
@@ -128,4 +138,5 @@ class ProgressListener:
             records=self.records,
             records_per_s=f"{self.rate:.0f}",
             elapsed_s=f"{self.clock() - self._started:.0f}",
+            **({} if lag is None else {"lag": lag}),
         )

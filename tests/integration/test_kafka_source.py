@@ -204,14 +204,19 @@ def test_a_txid_is_decided_with_one_request_per_question(
             }
         return {p: spout.emit_partition_batch(attempt, p, last.get(p))[0] for p in range(count)}
 
+    messages = _messages(3, 10, seed=3)
+    assert spout.lag() is None  # nothing looked at yet
     first = decide(1)
     assert requests.taken() == (1, 2)  # metadata; every end, every start (none read)
+    # The lag: what the topic holds beyond the ranges decided, with no request of its own.
+    assert spout.lag() == sum(map(len, messages.values())) - sum(m.offsets for m in first.values())
     assert [(m.start, m.end) for m in first.values()] == [(0, 4)] * 3
     last = first
     second = decide(2)
     # The opaque spout also asks every start once, for offsets deleted since.
     assert requests.taken() == ((1, 1) if kind is KafkaPartitionedSpout else (1, 2))
     assert [(m.start, m.end) for m in second.values()] == [(4, 8)] * 3
+    assert spout.lag() == 35 - 24  # 15 + 10 + 10 messages, 8 a partition decided
     if kind is KafkaOpaqueSpout:
         again = {
             p: spout.emit_partition_batch(TransactionAttempt(2, 2), p, first[p])[0]

@@ -165,6 +165,8 @@ class _KafkaTopic(SourceBase):
             timeout_s,
         )
         self._fresh = False  # no partition had a range when the current txid began
+        #: Offsets each partition held beyond the last range decided, at the last look.
+        self._behind: dict[int, int] = {}
 
     def identity(self) -> str:
         return f"{type(self).__module__}.{type(self).__qualname__}:{self.topic}"
@@ -193,7 +195,13 @@ class _KafkaTopic(SourceBase):
         # A partition never read is ready once it holds anything (its start is decided
         # with its first range: an empty topic leaves no txid behind).
         starts = {**{p: m.end for p, m in last_metas.items()}, **snapshot.starts}
+        self._behind = {p: max(0, end - starts[p]) for p, end in snapshot.ends.items()}
         return any(end > starts[p] for p, end in snapshot.ends.items())
+
+    def lag(self) -> int | None:
+        """Offsets the topic held beyond the last txid's ranges when it was decided."""
+        behind = self._behind
+        return sum(behind.values()) if behind else None
 
     def starting(self, partition: int, snapshot: Snapshot) -> int:
         """Where a partition without a range starts: ``start`` for the partitions of a
@@ -231,7 +239,9 @@ class _KafkaTopic(SourceBase):
                 f"offset {end}, before {start} where its last batch ended: the topic was "
                 "deleted and created again; start a new topology id"
             )
-        return KafkaRange(start=start, end=min(end, start + self.next_batch_size()))
+        taken = KafkaRange(start=start, end=min(end, start + self.next_batch_size()))
+        self._behind = {**self._behind, partition: end - taken.end}
+        return taken
 
     # -- reading --------------------------------------------------------------------
 
@@ -356,6 +366,7 @@ class KafkaOpaqueSpout(_KafkaTopic, OpaquePartitionedTransactionalSpout[KafkaRan
                 end=min(end, earliest + self.next_batch_size()),
                 lost=earliest - meta.start,
             )
+            self._behind = {**self._behind, partition: end - meta.end}
         return meta, self.read({partition: meta})
 
 
