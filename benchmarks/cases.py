@@ -164,10 +164,10 @@ def framework(
     the benchmark's dataset, as Structured Streaming takes one a trigger); otherwise the
     partitioned file spout, ``per_txid / partitions`` lines per partition."""
     from coordinators import SQLiteStateStore
-    from examples.tweets.sources import FilePartitionedSpout, FileTransactionalSpout
     from transactional.config import RunnerConfig
     from transactional.flow import AdaptiveBatchSize, BatchSizeConfig
     from transactional.runner import TransactionalRunner
+    from transactional.sources.files import FilesPartitionedSpout, FilesTransactionalSpout
 
     per_partition = max(1, per_txid // partitions)
 
@@ -175,9 +175,9 @@ def framework(
         base = _fresh(work)
         committer = _committer(sink, redis_url, base)
         spout = (
-            FileTransactionalSpout(data, per_txid)
+            FilesTransactionalSpout(data, per_txid)
             if sequence
-            else FilePartitionedSpout(data, per_partition)
+            else FilesPartitionedSpout(data, per_partition)
         )
         sizer = None
         if auto:
@@ -221,7 +221,7 @@ def framework(
         )
     if auto:
         note = (
-            f"partitioned file spout, --batch-size auto (slow start, AIMD, target {AUTO_TARGET_S:.0f} s per "
+            f"partitioned file spout, --batch-size auto (slow start to the delivery rate's plateau, then probing, target {AUTO_TARGET_S:.0f} s per "
             "txid), SQLite store"
         )
     case = Case(name, sink, run, note)

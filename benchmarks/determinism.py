@@ -27,11 +27,11 @@ TARGET = 0.05
 
 def one_txid_frames(spark: Any, data: Path, per_partition: int) -> list[Any]:
     """The frames of txid 1 as the bench's spout emits them."""
-    from examples.tweets.sources import FilePartitionedSpout
+    from transactional.sources.files import FilesPartitionedSpout
     from transactional.spout import SpoutContext
     from transactional.types import TransactionAttempt
 
-    spout = FilePartitionedSpout(data, per_partition)
+    spout = FilesPartitionedSpout(data, per_partition)
     spout.open(SpoutContext(spark, "determinism", None))
     attempt = TransactionAttempt(1, 1)
     metas = [

@@ -34,6 +34,13 @@ class SourceDataLostError(ConfigurationError):
     exactly, and no retry can bring the records back, so the run stops at once."""
 
 
+class SourceSchemaError(ConfigurationError):
+    """A source's data no longer has the schema the topology reads (a new Parquet file
+    with other columns, a CSV header naming other columns, a Delta table whose schema
+    changed): its records cannot be given as the batches before them were, and no
+    retry can change that, so the run stops at once."""
+
+
 class CoordinatorError(TransactionalError):
     """The state store or the coordination around it failed."""
 

@@ -40,7 +40,7 @@ HASHTAGS = "hashtags"
 USERS = "users"
 USERS_HASHTAGS = "users_hashtags"
 
-#: The spout columns the parse bolt reads (``lines.RECORD_SCHEMA``) and their types.
+#: The spout columns the parse bolt reads (``transactional.sources.text.RECORD_SCHEMA``) and their types.
 RECORD_COLUMNS = {"raw": "string", "error": "string"}
 
 #: ASCII whitespace, as a Java regex. Python's str.split() would also split on Unicode
@@ -142,7 +142,7 @@ def _check_records(batch: DataFrame) -> None:
         got = ", ".join(f"{n} {k.upper()}" for n, k in have.items()) or "no columns"
         raise ContractError(
             f"ParseTweets reads the spout's columns {expected} "
-            f"(examples.tweets.lines.RECORD_SCHEMA), but the batch has {got}: make the "
+            f"(transactional.sources.text.RECORD_SCHEMA), but the batch has {got}: make the "
             "spout emit that schema"
         )
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import redis
 
 from examples.tweets.lines import counter_key, message_key
-from examples.tweets.sources import FilePartitionedSpout
 from transactional.errors import ConfigurationError
+from transactional.sources.files import FilesPartitionedSpout
 
 __all__ = ["AlreadyLoaded", "load", "queued"]
 
@@ -91,7 +91,7 @@ def load(
 ) -> dict[int, int]:
     """Append every line of ``input_path`` to its partition's queue; returns lines per
     partition. Refuses (``AlreadyLoaded``) if the queues hold messages, unless ``append``."""
-    files = FilePartitionedSpout(input_path)
+    files = FilesPartitionedSpout(input_path)
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=5)
     loaded: dict[int, int] = {}
     try:

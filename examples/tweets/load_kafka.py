@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from examples.tweets.load import CHUNK_LINES, AlreadyLoaded, read_lines
-from examples.tweets.sources import FilePartitionedSpout
 from transactional.errors import ConfigurationError
 from transactional.secrets import redact_url
+from transactional.sources.files import FilesPartitionedSpout
 
 __all__ = ["load_kafka"]
 
@@ -72,7 +72,7 @@ def load_kafka(
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    files = FilePartitionedSpout(input_path)
+    files = FilesPartitionedSpout(input_path)
     names = files.names()
     where = redact_url(bootstrap_servers)
     config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": log}

@@ -54,11 +54,13 @@ def make_spout(opts: RunOptions, input_path: Path | None) -> AnySpout:
         assert opts.kafka is not None
         kind = KafkaOpaqueSpout if opts.spout == "opaque" else KafkaPartitionedSpout
         return kind(opts.kafka, opts.topic, fixed_batch_size(opts))
+    from transactional.sources import files
+
     assert input_path is not None
     file_kinds: dict[str, Callable[..., AnySpout]] = {
-        "transactional": sources.FileTransactionalSpout,
-        "partitioned": sources.FilePartitionedSpout,
-        "opaque": sources.FileOpaqueSpout,
+        "transactional": files.FilesTransactionalSpout,
+        "partitioned": files.FilesPartitionedSpout,
+        "opaque": files.FilesOpaqueSpout,
     }
     return file_kinds[opts.spout](input_path, fixed_batch_size(opts))
 

@@ -1,81 +1,78 @@
 """A user's own topology, as a data engineer would write it for ``transactional run``:
-CSV files of ``account,amount`` lines (one file per partition, read by line ranges),
-a bolt that sums amounts per account, and the ready-made committers storing the sums
-with the amount's own type: DOUBLE in Redis and Delta, DECIMAL(38,3) in Delta.
+``account,amount`` records read by a library source (CSV lines with a header or Parquet
+files, one file per partition; or three Redis streams of entries with the fields
+``account`` and ``amount``), a bolt that sums amounts per account
+and sends records that do not fit to the dead letters, and the ready-made committers
+storing the sums with the amount's own type: DOUBLE in Redis and Delta, DECIMAL(38,3)
+in Delta.
 
 Settings come from the environment (the factory takes none): ``AMOUNTS_INPUT`` (the
-directory of ``*.csv`` files), ``AMOUNTS_REDIS_URL``, ``AMOUNTS_DELTA`` (a directory)
-and ``AMOUNTS_BATCH`` (lines per partition per txid).
+directory of files), ``AMOUNTS_FORMAT`` (``csv``, the default, ``parquet`` or ``stream``: the streams
+``amounts:0`` to ``amounts:2`` at ``AMOUNTS_REDIS_URL``),
+``AMOUNTS_REDIS_URL``, ``AMOUNTS_DELTA`` (a directory) and ``AMOUNTS_BATCH`` (records
+per partition per txid).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from committers import CounterTable, DeltaCommitter, RedisCommitter
-from transactional import Bolt, PartitionedTransactionalSpout, TopologyBuilder
-from transactional.testing import Range
+from transactional import Bolt, TopologyBuilder
+from transactional.sources.files import FilesPartitionedSpout
+from transactional.sources.redis_streams import RedisStreamsPartitionedSpout
 from transactional.topology import Topology
 from transactional.types import TransactionAttempt
 
-
-class CsvLines(PartitionedTransactionalSpout[Range]):
-    """Each ``*.csv`` file of a directory is a partition; a batch is a line range."""
-
-    metadata_type = Range
-
-    def __init__(self, directory: Path, batch: int) -> None:
-        self.files = sorted(directory.glob("*.csv"))
-        self.batch = batch
-
-    def open(self, context: Any) -> None:
-        self.spark = context.spark
-
-    def lines(self, partition: int) -> list[str]:
-        return self.files[partition].read_text().splitlines()
-
-    def num_partitions(self) -> int:
-        return len(self.files)
-
-    def is_ready(self, txid: int, last_metas: Mapping[int, Range]) -> bool:
-        return any(
-            (last_metas[p].end if p in last_metas else 0) < len(self.lines(p))
-            for p in range(len(self.files))
-        )
-
-    def emit_partition_batch_new(self, attempt: Any, partition: int, last: Range | None) -> Range:
-        start = last.end if last else 0
-        return Range(start=start, count=max(0, min(self.batch, len(self.lines(partition)) - start)))
-
-    def emit_partition_batch(self, attempt: Any, partition: int, meta: Range) -> DataFrame:
-        rows = [line.split(",") for line in self.lines(partition)[meta.start : meta.end]]
-        return self.spark.createDataFrame(
-            [(account, Decimal(amount)) for account, amount in rows],
-            "account string, amount decimal(18,3)",
-        )
+#: The records' schema: the CSV source parses each line into it.
+SCHEMA = "account STRING, amount DECIMAL(18,3)"
 
 
 class SumAmounts(Bolt):
-    """Per account: the sum as a DOUBLE (``total``) and as an exact DECIMAL (``exact``)."""
+    """Per account: the sum as a DOUBLE (``total``) and as an exact DECIMAL (``exact``);
+    a record the source flagged (a CSV line that does not fit the schema) goes to the
+    dead letters with its text and the reason."""
 
-    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
-        return batch.groupBy("account").agg(
-            F.sum(F.col("amount").cast("double")).alias("total"),
-            F.sum("amount").alias("exact"),
-        )
+    outputs = ("default", "dead_letters")
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Mapping[str, DataFrame]:
+        if "fields" in batch.columns:  # Redis Streams: the entry's fields as text
+            text = F.col("fields")["amount"]
+            amount = text.try_cast("decimal(18,3)")
+            fits = amount.isNotNull() & (amount == text.try_cast("decimal(38,18)"))
+            batch = batch.select(
+                F.col("fields")["account"].alias("account"),
+                amount.alias("amount"),
+                F.to_json("fields").alias("raw"),
+                F.coalesce("error", F.when(~fits, F.lit("amount is not a decimal(18,3)"))).alias(
+                    "error"
+                ),
+            )
+        elif "error" not in batch.columns:  # Parquet: typed rows, nothing to flag
+            batch = batch.select("*", F.lit(None).cast("string").alias("raw"))
+            batch = batch.select("*", F.lit(None).cast("string").alias("error"))
+        ok = F.col("error").isNull()
+        return {
+            "default": batch.where(ok)
+            .groupBy("account")
+            .agg(
+                F.sum(F.col("amount").cast("double")).alias("total"),
+                F.sum("amount").alias("exact"),
+            ),
+            "dead_letters": batch.where(~ok).select("raw", F.col("error").alias("reason")),
+        }
 
 
 def build() -> Topology:
     redis = RedisCommitter(
         os.environ["AMOUNTS_REDIS_URL"],
         {"sums": CounterTable("balances", ("account",), value="total", value_type="double")},
+        dead_letters="bad",
     )
     delta = DeltaCommitter(
         os.environ["AMOUNTS_DELTA"],
@@ -86,12 +83,24 @@ def build() -> Topology:
             ),
         },
     )
-    spout = CsvLines(Path(os.environ["AMOUNTS_INPUT"]), int(os.environ.get("AMOUNTS_BATCH", "4")))
+    batch = int(os.environ.get("AMOUNTS_BATCH", "4"))
+    spout: Any
+    layout = os.environ.get("AMOUNTS_FORMAT", "csv")
+    if layout == "stream":
+        spout = RedisStreamsPartitionedSpout(
+            os.environ["AMOUNTS_REDIS_URL"], [f"amounts:{p}" for p in range(3)], batch
+        )
+    elif layout == "parquet":
+        spout = FilesPartitionedSpout(os.environ["AMOUNTS_INPUT"], batch, format="parquet")
+    else:
+        spout = FilesPartitionedSpout(
+            os.environ["AMOUNTS_INPUT"], batch, format="csv", schema=SCHEMA, header=True
+        )
     return (
         TopologyBuilder()
         .set_spout(spout)
         .set_bolt("sum", SumAmounts())
-        .set_committer("redis", redis, {"sums": "sum"})
+        .set_committer("redis", redis, {"sums": "sum", "bad": "sum:dead_letters"})
         .set_committer("delta", delta, {"doubles": "sum", "decimals": "sum"})
         .build()
     )

@@ -23,7 +23,6 @@ from kazoo.client import KazooClient
 
 from coordinators import SQLiteStateStore, ZooKeeperStateStore
 from examples.tweets.cli import main as demo
-from examples.tweets.lines import RECORD_SCHEMA
 from examples.tweets.sinks import make_committer
 from examples.tweets.topology import build_topology
 from tests.observed import assert_exact, redis_contents
@@ -40,6 +39,7 @@ from transactional.errors import (
     ContractError,
     CoordinatorError,
 )
+from transactional.sources.text import RECORD_SCHEMA
 from transactional.store import StateStore, TopologyIdentity
 from transactional.types import CommitMode, TransactionAttempt
 
@@ -192,7 +192,7 @@ def test_a_delta_path_under_a_regular_file(copy: Baseline, tmp_path: Path) -> No
 def test_another_spout_on_the_same_topology_id(copy: Baseline) -> None:
     code, error = run_demo(copy, "--spout", "opaque", "--delta-path", str(copy.delta))
     assert code == 2
-    assert "topology id 'tweets' is registered for spout 'examples.tweets.sources." in error
+    assert "topology id 'tweets' is registered for spout 'transactional.sources.files." in error
     assert "use another --topology-id, or delete the state of 'tweets' in" in error
 
 
@@ -247,7 +247,7 @@ BROKEN = {
     "(tests.e2e.test_bad_config.LineSpout).emit_batch returned list, not a "
     "pyspark.sql.DataFrame (classic, not Spark Connect) (txid 1)",
     "schema": "txid 1 cannot run (process): ContractError: ParseTweets reads the spout's "
-    "columns raw STRING, error STRING (examples.tweets.lines.RECORD_SCHEMA), but the batch "
+    "columns raw STRING, error STRING (transactional.sources.text.RECORD_SCHEMA), but the batch "
     "has line STRING: make the spout emit that schema",
 }
 

@@ -1,9 +1,12 @@
-"""A user's topology with fractional sums (``tests/e2e/amounts.py``) through
-``transactional run`` into Redis and Delta: killed at a crash point, run again, and
-the sums are exact, against answers computed here with ``math.fsum`` and ``decimal``."""
+"""A user's topology with fractional sums (``tests/e2e/amounts.py``), over the library's
+file source (CSV or Parquet), through ``transactional run`` into Redis and Delta:
+killed at a crash point, run again, and the sums are exact, against answers computed
+here with ``math.fsum`` and ``decimal``; every CSV line that does not fit the schema is
+in the dead letters once."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -21,21 +24,52 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: a crash and 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_input(directory: Path, seed: int = 11) -> list[tuple[str, Decimal]]:
-    """Three partitions of ``account,amount`` lines; amounts are multiples of 1/8 (so
-    binary doubles hold every partial sum exactly) with three decimals, some negative."""
+#: CSV lines that do not fit ``account STRING, amount DECIMAL(18,3)``: each must reach
+#: the dead letters once, with the reason the source gave.
+BAD_LINES = ["acct-1,twelve", "acct-2,1.5,extra", "acct-3,0.0001"]
+
+
+def write_input(
+    directory: Path, format: str, redis_url: str, seed: int = 11
+) -> list[tuple[str, Decimal]]:
+    """Three partitions of ``account,amount`` records; amounts are multiples of 1/8 (so
+    binary doubles hold every partial sum exactly) with three decimals, some negative.
+    CSV files have a header and, in partition 1, the ``BAD_LINES``; streams (after
+    ``redis_url``), in ``amounts:1``, an amount with four places."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     rng = random.Random(seed)
     directory.mkdir()
     rows: list[tuple[str, Decimal]] = []
     for p in range(3):
-        lines = []
+        mine = []
         for _ in range(rng.randint(9, 14)):
             account = f"acct-{rng.randint(1, 6)}"
             amount = Decimal(rng.randint(-4000, 40000)) / 8
-            amount = amount.quantize(Decimal("0.001"))
-            rows.append((account, amount))
-            lines.append(f"{account},{amount}")
-        (directory / f"part-{p}.csv").write_text("\n".join(lines) + "\n")
+            mine.append((account, amount.quantize(Decimal("0.001"))))
+        rows += mine
+        if format == "stream":
+            client = redis.Redis.from_url(redis_url)
+            for account, amount in mine:
+                client.xadd(f"amounts:{p}", {"account": account, "amount": str(amount)})
+            if p == 1:
+                client.xadd(f"amounts:{p}", {"account": "acct-1", "amount": "0.0001"})
+            client.close()
+            continue
+        if format == "parquet":
+            table = pa.table(
+                {
+                    "account": pa.array([a for a, _ in mine]),
+                    "amount": pa.array([v for _, v in mine], pa.decimal128(18, 3)),
+                }
+            )
+            pq.write_table(table, directory / f"part-{p}.parquet", row_group_size=5)
+            continue
+        lines = [f"{account},{amount}" for account, amount in mine]
+        if p == 1:
+            lines[3:3] = BAD_LINES
+        (directory / f"part-{p}.csv").write_text("account,amount\n" + "\n".join(lines) + "\n")
     return rows
 
 
@@ -50,11 +84,19 @@ def run(args: list[str], environ: dict[str, str]) -> subprocess.CompletedProcess
     )
 
 
-@pytest.mark.parametrize("crash", ["between_committers:2", "after_sink_write:3"])
+@pytest.mark.parametrize(
+    ("format", "crash"),
+    [
+        ("csv", "between_committers:2"),
+        ("csv", "after_sink_write:3"),
+        ("parquet", "after_sink_write:2"),
+        ("stream", "before_sink_write:3"),
+    ],
+)
 def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
-    spark: Any, redis_url: str, tmp_path: Path, crash: str
+    spark: Any, redis_url: str, tmp_path: Path, format: str, crash: str
 ) -> None:
-    rows = write_input(tmp_path / "input")
+    rows = write_input(tmp_path / "input", format, redis_url)
     doubles: dict[str, list[float]] = defaultdict(list)
     exact: dict[str, Decimal] = defaultdict(Decimal)
     for account, amount in rows:
@@ -65,6 +107,7 @@ def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")},
         "AMOUNTS_INPUT": str(tmp_path / "input"),
+        "AMOUNTS_FORMAT": format,
         "AMOUNTS_REDIS_URL": redis_url,
         "AMOUNTS_DELTA": str(tmp_path / "delta"),
         "AMOUNTS_BATCH": "4",
@@ -88,7 +131,15 @@ def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     stored = {k: float(v) for k, v in client.hgetall("balances").items()}
+    bad = [json.loads(v) for v in client.lrange("dead_letters", 0, -1)]
     client.close()
+    if format == "stream":
+        assert [(json.loads(b["raw"]), b["reason"]) for b in bad] == [
+            ({"account": "acct-1", "amount": "0.0001"}, "amount is not a decimal(18,3)")
+        ]
+    else:
+        assert sorted(b["raw"] for b in bad) == (sorted(BAD_LINES) if format == "csv" else [])
+        assert all(b["reason"].startswith("not a CSV record of the schema") for b in bad)
     assert stored == expected_double  # exact equality: no value lost, none counted twice
 
     balances = spark.read.format("delta").load(str(tmp_path / "delta" / "balances"))

@@ -403,25 +403,23 @@ def test_tweets_counted_exactly_from_kafka_through_a_crash_and_a_broker_restart(
 def test_the_readme_kafka_example_counts_every_page_once(
     spark: Any, kafka: KafkaServer, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import re
     from collections import Counter
 
-    readme = Path(__file__).resolve().parents[2] / "README.md"
-    section = readme.read_text().split("### Kafka\n", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the README lost its Kafka example"
+    from tests.readme import run_readme_example
+
     topic = new_topic(kafka, 2)
     pages = [b"home", b"about", b"home", b"caf\xe9", b"pricing", b"home", b"about"]
     produce(kafka, topic, {0: pages[:4], 1: pages[4:]})
-    for name, value in {
-        "KAFKA": kafka.bootstrap_servers,
-        "KAFKA_TOPIC": topic,
-        "REDIS_URL": redis_url,
-        "STATE": str(tmp_path / "state.db"),
-    }.items():
-        monkeypatch.setenv(name, value)
-
-    exec(compile(match.group(1), str(readme), "exec"), {"__name__": "readme_kafka"})
+    run_readme_example(
+        "### Kafka",
+        {
+            "KAFKA": kafka.bootstrap_servers,
+            "KAFKA_TOPIC": topic,
+            "REDIS_URL": redis_url,
+            "STATE": str(tmp_path / "state.db"),
+        },
+        monkeypatch,
+    )
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     good = Counter(p.decode() for p in pages if p != b"caf\xe9")

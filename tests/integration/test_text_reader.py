@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from examples.tweets import inputs, lines
-from examples.tweets.sources import FileTransactionalSpout
 from tests.reference import records_of
+from transactional.sources import lines
+from transactional.sources.base import split_frame
+from transactional.sources.files import FilesTransactionalSpout
 from transactional.spout import SpoutContext
 from transactional.types import TransactionAttempt
 
@@ -68,7 +69,7 @@ def test_spark_reader_gives_the_records_of_the_framing_rule(spark: Any, tmp_path
     assert sum(1 for _, error in expected if error) > 1000  # the corpus is awkward
 
     assert _rows(lines.read_text_files(spark, [str(path)])) == expected
-    by_range = inputs.frame(
+    by_range = split_frame(
         spark,
         lines.file_splits(str(path), 0, path.stat().st_size, 1 << 14),
         "path STRING, start LONG, end LONG, lo LONG, hi LONG",
@@ -93,8 +94,8 @@ def test_only_plain_absolute_paths_go_to_spark(path: str, readable: bool) -> Non
     assert lines.readable_by_spark(path) is readable
 
 
-def _spout(spark: Any, root: Path, batch_size: int) -> FileTransactionalSpout:
-    spout = FileTransactionalSpout(root, batch_size=batch_size)
+def _spout(spark: Any, root: Path, batch_size: int) -> FilesTransactionalSpout:
+    spout = FilesTransactionalSpout(root, batch_size=batch_size)
     spout.open(SpoutContext(spark, "test"))
     return spout
 

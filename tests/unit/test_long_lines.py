@@ -1,4 +1,4 @@
-"""Lines into records: the framing rule against a plain-Python reference, and a 10 MiB line through the demo's file reader: counted by the driver's scan, read
+"""Lines into records: the framing rule against a plain-Python reference, and a 10 MiB line through the file source's reader: counted by the driver's scan, read
 whole by exactly one of the Spark tasks whose byte splits it spans, decoded into Arrow."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from examples.tweets.lines import (
+from transactional.sources.lines import (
     INVALID_UTF8,
     file_splits,
     read_file_split,
@@ -53,7 +53,7 @@ def test_a_10_mib_line_is_one_record_whatever_the_splits(tmp_path: Path) -> None
 
 
 def reference(data: bytes) -> list[tuple[str, str | None]]:
-    """The framing rule of ``examples.tweets.lines``, line by line in plain Python."""
+    """The framing rule of ``transactional.sources.lines``, line by line in plain Python."""
     if not data:
         return []
     out = []

@@ -1,14 +1,17 @@
-"""What every ready-made source shares: the session it gets at ``open`` and the size of
-a new txid."""
+"""What every ready-made source shares: the session it gets at ``open``, the size of a
+new txid, and the lazy frame whose reading runs in Spark tasks."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from transactional.errors import ConfigurationError, EmitError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from transactional.spout import SpoutContext
 
@@ -49,3 +52,21 @@ class SourceBase:
         if self._context is None:
             return self.batch_size
         return self._context.batch_size(self.batch_size)
+
+
+def split_frame(
+    spark: SparkSession,
+    rows: Sequence[tuple[Any, ...]],
+    schema: str,
+    reader: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    tasks: int | None = None,
+    output: str | StructType = "raw STRING, error STRING",
+) -> DataFrame:
+    """A lazy frame that runs ``reader`` (a ``mapInArrow`` body, module-level so Spark
+    can pickle it) over ``rows`` of ``schema`` (the "splits": what each task reads):
+    one Spark task per row, or the rows spread over ``tasks`` tasks (each reads its rows
+    one after the other). Its records have the ``output`` schema."""
+    if not rows:
+        return spark.createDataFrame([], output)
+    splits = spark.sparkContext.parallelize(list(rows), min(len(rows), tasks or len(rows)))
+    return spark.createDataFrame(splits, schema).mapInArrow(reader, output)
