@@ -253,6 +253,41 @@ def test_json_lines_with_a_schema_give_its_columns_and_flag_what_does_not_fit(
     assert _flagged(got, "a JSON object") == [_json_reference(line) for line in JSON_LINES]
 
 
+def test_a_decimal_with_more_places_than_its_scale_is_flagged_not_rounded(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark's JSON reader rounds 1.234 into DECIMAL(6,2) as 1.23 without a word: the
+    source flags it instead. Reference: Python's ``json`` with ``Decimal`` numbers."""
+    import json
+    from decimal import Decimal
+
+    lines = [
+        b'{"id": 1, "price": 1.5}',
+        b'{"id": 2, "price": 1.234}',
+        b'{"id": 3, "price": 12345.678}',
+        b'{"id": 4, "price": 1e2}',
+        b'{"id": 5, "price": 99.990}',
+        b'{"id": 6}',
+    ]
+    path = tmp_path / "prices.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    spout = opened(
+        FilesTransactionalSpout(path, batch_size=10, schema="id INT, price DECIMAL(6,2)"), spark
+    )
+    got, _ = drive_transactional(spout, None, read=_columns("id", "price", "error"))
+
+    def reference(line: bytes) -> tuple[Any, ...]:
+        value = json.loads(line, parse_float=Decimal).get("price")
+        if value is None:
+            return (json.loads(line)["id"], None, None)
+        value = Decimal(value)
+        if value != value.quantize(Decimal("0.01")) or abs(value) >= 10**4:
+            return (None, None, "bad")
+        return (json.loads(line)["id"], value.quantize(Decimal("0.01")), None)
+
+    assert _flagged(got, "a JSON object") == [reference(line) for line in lines]
+
+
 CSV_SCHEMA = "account STRING, amount DECIMAL(10,2), n INT"
 CSV_LINES = [
     b"a,1.50,3",
@@ -264,6 +299,9 @@ CSV_LINES = [
     b'"g ""q""",-0.75,0',  # a doubled quote inside quotes
     b"h,1,2147483648",  # beyond INT
     b"caf\xe9,1,1",  # not UTF-8
+    b"i,1.234,1",  # more places than the scale: Spark would round it
+    b"j,1.230,1",  # a trailing zero fits
+    b"k,-12345678.9,1",  # beyond DECIMAL(10,2)
 ]
 
 
@@ -287,9 +325,9 @@ def _csv_reference(line: bytes) -> tuple[Any, ...]:
         count = None if n is None else int(n)
     except (InvalidOperation, ValueError):
         return (None, None, None, raw, "bad")
-    if (value is not None and value != value.quantize(Decimal("0.01"))) or (
-        count is not None and not -(2**31) <= count < 2**31
-    ):
+    if (
+        value is not None and (value != value.quantize(Decimal("0.01")) or abs(value) >= 10**8)
+    ) or (count is not None and not -(2**31) <= count < 2**31):
         return (None, None, None, raw, "bad")
     return (account, value, count, raw, None)
 
@@ -301,7 +339,7 @@ def test_csv_with_a_header_gives_the_schemas_columns_and_flags_what_does_not_fit
     root = tmp_path / "in"
     root.mkdir()
     (root / "a.csv").write_bytes(b"account,amount,n\n" + b"\n".join(CSV_LINES[:5]) + b"\n")
-    (root / "b.csv").write_bytes(b"account,amount,n\r\n" + b"\r\n".join(CSV_LINES[5:]))
+    (root / "b.csv").write_bytes(b"account,amount,n\r\n" + b"\r\n".join(CSV_LINES[5:]) + b"\r\n")
     spout = opened(kind(root, batch_size=3, format="csv", schema=CSV_SCHEMA, header=True), spark)
     read = _columns("account", "amount", "n", "raw", "error")
     if kind is FilesTransactionalSpout:

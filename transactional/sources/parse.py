@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from transactional.errors import ConfigurationError, SourceSchemaError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
 __all__ = ["RESERVED", "check_header", "check_names", "parsed", "struct"]
@@ -98,6 +98,7 @@ def parsed(
             record.isNull() | record[_CORRUPT].isNotNull(),
             F.lit(f"not {what} ({_ddl(schema)})"),
         ),
+        _rounded(raw, record, format, schema, settings, f"not {what} ({_ddl(schema)}): "),
     )
     ok = F.col("error").isNull()
     return (
@@ -110,6 +111,58 @@ def parsed(
             "error",
         )
     )
+
+
+def _rounded(
+    raw: Column,
+    record: Column,
+    format: str,
+    schema: StructType,
+    settings: Mapping[str, str],
+    prefix: str,
+) -> Column:
+    """An error for a record whose decimal value has more places than its column's
+    scale: Spark rounds it to the scale without a word, and a value silently changed is
+    what a source must never give. Each decimal is read again as text (a second parse
+    with those columns as STRING; for JSON, the member's text) and its places counted."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType, StringType, StructField, StructType
+
+    decimals = [f for f in schema.fields if isinstance(f.dataType, DecimalType)]
+    if not decimals:
+        return F.lit(None).cast("string")
+    if format == "csv":
+        texts = StructType(
+            [
+                StructField(f.name, StringType()) if isinstance(f.dataType, DecimalType) else f
+                for f in schema.fields
+            ]
+        )
+        as_text = F.from_csv(raw, _ddl(texts), settings)
+        text_of = {f.name: as_text[f.name] for f in decimals}
+    else:
+        text_of = {f.name: F.get_json_object(raw, f"$['{f.name}']") for f in decimals}
+    checks = []
+    for field in decimals:
+        assert isinstance(field.dataType, DecimalType)
+        text, parsed_value = text_of[field.name], record[field.name]
+        places = F.regexp_replace(F.regexp_extract(text, r"\.([0-9]*)", 1), "0+$", "")
+        exact = text.try_cast("decimal(38,18)")
+        changed = parsed_value.isNotNull() & (
+            (F.length(places) > field.dataType.scale)
+            | (exact.isNotNull() & (exact != parsed_value))
+        )
+        checks.append(
+            F.when(
+                changed,
+                F.concat(
+                    F.lit(f"{prefix}{field.name} "),
+                    text,
+                    F.lit(f" has more decimal places than {field.dataType.simpleString()} holds"),
+                ),
+            )
+        )
+    return F.coalesce(*checks)
 
 
 def _ddl(schema: StructType) -> str:
