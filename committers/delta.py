@@ -27,7 +27,7 @@ gives every table as of one committed txid.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -377,10 +377,26 @@ class DeltaCommitter(ArrowWrites, SparkWrites, CounterCommitter):
     def committed_txid(self) -> int | None:
         """The lowest txid over all tables (None if a table holds none): tables commit
         independently, so only a txid every table holds is fully committed."""
+        return self._held(self.recorded_version)
+
+    def sink_marker(self, topology_id: str, name: str) -> int | None:
+        from deltalake.exceptions import TableNotFoundError
+
+        suffix = ":opaque" if self.mode is CommitMode.OPAQUE else ""
+
+        def recorded(table: str) -> int | None:
+            try:
+                return latest_marker(self.location(table), f"{topology_id}:{name}:{table}{suffix}")
+            except TableNotFoundError:
+                return None  # never committed to
+
+        return self._held(recorded)
+
+    def _held(self, recorded: Callable[[str], int | None]) -> int | None:
         held: list[int] = []
         for table in self._tables():
             try:
-                version = self.recorded_version(table)
+                version = recorded(table)
             except Exception as exc:
                 raise CommitError(
                     f"cannot read the txid marker of {self.location(table)}: {brief(exc)}"

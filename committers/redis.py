@@ -363,6 +363,21 @@ class RedisCommitter(CounterCommitter):
             ) from exc
         return None if value is None else int(value)
 
+    def sink_marker(self, topology_id: str, name: str) -> int | None:
+        import redis
+
+        namespace = self.namespace or f"transactional:{topology_id}:{name}"
+        client = self._connect()
+        try:
+            value = client.get(f"{namespace}:txid")
+        except redis.RedisError as exc:
+            raise CommitError(
+                f"cannot read the committed txid from Redis at {redact_url(self.url)}: {exc}"
+            ) from exc
+        finally:
+            client.close()
+        return None if value is None else int(value)  # type: ignore[arg-type]
+
     # -- reading ----------------------------------------------------------------------
 
     @contextmanager

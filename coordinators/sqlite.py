@@ -11,6 +11,7 @@ version of ``currtx``.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -55,6 +56,10 @@ CREATE TABLE IF NOT EXISTS commit_group (
     topology_id TEXT PRIMARY KEY,
     first INTEGER NOT NULL,
     last INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runner_status (
+    topology_id TEXT PRIMARY KEY,
+    doc TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS partition_meta (
     topology_id TEXT NOT NULL,
@@ -205,6 +210,23 @@ class SQLiteStateStore(FencedStore):
         if self._conn is None:
             raise self._not_open()
         return self._conn
+
+    def publish_status(self, document: JsonValue) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO runner_status (topology_id, doc) VALUES (?, ?)",
+                (self._tid, json.dumps(document)),
+            )
+
+    def read_status(self) -> JsonValue | None:
+        conn = self._connection()
+        try:
+            row = conn.execute(
+                "SELECT doc FROM runner_status WHERE topology_id = ?", (self._tid,)
+            ).fetchone()
+        except sqlite3.OperationalError:  # a store made before status documents existed
+            return None
+        return None if row is None else json.loads(row[0])
 
     def register(self, identity: TopologyIdentity) -> None:
         with self._write() as conn:

@@ -24,6 +24,7 @@ unknown, and the caller re-reads the state once it leads again.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 import uuid
@@ -159,6 +160,24 @@ class ZooKeeperStateStore(FencedStore):
         with self._flags:
             if state == KazooState.LOST:
                 self._session_lost = True
+
+    def publish_status(self, document: JsonValue) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        value = json.dumps(document).encode()
+        try:
+            self._zk.set(self._path("status"), value)
+        except NoNodeError:
+            self._zk.create(self._path("status"), value)
+
+    def read_status(self) -> JsonValue | None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = self._zk.get(self._path("status"))
+        except NoNodeError:
+            return None
+        return json.loads(data)
 
     def register(self, identity: TopologyIdentity) -> None:
         value = _data({"spout": identity.spout, "kind": identity.kind}, "the identity")

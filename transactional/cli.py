@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import importlib
 import inspect
+import json
 import logging
 import os
 import signal
@@ -39,8 +40,10 @@ from transactional.errors import (
 )
 from transactional.faults import FaultPoint, KillAt
 from transactional.interrupt import INTERRUPTED, stop_on_signals
+from transactional.progress import ProgressListener
 from transactional.session import merged
 from transactional.settings import FLAGS, RunSettings, environment, load_settings, parse_conf
+from transactional.status_view import status_document, status_lines
 from transactional.store import open_store
 from transactional.topology import Topology
 
@@ -193,6 +196,9 @@ _RUN_SETTINGS = (
     ),
     ("--poll-interval", "S", "idle poll interval (default 1)"),
     ("--poll-max", "S", "idle poll back-off limit (default 30)"),
+    ("--status-interval", "S", "seconds between status reports to the store (default 2; 0: none)"),
+    ("--metrics-port", "N", "serve Prometheus metrics on this port while the run lasts"),
+    ("--metrics-host", "HOST", "address of the metrics server (default 127.0.0.1)"),
 )
 #: Runner settings that are on by default, as flags that turn them off: (setting, help);
 #: the flag is ``settings.FLAGS[setting]``.
@@ -241,8 +247,28 @@ def build_parser() -> argparse.ArgumentParser:
         f"({', '.join(p.value for p in FaultPoint)}); for crash tests",
     )
 
-    status = commands.add_parser("status", help="print a topology's currtx and stored txids")
+    status = commands.add_parser(
+        "status",
+        help="print a topology's state: its runner's last report (leader, txids in flight, "
+        "the last error, records per second, lag), currtx and stored txids",
+    )
+    status.add_argument(
+        "factory",
+        nargs="?",
+        metavar="MODULE:FUNCTION",
+        help="the topology's factory (taking no argument): also show the txid each of its "
+        "sinks holds, read from the sink",
+    )
     status.add_argument("--topology-id", metavar="ID", default=None)
+    status.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="refresh the status in place as a live table until interrupted (Ctrl-C)",
+    )
+    status.add_argument(
+        "--interval", type=float, default=2.0, metavar="S", help="--watch: seconds between looks"
+    )
     _add_store_flags(status)
     listing = commands.add_parser("list", help="print the topology ids a state store holds")
     _add_store_flags(listing)
@@ -279,23 +305,76 @@ def _store_location(args: argparse.Namespace) -> tuple[str | None, str]:
     return zookeeper, state_dir
 
 
+def _look(args: argparse.Namespace, topology_id: str) -> tuple[Any, Any, Any]:
+    """The topology's stored state, its runner's last report and, given the factory,
+    what each sink holds: all read only."""
+    store = open_store(*_store_location(args))
+    store.open(topology_id, read_only=True)
+    try:
+        state, report = store.read_state(), store.read_status()
+    finally:
+        store.close()
+    return state, report, _sinks(args, topology_id)
+
+
+def _sinks(args: argparse.Namespace, topology_id: str) -> dict[str, Any] | None:
+    """Per committer of the factory's topology: the txid its sink holds (or why that
+    cannot be told)."""
+    if not args.factory:
+        return None
+    factory = load_factory(args.factory)
+    if _takes_spark(factory, args.factory):
+        raise ConfigurationError(
+            f"{args.factory} takes a SparkSession; `status` builds the topology without "
+            "Spark: give it a factory that takes no argument"
+        )
+    topology = _build(factory, args.factory)
+    sinks: dict[str, Any] = {}
+    for node in topology.committers:
+        shown: dict[str, Any] = {"committer": type(node.committer).__name__}
+        try:
+            shown["txid"] = node.committer.sink_marker(topology_id, node.name)
+        except NotImplementedError as exc:
+            shown["error"] = str(exc)
+        except TransactionalError as exc:
+            shown["error"] = f"{type(exc).__name__}: {exc}"
+        sinks[node.name] = shown
+    return sinks
+
+
+def _watch(args: argparse.Namespace, topology_id: str) -> int:
+    """``status --watch``: the live table, refreshed every ``--interval`` seconds."""
+    import time
+
+    from rich.live import Live
+
+    from transactional.status_view import status_document, status_table
+
+    def render() -> Any:
+        return status_table(status_document(topology_id, *_look(args, topology_id)))
+
+    try:
+        with Live(render(), auto_refresh=False) as live:
+            while True:
+                time.sleep(max(0.1, args.interval))
+                live.update(render(), refresh=True)
+    except KeyboardInterrupt:
+        return DONE
+
+
 def _status(args: argparse.Namespace) -> int:
     """Read-only: writes nothing anywhere, for an unknown topology id least of all."""
     topology_id = args.topology_id or environment().get("TRANSACTIONAL_TOPOLOGY_ID")
     if not topology_id:
         raise ConfigurationError("give --topology-id ID (`transactional list` shows the ids)")
-    store = open_store(*_store_location(args))
-    store.open(topology_id, read_only=True)
-    try:
-        state = store.read_state()
-    finally:
-        store.close()
-    print(f"topology {topology_id}: currtx={state.currtx}")
-    for txid in sorted(state.metas):
-        status = "committed" if txid < state.currtx else "started"
-        print(f"  txid {txid} ({status}): {state.metas[txid]}")
-        for p, meta in sorted(state.partitions.get(txid, {}).items()):
-            print(f"    partition {p}: {meta}")
+    if args.watch:
+        return _watch(args, topology_id)
+    state, report, sinks = _look(args, topology_id)
+    if args.json:
+        print(json.dumps(status_document(topology_id, state, report, sinks), sort_keys=True))
+        return DONE
+    for line in status_lines(topology_id, state, report, sinks):
+        print(line)
     return DONE
 
 
@@ -359,8 +438,20 @@ def _run(args: argparse.Namespace) -> int:
             )
             spark = create_spark_session(settings.master, app, {**needed, **settings.spark})
         store = open_store(settings.zookeeper, settings.state_dir)
+        # A live line on a terminal; otherwise a heartbeat in the logs (-v shows it).
+        progress = ProgressListener(
+            sys.stderr,
+            lag=topology.spout.lag,
+            line=lambda text: logging.getLogger("transactional.progress").info(text),
+        )
         runner = TransactionalRunner(
-            topology, store, spark, config, faults=crash, batch_size=_batch_size(settings)
+            topology,
+            store,
+            spark,
+            config,
+            faults=crash,
+            batch_size=_batch_size(settings),
+            listener=progress,
         )
 
     def leave_if_standby() -> None:
@@ -371,7 +462,7 @@ def _run(args: argparse.Namespace) -> int:
             raise _Standby
 
     try:
-        with stop_on_signals(runner.stop, leave_if_standby) as interrupted:
+        with stop_on_signals(runner.stop, leave_if_standby) as interrupted, progress:
             stats = runner.run(until_drained=settings.until_drained)
     except _Standby:
         print(

@@ -150,3 +150,11 @@ class Committer(ABC):
         Called from the commit thread; the default (None) makes every failed commit
         a replay, which an idempotent sink makes exact anyway."""
         return None
+
+    def sink_marker(self, topology_id: str, name: str) -> int | None:
+        """The last txid the sink holds for this committer, named ``name`` in topology
+        ``topology_id``, read without opening the committer and without writing
+        anything: what ``transactional status`` shows beside the store's ``currtx``.
+        None: the sink holds none. Raises ``NotImplementedError`` (the default) when the
+        committer cannot tell, and ``CommitError`` when the sink cannot be read."""
+        raise NotImplementedError(f"{type(self).__name__} does not say what its sink holds")

@@ -47,6 +47,16 @@ class RunnerConfig(BaseModel):
     #: broken contract fails before any txid is stored. No effect when the spout gives
     #: no sample.
     warm_up: bool = True
+    #: Seconds between the runner's status documents in the state store (what
+    #: ``transactional status`` shows: txids in flight, the last error, records per
+    #: second, lag); 0: publish none.
+    status_interval_s: float = Field(default=2.0, ge=0)
+    #: Serve Prometheus metrics of the run at ``http://metrics_host:metrics_port/metrics``
+    #: while it lasts (``transactional.runtime.metrics``); None: no server.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    #: The address the metrics server binds: loopback by default; ``0.0.0.0`` to be
+    #: scraped from other machines.
+    metrics_host: str = "127.0.0.1"
 
     @model_validator(mode="after")
     def _backoff_order(self) -> RunnerConfig:

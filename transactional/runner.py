@@ -80,6 +80,7 @@ from typing import Any
 from transactional import contracts
 from transactional.config import RunnerConfig
 from transactional.engine import Engine, SparkEngine
+from transactional.errors import ConfigurationError
 from transactional.faults import FaultInjector
 from transactional.flow import AdaptiveBatchSize
 from transactional.runtime.drivers import DRIVERS
@@ -91,11 +92,13 @@ from transactional.runtime.probes import (
     Faults,
     Logs,
     Outcomes,
+    Probe,
     RunListener,
     RunStats,
     Timings,
     TxTiming,
 )
+from transactional.runtime.status import Status
 from transactional.runtime.warmup import warm_up
 from transactional.spout import SpoutContext
 from transactional.store import StateStore, TopologyIdentity
@@ -148,6 +151,8 @@ class TransactionalRunner:
         self.stats = RunStats()
         self._stop = threading.Event()
         self._executor: Executor | None = None
+        self._status: Status | None = None
+        self._metrics_server: Any = None
 
     def stop(self) -> None:
         """Ask the runner to stop after the step it is in; safe from any thread."""
@@ -215,6 +220,20 @@ class TransactionalRunner:
         for node in self.topology.committers:
             node.committer.open(session.context(self.engine.spark, node.name))
         machine = Machine(cfg)
+        probes: list[Probe] = [Timings(self.stats, self.batch_size), Logs()]
+        if cfg.status_interval_s > 0:
+            self._status = Status(
+                cfg.topology_id,
+                self._publish,
+                self.stats,
+                lag=spout.lag,
+                batch_size=self._current_size,
+                fence=lambda: session.token,
+                interval_s=cfg.status_interval_s,
+            )
+            probes.append(self._status)
+        if cfg.metrics_port is not None:
+            probes.append(self._serve_metrics(cfg, spout))
         executor = Executor(
             self.topology,
             machine,
@@ -222,7 +241,7 @@ class TransactionalRunner:
             session,
             self.engine,
             faults,
-            [Timings(self.stats, self.batch_size), Logs()],
+            probes,
             Outcomes(self.stats, self.listener),
             self.stats,
             self._stop,
@@ -231,7 +250,51 @@ class TransactionalRunner:
         self._executor = executor
         return executor, Opened(state.currtx, stored, state.group)
 
+    def _serve_metrics(self, cfg: RunnerConfig, spout: Any) -> Probe:
+        from prometheus_client import CollectorRegistry
+
+        from transactional.runtime.metrics import Metrics, serve
+
+        registry = CollectorRegistry()
+        probe = Metrics(
+            cfg.topology_id,
+            [node.name for node in self.topology.committers],
+            registry,
+            lag=spout.lag,
+            batch_size=self._current_size,
+        )
+        assert cfg.metrics_port is not None
+        try:
+            self._metrics_server = serve(registry, cfg.metrics_port, cfg.metrics_host)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve metrics on {cfg.metrics_host}:{cfg.metrics_port} ({exc}): "
+                "choose a free --metrics-port"
+            ) from exc
+        log.info("metrics at http://%s:%d/metrics", cfg.metrics_host, cfg.metrics_port)
+        return probe
+
+    def _current_size(self) -> int | None:
+        sizing = self._sizing
+        if isinstance(sizing, AdaptiveBatchSize):
+            return sizing.current
+        return sizing
+
+    def _publish(self, document: dict[str, Any]) -> None:
+        """The status document to the store; a failure to write a report must not stop
+        the run (the store's own writes fail loudly on their own)."""
+        try:
+            self.store.publish_status(document)
+        except Exception as exc:  # a report is best effort
+            log.debug("status not published error=%s: %s", type(exc).__name__, exc)
+
     def _close(self, executor: Executor) -> None:
+        if self._status is not None:
+            self._status.finish()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
         executor.close()
         for node in self.topology.committers:
             quietly(node.committer.close, "committer close")

@@ -45,6 +45,7 @@ FLAGS = {
     "poll_max_s": "--poll-max",
     "check_determinism": "--no-determinism-check",
     "warm_up": "--no-warm-up",
+    "status_interval_s": "--status-interval",
 }
 #: RunnerConfig fields a run may set (the topology id is a top-level setting).
 RUNNER_FIELDS = tuple(name for name in RunnerConfig.model_fields if name != "topology_id")

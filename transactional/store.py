@@ -137,6 +137,16 @@ class StateStore(ABC):
         no metadata or already has a digest: like metadata, it never changes. ``advance``
         deletes the digests of every txid up to the one it commits."""
 
+    def publish_status(self, document: JsonValue) -> None:  # noqa: B027 - optional
+        """Store the runner's status document (``transactional.runtime.status``), for
+        ``transactional status``: a report, written without the fence and read by
+        nothing that decides. Default: not kept."""
+
+    def read_status(self) -> JsonValue | None:
+        """The last status document published for the open topology id (None: none, or
+        this store keeps none). Works on a store opened ``read_only``."""
+        return None
+
     @abstractmethod
     def retract(self, txid: int) -> None:
         """Forget the started, uncommitted txids from ``txid`` up: delete their metadata,

@@ -1,29 +1,15 @@
-"""What a long run shows: a live line on a terminal, a periodic status line otherwise
-(so that a log file or CI output gets a heartbeat, not a torrent), and structured
-``key=value`` logs that stay quiet unless asked."""
+"""The demo's logging: structured ``key=value`` lines that stay quiet unless asked. Its
+progress display is the library's (``transactional.progress``)."""
 
 from __future__ import annotations
 
 import logging
 import sys
-import threading
-import time
-from collections.abc import Callable
-from types import TracebackType
 from typing import TextIO
 
+from transactional.progress import ProgressListener, kv
+
 __all__ = ["ProgressListener", "configure_logging", "kv"]
-
-
-def kv(event: str, **fields: object) -> str:
-    """``event key=value ...``: one grep-able, machine-splittable line per event."""
-    parts = [event]
-    for key, value in fields.items():
-        text = str(value)
-        parts.append(
-            f"{key}={text!r}" if (" " in text or "=" in text or not text) else f"{key}={text}"
-        )
-    return " ".join(parts)
 
 
 def configure_logging(verbosity: int, stream: TextIO | None = None) -> None:
@@ -42,101 +28,3 @@ def configure_logging(verbosity: int, stream: TextIO | None = None) -> None:
     root.setLevel(level)
     for noisy in ("py4j", "kazoo", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbosity >= 3 else logging.WARNING)
-
-
-class ProgressListener:
-    """The runner's listener: counts committed txids and records and shows them.
-
-    ``on_commit`` is called from the runner's commit path, so it only updates counters
-    and a display that refreshes on its own thread; it never blocks on output.
-    """
-
-    def __init__(
-        self,
-        stream: TextIO | None = None,
-        interval_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-        live: bool | None = None,
-        lag: Callable[[], int | None] | None = None,
-    ) -> None:
-        self.stream = stream or sys.stdout
-        #: How far the source is ahead of the last txid decided (``Spout.lag``).
-        self.lag = lag or (lambda: None)
-        self.interval_s = interval_s
-        self.clock = clock
-        self.live = self.stream.isatty() if live is None else live
-        self.txids = 0
-        self.records = 0
-        self.last_txid = 0
-        self._lock = threading.Lock()
-        self._started = clock()
-        self._last_line = self._started
-        self._progress: object | None = None
-        self._task: object | None = None
-
-    def __enter__(self) -> ProgressListener:
-        if self.live:
-            from rich.console import Console
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            progress = Progress(
-                SpinnerColumn(),
-                TextColumn("[bold]committed[/] txid {task.fields[txid]}"),
-                TextColumn("{task.completed:,} records"),
-                TextColumn("{task.fields[rate]:,.0f} records/s"),
-                TextColumn("{task.fields[lag]}"),
-                TimeElapsedColumn(),
-                console=Console(file=self.stream),
-                transient=False,
-            )
-            self._task = progress.add_task("run", total=None, txid=0, rate=0.0, lag="")
-            progress.start()
-            self._progress = progress
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._progress is not None:
-            self._progress.stop()  # type: ignore[attr-defined]
-            self._progress = None
-
-    @property
-    def rate(self) -> float:
-        elapsed = self.clock() - self._started
-        return self.records / elapsed if elapsed > 0 else 0.0
-
-    def on_commit(self, txid: int, records: int) -> None:
-        with self._lock:
-            self.txids += 1
-            self.records += records
-            self.last_txid = txid
-            if self._progress is not None:
-                lag = self.lag()
-                self._progress.update(  # type: ignore[attr-defined]
-                    self._task,
-                    completed=self.records,
-                    txid=txid,
-                    rate=self.rate,
-                    lag="" if lag is None else f"lag {lag:,}",
-                )
-                return
-            now = self.clock()
-            if now - self._last_line >= self.interval_s:
-                self._last_line = now
-                print(self.status(), file=self.stream, flush=True)
-
-    def status(self) -> str:
-        lag = self.lag()
-        return kv(
-            "progress",
-            committed_txids=self.txids,
-            last_txid=self.last_txid,
-            records=self.records,
-            records_per_s=f"{self.rate:.0f}",
-            elapsed_s=f"{self.clock() - self._started:.0f}",
-            **({} if lag is None else {"lag": lag}),
-        )

@@ -4,6 +4,7 @@ Ctrl-C and SIGTERM, and ``status``/``list`` that never write."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -373,10 +374,60 @@ def test_status_and_list_on_sqlite_never_write(redis_url: str, tmp_path: Path) -
     )
     known = cli("status", "--topology-id", "numbers", "--state-dir", str(state))
     assert known.returncode == 0, known.stderr
-    assert known.stdout.splitlines()[:2] == [
-        "topology numbers: currtx=4",
-        "  txid 3 (committed): {'count': 20, 'start': 100}",
-    ]
+    shown = known.stdout.splitlines()
+    assert shown[0] == "topology numbers: currtx=4"
+    assert shown[-1] == "  txid 3 (committed): {'count': 20, 'start': 100}"
+    assert shown[1].startswith("  runner: stopped on ")
+    assert shown[2].startswith("  txids: last committed 3, last stored 3; 3 committed by this run")
+    assert shown[3].startswith("  records: 120 committed, ")
+    scripted = cli("status", "--topology-id", "numbers", "--state-dir", str(state), "--json")
+    assert scripted.returncode == 0, scripted.stderr
+    document = json.loads(scripted.stdout)
+    assert (document["currtx"], document["last_committed"]) == (4, 3)
+    assert document["stored"] == {
+        "3": {"committed": True, "meta": {"count": 20, "start": 100}, "partitions": {}}
+    }
+    assert document["sinks"] is None  # no factory given: the sinks are not read
+    runner = document["runner"]
+    assert (runner["running"], runner["in_flight"], runner["last_error"]) == (False, [], None)
+    assert (runner["committed_txids"], runner["records"], runner["last_committed"]) == (3, 120, 3)
+    assert (runner["retries"], runner["failures"]) == (0, {})
+    with_sinks = cli(
+        *("status", "tests.e2e.cli_topologies:numbers", "--topology-id", "numbers"),
+        *("--state-dir", str(state), "--json"),
+        environ=env(redis_url),
+    )
+    assert with_sinks.returncode == 0, with_sinks.stderr
+    assert json.loads(with_sinks.stdout)["sinks"] == {
+        "sink": {"committer": "RedisCommitter", "txid": 3}
+    }
+    client = redis.Redis.from_url(redis_url)
+    client.set("transactional:numbers:sink:txid", 5)  # as if the store lagged a group
+    client.close()
+    ahead = cli(
+        *("status", "tests.e2e.cli_topologies:numbers", "--topology-id", "numbers"),
+        *("--state-dir", str(state)),
+        environ=env(redis_url),
+    )
+    assert (
+        "  sink sink (RedisCommitter): holds txid 5, ahead of the store's 3: replayed as held"
+        in ahead.stdout.splitlines()
+    ), ahead.stdout
+    watching = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "transactional.cli", "status", "--topology-id", "numbers"),
+            *("--state-dir", str(state), "--watch", "--interval", "0.2"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4)
+    watching.send_signal(signal.SIGINT)
+    out, err = watching.communicate(timeout=30)
+    assert watching.returncode == 0, err
+    assert "topology numbers" in out and "runner" in out and "stopped on" in out
     listed = cli("list", "--state-dir", str(state))
     assert (listed.returncode, listed.stdout) == (0, "numbers\n")
     after = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in state.iterdir())
@@ -422,6 +473,7 @@ def test_status_and_list_on_zookeeper_never_write(
     assert (listed.returncode, listed.stdout) == (0, "numbers\n")
     known = cli("status", "--topology-id", "numbers", "--zookeeper", zk_hosts)
     assert known.returncode == 0 and known.stdout.startswith("topology numbers: currtx=3\n")
+    assert "  txids: last committed 2, last stored 2; 2 committed by this run" in known.stdout
     again = cli("status", "--topology-id", "ghost", "--zookeeper", zk_hosts)
     assert again.returncode == 2 and "topologies there: numbers." in again.stderr
     assert zk_tree(zk_hosts) == before

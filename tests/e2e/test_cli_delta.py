@@ -51,3 +51,16 @@ def test_a_delta_topology_runs_and_its_table_is_exact(
         (2, "MERGE"),
         (3, "MERGE"),
     ]
+
+    # What the sink holds, read by `status` from the table's txid marker.
+    shown = cli(
+        "status",
+        "tests.e2e.cli_topologies:numbers_in_delta",
+        "--topology-id",
+        "delta",
+        "--state-dir",
+        str(tmp_path / "state"),
+        environ=environ,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "  sink sink (DeltaCommitter): holds txid 3, as the store" in shown.stdout.splitlines()

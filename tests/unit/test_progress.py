@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from examples.tweets.progress import ProgressListener
+from transactional.progress import ProgressListener
 
 
 class Clock:

@@ -123,7 +123,8 @@ class Executor:
         if isinstance(event, m.Processed) and self.machine.is_current(event.attempt):
             self._results[event.attempt] = report
         elif isinstance(event, m.Committed):
-            self.outcomes.committed(event.attempt, report.outcomes)
+            for probe in self.probes:
+                probe.on_outcomes(event.attempt, report.outcomes)
         self.feed(event)
 
     def feed(self, event: m.Event) -> None:

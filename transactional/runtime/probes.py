@@ -84,6 +84,9 @@ class Probe:
     def on_jobs(self, attempt: TransactionAttempt, jobs: int | None) -> None:
         """``attempt``, committed, ran ``jobs`` Spark jobs (None: not known)."""
 
+    def on_outcomes(self, attempt: TransactionAttempt, outcomes: Sequence[CommitOutcome]) -> None:
+        """``attempt`` was committed; each committer, in the topology's order, did this."""
+
 
 class Faults:
     """Fault injection at the named points of ``transactional.faults.FaultPoint``."""
@@ -163,7 +166,7 @@ class Outcomes(Probe):
         self.listener = listener
         self._outcomes: dict[int, Sequence[CommitOutcome]] = {}
 
-    def committed(self, attempt: TransactionAttempt, outcomes: Sequence[CommitOutcome]) -> None:
+    def on_outcomes(self, attempt: TransactionAttempt, outcomes: Sequence[CommitOutcome]) -> None:
         self._outcomes[attempt.txid] = outcomes
 
     def on_command(self, command: m.Command, now: float) -> None:
