@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import inspect
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -38,14 +35,14 @@ from transactional.errors import (
     StoreUnavailableError,
     TransactionalError,
 )
+from transactional.factories import build_topology, load_factory, takes_spark
 from transactional.faults import FaultPoint, KillAt
 from transactional.interrupt import INTERRUPTED, stop_on_signals
 from transactional.progress import ProgressListener
 from transactional.session import merged
 from transactional.settings import FLAGS, RunSettings, environment, load_settings, parse_conf
-from transactional.status_view import status_document, status_lines
+from transactional.status_view import look, status_document, status_lines, watch
 from transactional.store import open_store
-from transactional.topology import Topology
 
 log = logging.getLogger("transactional.cli")
 
@@ -59,79 +56,6 @@ def configure_logging(verbose: int) -> None:
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
         stream=sys.stderr,
     )
-
-
-def load_factory(spec: str) -> Any:
-    """``module:function``, imported as ``python -m`` would: the current directory first."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigurationError(f"{spec!r}: give the topology factory as module:function")
-    top = module_name.partition(".")[0]
-    if top in sys.stdlib_module_names:
-        raise ConfigurationError(
-            f"the topology module {module_name!r} is named like Python's own module {top!r}, "
-            f"which it would hide from everything imported after it: rename {top}.py"
-        )
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        # The module itself (or a package on its dotted path) is missing, not something
-        # it imports: ``my_job`` importing a missing ``my`` is the module's own error.
-        if exc.name is not None and (
-            module_name == exc.name or module_name.startswith(exc.name + ".")
-        ):
-            raise ConfigurationError(
-                f"cannot import the topology module {module_name!r}: not found from {cwd} "
-                "or the installed packages; run from the directory that holds it, or install it"
-            ) from exc
-        raise ConfigurationError(
-            f"the topology module {module_name!r} failed to import: {type(exc).__name__}: "
-            f"{exc}; install what it imports"
-        ) from exc
-    except Exception as exc:
-        raise ConfigurationError(
-            f"the topology module {module_name!r} failed to import: {type(exc).__name__}: {exc}"
-        ) from exc
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        # Where it came from: a module named like an installed one is that one.
-        origin = getattr(module, "__file__", None) or "a built-in module"
-        raise ConfigurationError(
-            f"{module_name!r} (imported from {origin}) has no function {attr!r}; the factory "
-            "is module:function, returning a Topology"
-        )
-    return factory
-
-
-def _takes_spark(factory: Any, spec: str) -> bool:
-    try:
-        params = [
-            p
-            for p in inspect.signature(factory).parameters.values()
-            if p.default is inspect.Parameter.empty
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
-    except (TypeError, ValueError):
-        return False
-    if len(params) > 1:
-        raise ConfigurationError(
-            f"topology factory {spec!r} takes {len(params)} arguments; it must take none "
-            "(recommended) or one, the SparkSession"
-        )
-    return len(params) == 1
-
-
-def _build(factory: Any, spec: str, *args: Any) -> Topology:
-    topology = factory(*args)
-    if not isinstance(topology, Topology):
-        raise ConfigurationError(
-            f"topology factory {spec!r} returned {type(topology).__name__}, not a Topology: "
-            "return TopologyBuilder()...build()"
-        )
-    return topology
 
 
 def _installed_spark_conf() -> dict[str, str]:
@@ -199,6 +123,12 @@ _RUN_SETTINGS = (
     ("--status-interval", "S", "seconds between status reports to the store (default 2; 0: none)"),
     ("--metrics-port", "N", "serve Prometheus metrics on this port while the run lasts"),
     ("--metrics-host", "HOST", "address of the metrics server (default 127.0.0.1)"),
+    (
+        "--start-from",
+        "POS",
+        "where a new topology starts in its source: earliest, latest, an ISO time, a "
+        "version, or KEY=OFFSET,...",
+    ),
 )
 #: Runner settings that are on by default, as flags that turn them off: (setting, help);
 #: the flag is ``settings.FLAGS[setting]``.
@@ -305,71 +235,16 @@ def _store_location(args: argparse.Namespace) -> tuple[str | None, str]:
     return zookeeper, state_dir
 
 
-def _look(args: argparse.Namespace, topology_id: str) -> tuple[Any, Any, Any]:
-    """The topology's stored state, its runner's last report and, given the factory,
-    what each sink holds: all read only."""
-    store = open_store(*_store_location(args))
-    store.open(topology_id, read_only=True)
-    try:
-        state, report = store.read_state(), store.read_status()
-    finally:
-        store.close()
-    return state, report, _sinks(args, topology_id)
-
-
-def _sinks(args: argparse.Namespace, topology_id: str) -> dict[str, Any] | None:
-    """Per committer of the factory's topology: the txid its sink holds (or why that
-    cannot be told)."""
-    if not args.factory:
-        return None
-    factory = load_factory(args.factory)
-    if _takes_spark(factory, args.factory):
-        raise ConfigurationError(
-            f"{args.factory} takes a SparkSession; `status` builds the topology without "
-            "Spark: give it a factory that takes no argument"
-        )
-    topology = _build(factory, args.factory)
-    sinks: dict[str, Any] = {}
-    for node in topology.committers:
-        shown: dict[str, Any] = {"committer": type(node.committer).__name__}
-        try:
-            shown["txid"] = node.committer.sink_marker(topology_id, node.name)
-        except NotImplementedError as exc:
-            shown["error"] = str(exc)
-        except TransactionalError as exc:
-            shown["error"] = f"{type(exc).__name__}: {exc}"
-        sinks[node.name] = shown
-    return sinks
-
-
-def _watch(args: argparse.Namespace, topology_id: str) -> int:
-    """``status --watch``: the live table, refreshed every ``--interval`` seconds."""
-    import time
-
-    from rich.live import Live
-
-    from transactional.status_view import status_document, status_table
-
-    def render() -> Any:
-        return status_table(status_document(topology_id, *_look(args, topology_id)))
-
-    try:
-        with Live(render(), auto_refresh=False) as live:
-            while True:
-                time.sleep(max(0.1, args.interval))
-                live.update(render(), refresh=True)
-    except KeyboardInterrupt:
-        return DONE
-
-
 def _status(args: argparse.Namespace) -> int:
     """Read-only: writes nothing anywhere, for an unknown topology id least of all."""
     topology_id = args.topology_id or environment().get("TRANSACTIONAL_TOPOLOGY_ID")
     if not topology_id:
         raise ConfigurationError("give --topology-id ID (`transactional list` shows the ids)")
+    where = _store_location(args)
     if args.watch:
-        return _watch(args, topology_id)
-    state, report, sinks = _look(args, topology_id)
+        watch(where, topology_id, args.factory, args.interval)
+        return DONE
+    state, report, sinks = look(where, topology_id, args.factory)
     if args.json:
         print(json.dumps(status_document(topology_id, state, report, sinks), sort_keys=True))
         return DONE
@@ -425,13 +300,13 @@ def _run(args: argparse.Namespace) -> int:
     with _sigterm_as_ctrl_c():  # nothing started yet: a signal leaves at once
         factory = load_factory(args.factory)
         app = f"transactional-{settings.topology_id}"
-        if _takes_spark(factory, args.factory):
+        if takes_spark(factory, args.factory):
             spark = create_spark_session(
                 settings.master, app, {**_installed_spark_conf(), **settings.spark}
             )
-            topology = _build(factory, args.factory, spark)
+            topology = build_topology(factory, args.factory, spark)
         else:
-            topology = _build(factory, args.factory)
+            topology = build_topology(factory, args.factory)
             needed = merged(
                 topology.spout.spark_conf(),
                 *(n.committer.spark_conf() for n in topology.committers),

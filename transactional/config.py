@@ -57,6 +57,11 @@ class RunnerConfig(BaseModel):
     #: The address the metrics server binds: loopback by default; ``0.0.0.0`` to be
     #: scraped from other machines.
     metrics_host: str = "127.0.0.1"
+    #: Where a new topology starts in its source (``--start-from``: ``earliest``,
+    #: ``latest``, an ISO 8601 time, a Delta version, or ``KEY=OFFSET`` pairs), for a
+    #: spout that reads it (``accepts_start_from``); refused on a topology id that
+    #: already has state. None: the spout's own ``start``.
+    start_from: str | None = None
 
     @model_validator(mode="after")
     def _backoff_order(self) -> RunnerConfig:

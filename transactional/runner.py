@@ -216,7 +216,9 @@ class TransactionalRunner:
             cfg.max_pending,
             session.token,
         )
-        spout.open(SpoutContext(self.engine.spark, cfg.topology_id, self._sizing))
+        if cfg.start_from is not None:
+            self._check_start_from(spout, state)
+        spout.open(SpoutContext(self.engine.spark, cfg.topology_id, self._sizing, cfg.start_from))
         for node in self.topology.committers:
             node.committer.open(session.context(self.engine.spark, node.name))
         machine = Machine(cfg)
@@ -249,6 +251,21 @@ class TransactionalRunner:
         )
         self._executor = executor
         return executor, Opened(state.currtx, stored, state.group)
+
+    def _check_start_from(self, spout: Any, state: Any) -> None:
+        """``--start-from`` positions a new topology: refused where it would be ignored."""
+        who = f"--start-from {self.config.start_from!r}"
+        if not getattr(spout, "accepts_start_from", False):
+            raise ConfigurationError(
+                f"{who}: the spout {spout.identity()} does not read a start position "
+                "(SpoutContext.start_from); set its start in the topology instead"
+            )
+        if state.currtx > 1 or state.metas:
+            raise ConfigurationError(
+                f"{who}: topology {self.config.topology_id!r} has already started (currtx "
+                f"{state.currtx}), and a start position only applies to a new topology: "
+                "run it without --start-from to go on, or give a new --topology-id"
+            )
 
     def _serve_metrics(self, cfg: RunnerConfig, spout: Any) -> Probe:
         from prometheus_client import CollectorRegistry

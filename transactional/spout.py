@@ -30,17 +30,22 @@ if TYPE_CHECKING:
 
 
 class SpoutContext:
-    """What a spout gets at ``open``: the session, the topology's identity, and, when the
-    runner manages batch sizes (``--batch-size auto``), the size to give a new txid."""
+    """What a spout gets at ``open``: the session, the topology's identity, when the
+    runner manages batch sizes (``--batch-size auto``) the size to give a new txid, and
+    the position a new topology starts from when the run was given one (``--start-from``:
+    only for a spout whose ``accepts_start_from`` is True, and only on a topology id
+    with no state yet)."""
 
     def __init__(
         self,
         spark: SparkSession,
         topology_id: str,
         batch_size: AdaptiveBatchSize | int | None = None,
+        start_from: str | None = None,
     ) -> None:
         self.spark = spark
         self.topology_id = topology_id
+        self.start_from = start_from
         self.adaptive_batch_size = None if isinstance(batch_size, int) else batch_size
         self.fixed_batch_size = batch_size if isinstance(batch_size, int) else None
 
@@ -63,6 +68,10 @@ class _SpoutBase(ABC, Generic[M]):
     #: for a source whose ranges can hold no records and still be needed to move on (a
     #: fixed-size range of a compacted log, say): its empty batches then commit.
     commit_empty_batches: ClassVar[bool] = False
+    #: The spout reads ``SpoutContext.start_from`` at ``open`` (``--start-from``): where a
+    #: new topology starts in the source. A run given a start for a spout that does not
+    #: is refused, rather than starting where the spout would anyway.
+    accepts_start_from: ClassVar[bool] = False
 
     def spark_conf(self) -> Mapping[str, str]:
         """Spark settings this spout needs on the runner's session (the jars of Spark's

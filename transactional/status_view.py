@@ -1,14 +1,19 @@
-"""``transactional status``: a topology's stored state and its runner's last report
-(``transactional.runtime.status``), as lines for a person or one JSON object for a
-script."""
+"""``transactional status``: a topology's stored state, its runner's last report
+(``transactional.runtime.status``) and what each sink holds, read only, as lines for
+a person, one JSON object for a script, or a live table (``--watch``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from transactional.store import JsonValue, StoredState
+from transactional.errors import ConfigurationError, TransactionalError
+from transactional.factories import build_topology, load_factory, takes_spark
+from transactional.store import JsonValue, StoredState, open_store
 
-__all__ = ["status_document", "status_lines", "status_table"]
+#: Where the state store is: ZooKeeper hosts (None: SQLite) and the SQLite directory.
+Where = tuple[str | None, str]
+
+__all__ = ["look", "sinks", "status_document", "status_lines", "status_table", "watch"]
 
 
 def status_document(
@@ -129,3 +134,59 @@ def status_table(document: dict[str, Any]) -> Any:
         what, _, value = line.strip().partition(": ")
         table.add_row(what, value)
     return table
+
+
+def look(where: Where, topology_id: str, factory: str | None) -> tuple[Any, Any, Any]:
+    """The topology's stored state, its runner's last report and, given the factory,
+    what each sink holds: all read only."""
+    store = open_store(*where)
+    store.open(topology_id, read_only=True)
+    try:
+        state, report = store.read_state(), store.read_status()
+    finally:
+        store.close()
+    return state, report, sinks(topology_id, factory)
+
+
+def sinks(topology_id: str, spec: str | None) -> dict[str, Any] | None:
+    """Per committer of the factory's topology: the txid its sink holds (or why that
+    cannot be told)."""
+    if not spec:
+        return None
+    factory = load_factory(spec)
+    if takes_spark(factory, spec):
+        raise ConfigurationError(
+            f"{spec} takes a SparkSession; `status` builds the topology without "
+            "Spark: give it a factory that takes no argument"
+        )
+    topology = build_topology(factory, spec)
+    held: dict[str, Any] = {}
+    for node in topology.committers:
+        shown: dict[str, Any] = {"committer": type(node.committer).__name__}
+        try:
+            shown["txid"] = node.committer.sink_marker(topology_id, node.name)
+        except NotImplementedError as exc:
+            shown["error"] = str(exc)
+        except TransactionalError as exc:
+            shown["error"] = f"{type(exc).__name__}: {exc}"
+        held[node.name] = shown
+    return held
+
+
+def watch(where: Where, topology_id: str, factory: str | None, interval: float) -> None:
+    """``status --watch``: the live table, refreshed every ``interval`` seconds until
+    interrupted."""
+    import time
+
+    from rich.live import Live
+
+    def render() -> Any:
+        return status_table(status_document(topology_id, *look(where, topology_id, factory)))
+
+    try:
+        with Live(render(), auto_refresh=False) as live:
+            while True:
+                time.sleep(max(0.1, interval))
+                live.update(render(), refresh=True)
+    except KeyboardInterrupt:
+        return

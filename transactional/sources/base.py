@@ -4,7 +4,7 @@ new txid, and the lazy frame whose reading runs in Spark tasks."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from transactional.errors import ConfigurationError, EmitError
 
@@ -22,6 +22,9 @@ class SourceBase:
 
     _context: SpoutContext | None = None
     batch_size: int
+    start: Any = "earliest"
+    #: Every ready-made source reads ``--start-from`` (``parse_start``).
+    accepts_start_from: ClassVar[bool] = True
 
     def __init__(self, batch_size: int) -> None:
         if batch_size < 1:
@@ -45,6 +48,12 @@ class SourceBase:
         """Of ``count`` bytes or messages, how many one task reads when they are spread
         over as many tasks as the session runs at once."""
         return -(-count // self.spark.sparkContext.defaultParallelism)
+
+    def start_from(self, parse: Callable[[str], Any]) -> None:
+        """At ``open``: take the run's start position (``--start-from``), if it was given
+        one, as ``start`` (``parse`` reads the text into what ``start=`` accepts)."""
+        if self._context is not None and self._context.start_from is not None:
+            self.start = parse(self._context.start_from)
 
     def next_batch_size(self) -> int:
         """The size of a new txid: the runner's adaptive size under ``--batch-size auto``,
@@ -70,3 +79,44 @@ def split_frame(
         return spark.createDataFrame([], output)
     splits = spark.sparkContext.parallelize(list(rows), min(len(rows), tasks or len(rows)))
     return spark.createDataFrame(splits, schema).mapInArrow(reader, output)
+
+
+def parse_start(
+    text: str,
+    who: str,
+    key: Callable[[str], Any] | None = None,
+    value: Callable[[str], Any] = int,
+    single: Callable[[str], Any] | None = None,
+) -> Any:
+    """``--start-from`` as a source's ``start=``: ``earliest``, ``latest``, an ISO 8601
+    time (``2026-11-24T10:00:00Z``: a ``datetime``), ``single`` applied to the text
+    (a Delta version), or ``KEY=VALUE[,KEY=VALUE]`` (partition or file or stream to
+    offset or entry id) read with ``key`` and ``value``."""
+    from datetime import datetime
+
+    text = text.strip()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        pass
+    if single is not None:
+        try:
+            return single(text)
+        except ValueError:
+            pass
+    if key is not None and "=" in text:
+        try:
+            return {
+                key(k.strip()): value(v.strip())
+                for k, v in (p.rsplit("=", 1) for p in text.split(","))
+            }
+        except ValueError:
+            pass
+    forms = "earliest, latest, an ISO 8601 time"
+    if single is not None:
+        forms += ", a version number"
+    if key is not None:
+        forms += ", or POSITION=OFFSET pairs separated by commas"
+    raise ConfigurationError(f"{who}: --start-from {text!r} is not a start position: give {forms}")

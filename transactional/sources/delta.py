@@ -42,7 +42,7 @@ from transactional.errors import (
     SourceDataLostError,
     SourceSchemaError,
 )
-from transactional.sources.base import SourceBase
+from transactional.sources.base import SourceBase, parse_start
 from transactional.spout import SpoutContext, TransactionalSpout
 from transactional.types import BatchMetadata, TransactionAttempt
 
@@ -142,6 +142,11 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
 
     def open(self, context: SpoutContext) -> None:
         super().open(context)
+        self.start_from(lambda text: parse_start(text, self.who, single=int))
+        if isinstance(self.start, int) and self.start < 0:
+            raise ConfigurationError(
+                f"{self.who}: start version must be 0 or more, not {self.start}"
+            )
         latest = self.latest()
         if latest < 0:
             raise ConfigurationError(

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from transactional.errors import ConfigurationError, EmitError
 from transactional.sources import lines, parquet, parse
-from transactional.sources.base import SourceBase, split_frame
+from transactional.sources.base import SourceBase, parse_start, split_frame
 from transactional.spout import PARTITION_COLUMN, SpoutContext
 from transactional.types import BatchMetadata
 
@@ -114,6 +114,7 @@ class FileInput(SourceBase):
 
     def open(self, context: SpoutContext) -> None:
         super().open(context)
+        self.start_from(lambda text: parse_start(text, self.who, key=str, value=int))
         names = self.names()
         if self.schema_given is not None:
             self.schema = parse.struct(self.schema_given, self.who, self.format != "parquet")

@@ -42,7 +42,7 @@ from pydantic import Field, model_validator
 
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.jars import resolved_jars
-from transactional.sources.base import SourceBase
+from transactional.sources.base import SourceBase, parse_start
 from transactional.sources.kafka_offsets import Isolation, KafkaOffsets, Snapshot
 from transactional.sources.text import text_records
 from transactional.spout import (
@@ -176,6 +176,7 @@ class _KafkaTopic(SourceBase):
 
     def open(self, context: SpoutContext) -> None:
         super().open(context)
+        self.start_from(lambda text: parse_start(text, type(self).__name__, key=int, value=int))
         _check_reader(self.spark, type(self).__name__)
         self.offsets.count(at_open=True)
 

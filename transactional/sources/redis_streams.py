@@ -42,7 +42,7 @@ from pydantic import Field
 
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.secrets import redact_url
-from transactional.sources.base import SourceBase, split_frame
+from transactional.sources.base import SourceBase, parse_start, split_frame
 from transactional.sources.stream_entries import (
     RECORD_SCHEMA,
     SPLIT_SCHEMA,
@@ -126,6 +126,25 @@ class _Streams(SourceBase):
             )
         if len(set(streams)) != len(streams):
             raise ConfigurationError(f"{who}: a stream is named twice in {list(streams)}")
+        self.streams = list(streams)
+        self.start = start
+        self._check_start()
+        self.url = url
+        self.value_field = value_field
+        self._client: redis.Redis | None = None
+        self._scripts: dict[str, Any] = {}
+        #: Each stream's last id and entries-added count at open (``start="latest"``).
+        self._latest: dict[str, tuple[str, int]] = {}
+        #: Per partition, entries the stream was given beyond the last range decided.
+        self._behind: dict[int, int] = {}
+        self._fresh = False
+
+    @property
+    def who(self) -> str:
+        return type(self).__name__
+
+    def _check_start(self) -> None:
+        who, start, streams = self.who, self.start, self.streams
         if isinstance(start, str) and start not in ("earliest", "latest"):
             raise ConfigurationError(
                 f"{who}: start must be 'earliest', 'latest', a mapping of stream to entry "
@@ -146,21 +165,6 @@ class _Streams(SourceBase):
                         f"{who}: start id {entry!r} of stream {stream!r} is not an entry id "
                         "(like '1700000000000-0')"
                     ) from None
-        self.url = url
-        self.streams = list(streams)
-        self.start = start
-        self.value_field = value_field
-        self._client: redis.Redis | None = None
-        self._scripts: dict[str, Any] = {}
-        #: Each stream's last id and entries-added count at open (``start="latest"``).
-        self._latest: dict[str, tuple[str, int]] = {}
-        #: Per partition, entries the stream was given beyond the last range decided.
-        self._behind: dict[int, int] = {}
-        self._fresh = False
-
-    @property
-    def who(self) -> str:
-        return type(self).__name__
 
     def identity(self) -> str:
         return f"{type(self).__module__}.{type(self).__qualname__}:{','.join(self.streams)}"
@@ -182,6 +186,9 @@ class _Streams(SourceBase):
     def open(self, context: SpoutContext) -> None:
         super().open(context)
         import redis
+
+        self.start_from(lambda text: parse_start(text, self.who, key=str, value=str))
+        self._check_start()
 
         try:
             version = str(self.client.info("server").get("redis_version", "0"))
