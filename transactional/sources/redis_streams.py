@@ -81,6 +81,26 @@ local n = #entries
 if n == 0 then return {0, false, false} end
 return {n, entries[1][1], entries[n][1]}
 """
+#: A new range and the stream's counts in one atomic step: what ``_NEXT`` returns,
+#: then ``entries-added``, ``length``, ``max-deleted-entry-id`` and the first entry's id
+#: (false: none) as ``XINFO STREAM`` says at that moment, so that no trim can fall
+#: between the counts a loss is judged by and the range they judge.
+_DECIDE = """
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local added, length, deleted, first = 0, 0, '0-0', false
+for i = 1, #info, 2 do
+  local k, v = info[i], info[i + 1]
+  if k == 'entries-added' then added = v
+  elseif k == 'length' then length = v
+  elseif k == 'max-deleted-entry-id' then deleted = v
+  elseif k == 'first-entry' and v then first = v[1] end
+end
+local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+local n = #entries
+local last = false
+if n > 0 then last = entries[n][1] end
+return {n, last, added, length, deleted, first}
+"""
 #: Entries counted per script call when counting a stream's tail.
 _COUNT_BLOCK = 100_000
 #: How many entries ``(ARGV[1], ARGV[2]]`` holds now.
@@ -179,6 +199,7 @@ class _Streams(SourceBase):
             )
             self._scripts = {
                 "next": self._client.register_script(_NEXT),
+                "decide": self._client.register_script(_DECIDE),
                 "count": self._client.register_script(_COUNT),
             }
         return self._client
@@ -284,13 +305,15 @@ class _Streams(SourceBase):
         were read."""
         stream = self.streams[partition]
         after, position = (last.last, last.position) if last else self.starting(partition)
-        info = self._info(stream)
-        added, length = int(info["entries-added"]), int(info["length"])
-        first = info.get("first-entry")
-        first_id = entry_id(first[0]) if first else None
-        deleted = entry_id(info.get("max-deleted-entry-id", "0-0"))
         wanted = self.next_batch_size()
-        count, _first, end = self._next(stream, after, wanted)
+        self.client  # noqa: B018 - registers the scripts
+        count, end_id, added, length, deleted_id, first = self._scripts["decide"](
+            keys=[stream], args=[after, wanted]
+        )
+        count, added, length = int(count), int(added), int(length)
+        end = entry_id(end_id) if end_id else None
+        first_id = entry_id(first) if first else None
+        deleted = entry_id(deleted_id)
         lost, note = 0, None
         if parse_id(deleted) > parse_id(after) and (
             count < wanted or end is None or parse_id(deleted) <= parse_id(end)
