@@ -1,5 +1,6 @@
 """Sinks behind the ``Committer`` interface: Redis and Delta Lake, each in a
-transactional and an opaque mode, with counters and an exactly-once dead-letter output."""
+transactional and an opaque mode, with aggregate states (counters, counts, minimums,
+maximums, last values) and an exactly-once dead-letter output."""
 
 from committers.counters import CounterTable
 from committers.delta import DeltaCommitter
@@ -7,13 +8,19 @@ from committers.delta_tables import delta_spark_conf
 from committers.keys import decode_key, encode_key
 from committers.redis import RedisCommitter, RedisSnapshot
 from committers.snapshot import DeltaSnapshot
+from committers.states import Count, Last, Max, Min, Sum
 
 __all__ = [
+    "Count",
     "CounterTable",
     "DeltaCommitter",
     "DeltaSnapshot",
+    "Last",
+    "Max",
+    "Min",
     "RedisCommitter",
     "RedisSnapshot",
+    "Sum",
     "decode_key",
     "delta_spark_conf",
     "encode_key",

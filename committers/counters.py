@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from committers.keys import key_text, key_types_of, supported, why_unsupported
@@ -19,7 +20,10 @@ from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, TransactionAttempt
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
+
+    from committers.states import StateReader
 
 #: A counter's value in Python: ``long`` -> int, ``double`` -> float, ``decimal`` -> Decimal.
 Number = int | float | Decimal
@@ -27,18 +31,41 @@ Number = int | float | Decimal
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 
 #: Column names the sinks use for their own bookkeeping; a key with one of these names
-#: would be overwritten by it.
-RESERVED_COLUMNS = frozenset({"count", "prev", "txid", "inc"})
+#: would be overwritten by it. (A table's value column is reserved too: ``column``.)
+RESERVED_COLUMNS = frozenset({"prev", "txid", "inc"})
+
+#: What a table keeps per key, after Trident's ``persistentAggregate`` aggregators:
+#: ``sum`` (the counters: increments added), ``count`` (rows, or non-null values, counted),
+#: ``min`` and ``max`` (the extreme value ever seen), ``last`` (the value of the latest
+#: txid; inside one batch, of the row with the greatest ``order_by``).
+AGGREGATES = ("sum", "count", "min", "max", "last")
+
+#: Spark types an ``order_by`` column may have: they compare as their values do.
+_ORDERABLE = re.compile(
+    r"^(tinyint|smallint|int|bigint|float|double|string|date|timestamp|timestamp_ntz"
+    r"|decimal\(\d+,\d+\))$"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class CounterTable:
-    """One counter output: the input rows are ``(keys..., value)`` increments, summed per
-    key into the sink (``name`` is the Redis hash / the Delta table directory).
+    """One aggregate state: the input rows are ``(keys..., value)``, aggregated per key
+    into the sink (``name`` is the Redis hash / the Delta table directory). ``aggregate``
+    says how (``AGGREGATES``; ``committers.states`` has a constructor for each): the
+    default ``"sum"`` is a counter, whose rows are increments.
 
     Increments, not totals, are what a batch carries, because only increments can be
     applied once per txid whatever the sink held before; the sink turns them into
-    current counts.
+    current counts. ``min``, ``max`` and ``last`` are applied the same way: the sink
+    keeps the smaller, the greater, or the newer of what it held and the batch's value.
+    Null values count as nothing: a key whose batch values are all null is not
+    touched.
+
+    ``count`` counts a key's rows (``value=None``) or the non-null values of ``value``;
+    its ``value_type`` is ``long``. ``last`` needs ``order_by``, the column saying which
+    of a batch's rows of a key is the latest (an offset, an event time): of two txids,
+    the later one's value wins; a batch whose greatest ``order_by`` of a key carries two
+    different values is refused, as its last value is not defined.
 
     ``value_type`` is the type the sink stores: ``"long"`` (default), ``"double"`` or
     ``"decimal(p,s)"`` (``committers.values``); a batch whose value column it cannot
@@ -50,9 +77,11 @@ class CounterTable:
 
     name: str
     keys: tuple[str, ...]
-    value: str = "count"
+    value: str | None = "count"
     value_type: str = "long"
     key_types: Mapping[str, str] = field(default_factory=dict, hash=False)
+    aggregate: str = "sum"
+    order_by: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.keys, list):
@@ -62,6 +91,7 @@ class CounterTable:
         except ValueError as exc:
             raise ConfigurationError(f"counter table {self.name!r}: {exc}") from exc
         object.__setattr__(self, "value_type", declared.name)
+        self._check_aggregate()
         if not _NAME.match(self.name):
             raise ConfigurationError(
                 f"counter table name {self.name!r} is not usable as a Redis key and a "
@@ -72,16 +102,19 @@ class CounterTable:
                 f"counter table {self.name!r}: keys must be a non-empty tuple of column "
                 f"names, got {self.keys!r}"
             )
-        if len(set(self.keys)) != len(self.keys) or self.value in self.keys:
+        used = [*self.keys, *self.inputs[len(self.keys) :]]
+        if len(set(used)) != len(used):
             raise ConfigurationError(
-                f"counter table {self.name!r}: key and value columns must be distinct, "
-                f"got keys={self.keys!r} value={self.value!r}"
+                f"counter table {self.name!r}: key, value and order_by columns must be "
+                f"distinct, got keys={self.keys!r} value={self.value!r}"
+                + (f" order_by={self.order_by!r}" if self.order_by else "")
             )
-        clash = RESERVED_COLUMNS.intersection(self.keys)
+        own = RESERVED_COLUMNS | {self.column}
+        clash = own.intersection(self.keys)
         if clash:
             raise ConfigurationError(
                 f"counter table {self.name!r}: key column(s) {sorted(clash)} clash with "
-                f"the sink's own columns {sorted(RESERVED_COLUMNS)}; rename them upstream"
+                f"the sink's own columns {sorted(own)}; rename them upstream"
             )
         unknown = sorted(set(self.key_types) - set(self.keys))
         if unknown:
@@ -96,10 +129,59 @@ class CounterTable:
         # A plain (copied) dict, not a read-only proxy: committers must stay picklable.
         object.__setattr__(self, "key_types", parsed)
 
+    def _check_aggregate(self) -> None:
+        where = f"counter table {self.name!r}"
+        if self.aggregate not in AGGREGATES:
+            raise ConfigurationError(
+                f"{where}: aggregate={self.aggregate!r} is not one of {list(AGGREGATES)}"
+            )
+        if self.value is None and self.aggregate != "count":
+            raise ConfigurationError(
+                f"{where}: aggregate {self.aggregate!r} needs a value column (value=None "
+                "only counts rows, for aggregate='count')"
+            )
+        if self.aggregate == "count" and ValueType.parse(self.value_type).kind != "long":
+            raise ConfigurationError(
+                f"{where}: a count is a 'long'; value_type={self.value_type!r} is not"
+            )
+        if (self.order_by is None) == (self.aggregate == "last"):
+            raise ConfigurationError(
+                f"{where}: aggregate 'last' needs order_by= (the column telling which of a "
+                "batch's rows of a key is the latest: an offset, an event time)"
+                if self.order_by is None
+                else f"{where}: order_by is for aggregate 'last' only, not {self.aggregate!r}"
+            )
+
     @property
     def declared(self) -> ValueType:
         """``value_type``, parsed."""
         return ValueType.parse(self.value_type)
+
+    @property
+    def column(self) -> str:
+        """The sink's value column (Delta): ``count`` for sums and counts, else the
+        aggregate's name (``min``, ``max``, ``last``)."""
+        return "count" if self.aggregate in ("sum", "count") else self.aggregate
+
+    @property
+    def combine(self) -> str:
+        """How two of its values make one (a stored value and a batch's, or the batches
+        of a commit group): counts are added, like sums."""
+        return "sum" if self.aggregate == "count" else self.aggregate
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The input columns it reads: the keys, the value (if any), ``order_by``."""
+        extra = [c for c in (self.value, self.order_by) if c is not None]
+        return (*self.keys, *extra)
+
+    @property
+    def stored_type(self) -> str:
+        """What a Redis namespace records for the hash: the value type, prefixed by the
+        aggregate unless it adds (sums and counts are both additions of LONGs)."""
+        if self.combine == "sum":
+            return self.value_type
+        return f"{self.aggregate}:{self.value_type}"
 
 
 class CounterCommitter(Committer):
@@ -189,25 +271,19 @@ class CounterCommitter(Committer):
             )
         for input_name, table in self.counters.items():
             schema = {f.name: f.dataType.simpleString() for f in inputs[input_name].schema}
-            missing = [c for c in (*table.keys, table.value) if c not in schema]
+            missing = [c for c in table.inputs if c not in schema]
             if missing:
                 raise ContractError(
                     f"{self.who()}: input {input_name!r} for counter table {table.name!r} "
                     f"lacks column(s) {missing}; it has {sorted(schema)}"
                 )
-            declared, given = table.declared, schema[table.value]
-            if not declared.accepts_sql(given):
-                fits = declared.suggestion(given)
-                fix = (
-                    f"Set CounterTable(..., value_type=...) to {fits} for a new table, or "
-                    "cast the column in the bolt to a type the table holds exactly"
-                    if fits
-                    else "Cast the column in the bolt to an integer, double or decimal type"
-                )
+            if table.value is not None:
+                self._check_value(input_name, table, schema[table.value])
+            if table.order_by is not None and not _ORDERABLE.match(schema[table.order_by]):
                 raise ContractError(
-                    f"{self.who()}: input {input_name!r} column {table.value!r} is {given}, "
-                    f"which counter table {table.name!r} (value_type={table.value_type!r}) "
-                    f"cannot store exactly; nothing was committed. {fix}"
+                    f"{self.who()}: input {input_name!r} order_by column {table.order_by!r} "
+                    f"is {schema[table.order_by]}, which does not order rows: use a number, "
+                    "a string, a date or a timestamp"
                 )
             for key in table.keys:
                 problem = self.key_problem(table, key, schema[key])
@@ -224,6 +300,25 @@ class CounterCommitter(Committer):
                     f"'raw' and 'reason'; it has {sorted(columns)}"
                 )
 
+    def _check_value(self, input_name: str, table: CounterTable, given: str) -> None:
+        if table.aggregate == "count":
+            return  # counted, whatever its type
+        declared = table.declared
+        if declared.accepts_sql(given):
+            return
+        fits = declared.suggestion(given)
+        fix = (
+            f"Set CounterTable(..., value_type=...) to {fits} for a new table, or "
+            "cast the column in the bolt to a type the table holds exactly"
+            if fits
+            else "Cast the column in the bolt to an integer, double or decimal type"
+        )
+        raise ContractError(
+            f"{self.who()}: input {input_name!r} column {table.value!r} is {given}, "
+            f"which counter table {table.name!r} (value_type={table.value_type!r}) "
+            f"cannot store exactly; nothing was committed. {fix}"
+        )
+
     def prepare(self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]) -> Any:
         """``collect_plan``'s frames collected (``transactional.engine.collect_arrow``), then
         ``prepare_collected``: what the runner does, for a caller that drives the
@@ -233,6 +328,24 @@ class CounterCommitter(Committer):
         plan = self.collect_plan(attempt, inputs)
         return self.prepare_collected(attempt, inputs, collect_arrow(plan))
 
+    def state_names(self) -> list[str]:
+        return [table.name for table in self.counters.values()]
+
+    def state(self, name: str) -> StateReader:
+        """The aggregate state ``name`` (a table's name), to read by key:
+        ``committer.state("tags").get(["#a", "#b"])``. Needs no ``open``."""
+        from committers.states import StateReader
+
+        for table in self.counters.values():
+            if table.name == name:
+                return StateReader(table, partial(self.lookup, table))
+        names = sorted(t.name for t in self.counters.values())
+        raise ConfigurationError(f"{type(self).__name__} keeps no table {name!r}; it keeps {names}")
+
+    def lookup(self, table: CounterTable, keys: list[tuple[Any, ...]]) -> list[Any]:
+        """The values ``table`` holds for ``keys`` (None: nothing), in their order."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read its states by key")
+
     def key_problem(self, table: CounterTable, column: str, sql: str) -> str | None:
         """Why a batch key column of Spark type ``sql`` cannot key ``table`` (None: it
         can). Default: the sink's supported key types."""
@@ -240,6 +353,22 @@ class CounterCommitter(Committer):
             return None
         return f"{self.sink} cannot key on it ({why_unsupported(sql)})"
 
+
+def unstorable(table: CounterTable) -> str:
+    """Why a key's batch value of a ``min``, ``max`` or ``last`` table is refused."""
+    reasons = []
+    if table.declared.kind == "double":
+        reasons.append("has a NaN or an infinite value (never stored)")
+    if table.aggregate == "last":
+        reasons.append(
+            f"has different values at its greatest {table.order_by!r} (its last value is "
+            "not defined: make order_by tell the rows apart)"
+        )
+    return ", or ".join(reasons)
+
+
+#: A row's number in ``combined_values``.
+_ROW = "__transactional_row"
 
 #: Working columns of the batch sums (``inc`` is reserved; no key is named like these).
 BAD_COLUMN, VALUES_COLUMN = "__transactional_bad", "__transactional_values"
@@ -256,7 +385,8 @@ def key_sums(frame: DataFrame, table: CounterTable) -> DataFrame:
 
     from committers.delta_sql import batch_sums
 
-    if table.declared.kind == "double":
+    if table.aggregate == "sum" and table.declared.kind == "double":
+        assert table.value is not None  # a sum has one
         value = F.col(table.value).cast("double")
         return frame.groupBy(*table.keys).agg(F.collect_list(value).alias(VALUES_COLUMN))
     own = {f.name: f.dataType.simpleString() for f in frame.schema}
@@ -271,6 +401,7 @@ def per_key_sums(
     per key, exactly, in the declared value type (``committers.values.exact_sum``); keys
     are the key columns' texts (None: null) and null values count as nothing. Also the
     keys whose sum cannot be stored, each with why (an empty list: all can)."""
+    assert table.value is not None  # only sums are summed here
     frame = frame.select(*table.keys, table.value)
     types = {f.name: f.dataType.simpleString() for f in frame.schema}
     arrow = frame.toArrow()
@@ -289,3 +420,20 @@ def per_key_sums(
         except ValueError as exc:
             refused.append(f"{dict(zip(table.keys, key, strict=True))} {exc}")
     return sums, refused
+
+
+def combined_values(data: pa.Table, keys: Sequence[str], column: str, how: str) -> pa.Table:
+    """``data``'s rows combined per key as ``min``, ``max`` or ``last`` (the key's last
+    row: ``data`` is in txid order): ``(keys..., column)``, one row per key."""
+    import pyarrow as pa
+
+    keys = list(keys)
+    if how in ("min", "max"):
+        grouped = data.group_by(keys, use_threads=False).aggregate([(column, how)])
+        return grouped.select(keys).append_column(column, grouped.column(f"{column}_{how}"))
+    # Arrow's hash "last" has no decimal kernel: the greatest row number per key instead.
+    numbered = data.select([*keys, column]).append_column(
+        _ROW, pa.array(range(data.num_rows), pa.int64())
+    )
+    grouped = numbered.group_by(keys, use_threads=False).aggregate([(_ROW, "max")])
+    return data.select([*keys, column]).take(grouped.column(f"{_ROW}_max"))

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import BAD_COLUMN, CounterCommitter, CounterTable
-from committers.delta_arrow import null_sums_as_zero
+from committers.delta_arrow import lookup
 from committers.delta_rs import ArrowWrites
 from committers.delta_spark import DEAD_LETTERS_TABLE, SCOPED_CONF, SparkWrites, concat
 from committers.delta_sql import batch_overflow_error, batch_sums
@@ -252,7 +252,7 @@ class DeltaCommitter(ArrowWrites, SparkWrites, CounterCommitter):
                 rows = bad.slice(0, 5).to_pylist()
                 who = self.who()
                 raise batch_overflow_error(who, attempt.txid, input_name, table, rows)
-            batch.counters[table.name] = null_sums_as_zero(sums.drop_columns([BAD_COLUMN]))
+            batch.counters[table.name] = sums.drop_columns([BAD_COLUMN])
         if self.dead_letters is not None:
             dead: pa.Table | DataFrame | None = collected.get(DEAD_LETTERS_TABLE)
             if dead is None or dead.num_rows > self.max_driver_rows:
@@ -360,6 +360,17 @@ class DeltaCommitter(ArrowWrites, SparkWrites, CounterCommitter):
         if isinstance(rows, DataFrame):
             return self._dead_letters_with_spark(span, rows)
         return self._dead_letters_with_arrow(span, rows)
+
+    def lookup(self, table: CounterTable, keys: list[tuple[Any, ...]]) -> list[Any]:
+        """The keys' rows of the table's latest version, read by delta-rs (no Spark)."""
+        try:
+            return lookup(self.location(table.name), table, keys)
+        except (TransactionalError, ValueError):
+            raise
+        except Exception as exc:
+            raise CommitError(
+                f"cannot read Delta table {self.location(table.name)}: {brief(exc)}"
+            ) from exc
 
     # -- reading the markers ---------------------------------------------------------
 

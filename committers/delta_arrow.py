@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import CounterTable
+from committers.counters import CounterTable, combined_values
 from committers.values import exact_sum, fsum
 from transactional.errors import CommitError, ConfigurationError
 from transactional.types import CommitMode
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 #: The source column of an opaque MERGE saying what to do with the row.
 _OP = "transactional_op"
 _UPSERT, _DELETE = "u", "d"
+#: The position of a looked-up key in the caller's list (``lookup``).
+_ORDINAL = "__transactional_ordinal"
 
 
 class Unstorable(ValueError):
@@ -61,16 +63,6 @@ def arrow_writable(dt: DeltaTable) -> bool:
     return protocol.min_reader_version == 1 and protocol.min_writer_version <= 4
 
 
-def null_sums_as_zero(sums: pa.Table) -> pa.Table:
-    """A null ``inc`` that was not refused is a key whose values were all null: 0."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    inc = sums.column("inc")
-    filled = pc.fill_null(inc, pa.scalar(_zero_of(inc.type), inc.type))
-    return sums.set_column(sums.schema.get_field_index("inc"), "inc", filled)
-
-
 def keys_match(keys: Sequence[str]) -> str:
     # Null-safe, as on the Spark path: a null key matches its own row.
     return " AND ".join(f"(t.{quoted(k)} IS NOT DISTINCT FROM s.{quoted(k)})" for k in keys)
@@ -89,6 +81,8 @@ def combined_sums(parts: Sequence[pa.Table], table: CounterTable) -> pa.Table:
     data = pa.concat_tables([p.select([*keys, "inc"]) for p in parts], promote_options="default")
     inc = data.column("inc")
     declared = table.declared
+    if table.combine != "sum":  # min, max, or the last part's (parts are in txid order)
+        return combined_values(data, keys, "inc", table.combine)
     if declared.kind == "double":
         grouped = data.group_by(keys, use_threads=False).aggregate([("inc", "list")])
         totals = [fsum(v) for v in grouped.column("inc_list").to_pylist()]
@@ -136,7 +130,7 @@ def _empty_sums(schema: pa.Schema, table: CounterTable) -> pa.Table:
     """No sums (every txid of a group came out empty), in the table's types."""
     import pyarrow as pa
 
-    fields = [schema.field(k) for k in table.keys] + [schema.field("count").with_name("inc")]
+    fields = [schema.field(k) for k in table.keys] + [schema.field(table.column).with_name("inc")]
     return pa.schema(fields).empty_table()
 
 
@@ -157,7 +151,8 @@ def merge_counts(
     schema = _arrow_schema(dt)
     keys = list(table.keys)
     sums = _empty_sums(schema, table) if sums is None else sums
-    source = _cast(sums.select([*keys, "inc"]), schema, {**{k: k for k in keys}, "inc": "count"})
+    value = table.column
+    source = _cast(sums.select([*keys, "inc"]), schema, {**{k: k for k in keys}, "inc": value})
     opaque = mode is CommitMode.OPAQUE
     first, txid = span
     target = _target(dt, schema, table, source, first if opaque else None)
@@ -175,7 +170,7 @@ def merge_counts(
         streamed_exec=False,  # an in-memory source: let delta-rs prune files by its keys
         commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
     )
-    values = ["count", "prev", "txid"] if opaque else ["count"]
+    values = [value, "prev", "txid"] if opaque else [value]
     updates = {quoted(c): f"s.{quoted(c)}" for c in values}
     inserts = {quoted(c): f"s.{quoted(c)}" for c in [*keys, *values]}
     if opaque:
@@ -225,6 +220,40 @@ def read_table(location: str, columns: Sequence[str]) -> pa.Table:
             "(deletion vectors or column mapping): read it with Spark"
         )
     return _files(dt, _arrow_schema(dt)).to_table(columns=columns)
+
+
+def lookup(location: str, table: CounterTable, keys: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """The values the latest version of ``table``'s Delta table at ``location`` holds
+    for ``keys`` (None: no row), in their order. Each key column's given values are
+    cast to the column's type (a text such as ``"2024-05-01"`` or ``"7"`` becomes the
+    date or the integer; a cast that cannot be made raises ``ValueError``)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(location)
+    if not arrow_writable(dt):
+        raise ConfigurationError(
+            f"Delta table {location} uses table features this reader does not apply "
+            "(deletion vectors or column mapping): read it with Spark"
+        )
+    schema = _arrow_schema(dt)
+    columns: dict[str, Any] = {}
+    for i, key in enumerate(table.keys):
+        given = [k[i] for k in keys]
+        target = schema.field(key).type
+        try:
+            columns[key] = pa.array(given).cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError) as exc:
+            raise ValueError(
+                f"key column {key!r} of {location} is {target}: {given!r} cannot be read "
+                f"as that ({exc})"
+            ) from None
+    columns[_ORDINAL] = pa.array(range(len(keys)), pa.int64())
+    wanted = pa.table(columns)
+    target = _target(dt, schema, table, wanted, None)
+    # A left join keeps every row of ``wanted`` (a key asked twice is two), not their order.
+    joined = _joined(wanted, target, table.keys).sort_by(_ORDINAL)
+    return joined.column(f"t_{table.column}").to_pylist()
 
 
 def _files(dt: DeltaTable, schema: pa.Schema) -> Any:
@@ -307,7 +336,7 @@ def _target(
     # The snapshot's files, filtered batch by batch as they are read (``_files``). The
     # committer's tables have neither deletion vectors nor column mapping
     # (``arrow_writable``), so their files hold exactly their rows.
-    columns = [*table.keys, "count"]
+    columns = [*table.keys, table.column]
     if own is not None:
         columns += ["prev", "txid"]
     dataset = _files(dt, schema)
@@ -336,11 +365,12 @@ def _joined(source: pa.Table, target: pa.Table, keys: Sequence[str]) -> pa.Table
 
 
 def _rows(table: CounterTable, source: pa.Table, target: pa.Table) -> pa.Table:
-    """Transactional: ``(keys..., count)`` with ``count = stored + inc``."""
+    """Transactional: ``(keys..., value)`` with the new value (``stored + inc`` for a
+    sum)."""
     joined = _joined(source, target, table.keys)
-    base = joined.column("t_count")
-    count = _added(table, joined, base)
-    return joined.select(list(table.keys)).append_column("count", count)
+    base = joined.column(f"t_{table.column}")
+    value = _added(table, joined, base)
+    return joined.select(list(table.keys)).append_column(table.column, value)
 
 
 def _opaque_rows(
@@ -362,10 +392,11 @@ def _opaque_rows(
             "the state store"
         )
     own = pc.fill_null(pc.greater_equal(held, first), False)
-    base = pc.if_else(own, joined.column("t_prev"), joined.column("t_count"))
-    count = _added(table, joined, base)
+    column = table.column
+    base = pc.if_else(own, joined.column("t_prev"), joined.column(f"t_{column}"))
+    value = _added(table, joined, base)
     n = joined.num_rows
-    upserts = joined.select(keys).append_column("count", count)
+    upserts = joined.select(keys).append_column(column, value)
     upserts = upserts.append_column("prev", base)
     upserts = upserts.append_column("txid", pa.array([txid] * n, pa.int64()))
     upserts = upserts.append_column(_OP, pa.array([_UPSERT] * n, pa.string()))
@@ -380,8 +411,8 @@ def _opaque_rows(
     created = pc.is_null(gone.column("prev"))
     m = gone.num_rows
     # A deleted row's count is never written: it keeps its own (non-null) value.
-    restored = pc.if_else(created, gone.column("count"), gone.column("prev"))
-    undo = gone.select(keys).append_column("count", restored)
+    restored = pc.if_else(created, gone.column(column), gone.column("prev"))
+    undo = gone.select(keys).append_column(column, restored)
     undo = undo.append_column("prev", pa.nulls(m, gone.schema.field("prev").type))
     undo = undo.append_column("txid", pa.array([0] * m, pa.int64()))
     undo = undo.append_column(_OP, pc.if_else(created, _DELETE, _UPSERT).cast(pa.string()))
@@ -389,11 +420,18 @@ def _opaque_rows(
 
 
 def _added(table: CounterTable, joined: pa.Table, base: pa.ChunkedArray) -> pa.ChunkedArray:
-    """``base + inc`` (a null base: 0) in the declared type, or ``Unstorable``."""
+    """The new value from the stored one (``base``; null: none) and the batch's ``inc``
+    by the table's aggregate: for a sum, ``base + inc`` (a null base: 0) in the declared
+    type, or ``Unstorable``; the smaller or greater of the two; the batch's."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     inc = joined.column("inc")
+    if table.combine == "last":
+        return inc
+    if table.combine in ("min", "max"):
+        extreme = pc.min_element_wise if table.combine == "min" else pc.max_element_wise
+        return extreme(base.cast(inc.type), inc, skip_nulls=True)
     declared = table.declared
     start = pc.fill_null(base, pa.scalar(_zero_of(inc.type), inc.type))
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import CounterTable
@@ -17,12 +18,12 @@ from committers.delta_sql import (
     OVERFLOW_MARK,
     batch_overflow_error,
     batch_sums,
-    checked_add,
     checked_sums,
     diagnosed,
     keys_match,
     merge_overflow_error,
     merge_overflows,
+    new_value,
 )
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
@@ -38,6 +39,9 @@ TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 DEAD_LETTERS_TABLE = "dead_letters"
+
+#: A commit group's part (its index) and value, when its parts are combined in Spark.
+_PART, _PART_VALUE = "__transactional_part", "__transactional_part_value"
 
 #: Spark sessions are cheap views of one SparkContext, each with its own SQL conf.
 #: The txn confs are session-wide and MERGE has no per-call option for them, so every
@@ -91,16 +95,26 @@ class SparkWrites:
         """A group's sums of a table one of whose txids was merged by delta-spark: every
         part as a frame, summed again in Spark (exactly, as ``batch_sums`` does)."""
         import pyarrow as pa
+        from pyspark.sql import functions as F
 
         spark = self._sessions[table.name]
         frames = [spark.createDataFrame(p) if isinstance(p, pa.Table) else p for p in parts]
-        union = frames[0]
-        for frame in frames[1:]:
-            union = union.unionByName(frame)
-        renamed = union.withColumnRenamed("inc", table.value)
+        # Each part's values, re-aggregated by how the table combines two values: counts
+        # added, and for ``last`` the later txid's (the part's index as the order).
+        spec = replace(
+            table,
+            value=_PART_VALUE,
+            aggregate=table.combine,
+            order_by=_PART if table.combine == "last" else None,
+        )
+        union = None
+        for i, frame in enumerate(frames):
+            frame = frame.withColumnRenamed("inc", _PART_VALUE).withColumn(_PART, F.lit(i))
+            union = frame if union is None else union.unionByName(frame)
+        assert union is not None
         key_types = {k: union.schema[k].dataType.simpleString() for k in table.keys}
-        sums, bad = batch_sums(renamed, table, key_types)
-        return checked_sums(sums, bad, table).localCheckpoint(eager=True)
+        sums, bad = batch_sums(union, spec, key_types)
+        return checked_sums(sums, bad, spec).localCheckpoint(eager=True)
 
     def _merge_with_spark(
         self, span: tuple[int, int], table: CounterTable, source: DataFrame, done: list[str]
@@ -119,28 +133,28 @@ class SparkWrites:
             .merge(source.alias("s"), keys_match(table.keys))
         )
         null = f"CAST(NULL AS {table.declared.sql})"
+        value = table.column
+        stored = f"t.`{value}`"
         if self.mode is CommitMode.TRANSACTIONAL:
-            merge = merge.whenMatchedUpdate(set={"count": checked_add("t.`count`", table)})
-            merge = merge.whenNotMatchedInsert(values={**keys, "count": "s.inc"})
+            merge = merge.whenMatchedUpdate(set={value: new_value(stored, table)})
+            merge = merge.whenNotMatchedInsert(values={**keys, value: "s.inc"})
         else:
             t, f = str(txid), str(first)
-            zero = f"CAST(0 AS {table.declared.sql})"
             merge = (
                 # Rows these txids wrote before: rebuild from prev (null: they created it).
                 merge.whenMatchedUpdate(
-                    condition=f"t.txid >= {f}",
-                    set={"count": checked_add(f"coalesce(t.prev, {zero})", table)},
+                    condition=f"t.txid >= {f}", set={value: new_value("t.prev", table)}
                 )
                 .whenMatchedUpdate(
                     condition=f"t.txid < {f}",
-                    set={"prev": "t.`count`", "count": checked_add("t.`count`", table), "txid": t},
+                    set={"prev": stored, value: new_value(stored, table), "txid": t},
                 )
-                .whenNotMatchedInsert(values={**keys, "count": "s.inc", "prev": null, "txid": t})
+                .whenNotMatchedInsert(values={**keys, value: "s.inc", "prev": null, "txid": t})
                 # Rows an earlier attempt wrote that this attempt no longer has.
                 .whenNotMatchedBySourceDelete(condition=f"t.txid >= {f} AND t.prev IS NULL")
                 .whenNotMatchedBySourceUpdate(
                     condition=f"t.txid >= {f}",
-                    set={"count": "t.prev", "prev": null, "txid": "0"},
+                    set={value: "t.prev", "prev": null, "txid": "0"},
                 )
             )
         # This session is this table's alone (see SCOPED_CONF), used by the commit

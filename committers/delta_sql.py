@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import COUNT_COLUMN, CounterTable
+from committers.counters import COUNT_COLUMN, CounterTable, unstorable
 from committers.values import ValueType
 from transactional.columns import prebuilt
 from transactional.errors import ContractError
@@ -62,6 +62,18 @@ def checked_add(base: str, table: CounterTable) -> str:
     return f"CASE WHEN {not_storable(value, declared)} THEN {fail} ELSE {value} END"
 
 
+def new_value(base: str, table: CounterTable) -> str:
+    """SQL for a MERGE's new value from what the row held (``base``, may be null: the
+    row is new to these txids) and the batch's ``s.inc``, by the table's aggregate;
+    a sum that cannot be stored fails the MERGE (``checked_add``)."""
+    if table.combine == "sum":
+        return checked_add(f"coalesce({base}, {zero(table.declared)})", table)
+    if table.combine == "last":
+        return "s.inc"
+    # least/greatest skip a null: a new row takes the batch's value.
+    return f"{'least' if table.combine == 'min' else 'greatest'}({base}, s.inc)"
+
+
 def zero(declared: ValueType) -> str:
     return f"CAST(0 AS {declared.sql})"
 
@@ -71,25 +83,79 @@ class _SumColumns:
     rows: list[Column]
     aggregates: list[Column]
     bad: Column
+    #: ``inc`` from the aggregates, when it is not one of them (``last``).
+    inc: Column | None = None
+
+
+#: The working column of a ``last``'s order, and of its value negated (``_last``).
+_ORDER, _NEGATED = "__transactional_order", "__transactional_negated"
+#: A key's count of NaN and infinite double values (``min``, ``max``, ``last``).
+_ODD = "__transactional_odd"
+#: A ``last``'s greatest ``(order, value)`` and ``(order, -value)``.
+_HIGH, _LOW = "__transactional_high", "__transactional_low"
 
 
 def _sum_columns(table: CounterTable, key_types: dict[str, str]) -> _SumColumns:
     from pyspark.sql import functions as F
 
     declared = table.declared
-    total = (
-        F.sum(_VALUE)
-        if declared.kind == "double"
-        else F.expr(f"try_cast(try_sum(`{_VALUE}`) AS {declared.sql})")
+    keys = [F.col(k).cast(key_types[k]).alias(k) for k in table.keys]
+    if table.aggregate == "count":
+        counted = F.lit(1) if table.value is None else F.col(table.value)
+        counted = F.when(counted.isNotNull(), F.lit(1).cast("bigint"))
+        return _SumColumns(
+            rows=[*keys, counted.alias(_VALUE)],
+            aggregates=[F.count(_VALUE).alias("inc"), F.count(_VALUE).alias(_COUNT)],
+            bad=F.lit(False),
+        )
+    assert table.value is not None
+    rows = [*keys, F.col(table.value).cast(declared.sql).alias(_VALUE)]
+    counted = F.count(_VALUE).alias(_COUNT)
+    if table.aggregate == "sum":
+        total = (
+            F.sum(_VALUE)
+            if declared.kind == "double"
+            else F.expr(f"try_cast(try_sum(`{_VALUE}`) AS {declared.sql})")
+        )
+        bad = F.coalesce(F.expr(not_storable("inc", declared)), F.lit(False)) & (F.col(_COUNT) > 0)
+        return _SumColumns(rows, [total.alias("inc"), counted], bad)
+    aggregates = [counted]
+    bad = F.lit(False)
+    if declared.kind == "double":  # a NaN or an infinity is never stored, nor passed over
+        odd = F.when(F.expr(not_storable(_VALUE, declared)), 1).otherwise(0)
+        aggregates.append(F.sum(odd).alias(_ODD))
+        bad = F.coalesce(F.col(_ODD), F.lit(0)) > 0
+    if table.aggregate in ("min", "max"):
+        extreme = F.min(_VALUE) if table.aggregate == "min" else F.max(_VALUE)
+        return _SumColumns(rows, [extreme.alias("inc"), *aggregates], bad)
+    return _last(table, rows, aggregates, bad)
+
+
+def _last(
+    table: CounterTable, rows: list[Column], aggregates: list[Column], bad: Column
+) -> _SumColumns:
+    """``last``: the value of the row with the greatest ``order_by`` (nulls: lowest), of
+    the rows with a value. Two plain aggregates find it and check it is the only one:
+    the greatest ``(order, value)`` and the greatest ``(order, -value)``; the rows at the
+    greatest order agree when the two values are equal (``-value`` in a type wide
+    enough for it)."""
+    from pyspark.sql import functions as F
+
+    declared = table.declared
+    assert table.order_by is not None
+    wide = "decimal(20,0)" if declared.kind == "long" else declared.sql
+    value = F.col(_VALUE)
+    negated = F.negative(value.cast(wide))
+    rows = [*rows, F.col(table.order_by).alias(_ORDER), negated.alias(_NEGATED)]
+    with_value = F.col(_VALUE).isNotNull()
+    order = F.col(_ORDER).alias("o")
+    high = F.max(F.when(with_value, F.struct(order, value.alias("v"))))
+    low = F.max(F.when(with_value, F.struct(order, F.col(_NEGATED).alias("v"))))
+    aggregates = [high.alias(_HIGH), low.alias(_LOW), *aggregates]
+    ambiguous = F.coalesce(
+        F.col(f"{_HIGH}.v").cast(wide) != F.negative(F.col(f"{_LOW}.v")), F.lit(False)
     )
-    return _SumColumns(
-        rows=[
-            *[F.col(k).cast(key_types[k]).alias(k) for k in table.keys],
-            F.col(table.value).cast(declared.sql).alias(_VALUE),
-        ],
-        aggregates=[total.alias("inc"), F.count(_VALUE).alias(_COUNT)],
-        bad=F.coalesce(F.expr(not_storable("inc", declared)), F.lit(False)) & (F.col(_COUNT) > 0),
-    )
+    return _SumColumns(rows, aggregates, bad | ambiguous, F.col(f"{_HIGH}.v"))
 
 
 def batch_sums(
@@ -106,10 +172,16 @@ def batch_sums(
         tuple(table.keys),
         table.value,
         table.value_type,
+        table.aggregate,
+        table.order_by,
         tuple(sorted(key_types.items())),
     )
     c = prebuilt(frame, key, lambda: _sum_columns(table, key_types))
     sums = frame.select(*c.rows).groupBy(*table.keys).agg(*c.aggregates)
+    if c.inc is not None:
+        sums = sums.withColumn("inc", c.inc)
+    # A key with no (non-null) value gets nothing: no row, whatever the aggregate.
+    sums = sums.where(sums[_COUNT] > 0)
     return sums, c.bad
 
 
@@ -142,11 +214,11 @@ def merge_overflows(
     from pyspark.sql import functions as F
 
     declared = table.declared
-    base = "t.`count`"
+    base = f"t.`{table.column}`"
     if opaque_txid is not None:
         base = (
             f"CASE WHEN t.txid = {opaque_txid} THEN coalesce(t.prev, {zero(declared)}) "
-            "ELSE t.`count` END"
+            f"ELSE {base} END"
         )
     target = spark.read.format("delta").load(location)
     joined = target.alias("t").join(source.alias("s"), F.expr(keys_match(table.keys)))
@@ -164,12 +236,16 @@ def merge_overflows(
 def batch_overflow_error(
     who: str, txid: int | str, input_name: str, table: CounterTable, rows: list[Any]
 ) -> ContractError:
-    """The error of a batch whose sum for some key cannot be stored (``prepare``)."""
-    keys = "; ".join(
-        f"{ {k: r[k] for k in table.keys} } sums to "
-        f"{'beyond the type' if r['inc'] is None else r['inc']}"
-        for r in rows
-    )
+    """The error of a batch whose value for some key cannot be stored (``prepare``): a
+    sum beyond the type, a NaN or infinite double, an undefined last value."""
+    if table.combine == "sum":
+        keys = "; ".join(
+            f"{ {k: r[k] for k in table.keys} } sums to "
+            f"{'beyond the type' if r['inc'] is None else r['inc']}"
+            for r in rows
+        )
+    else:
+        keys = "; ".join(f"{ {k: r[k] for k in table.keys} } {unstorable(table)}" for r in rows)
     return ContractError(
         f"{who}: txid {txid}, input {input_name!r}: counter table {table.name!r} "
         f"(value_type={table.value_type!r}) cannot store the batch: key {keys}. Nothing "

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +50,15 @@ def brief(exc: BaseException) -> str:
     return lines[0][:400]
 
 
-def ensure_table(spark: Any, location: str, columns: list[tuple[str, str, bool]]) -> dict[str, str]:
+def ensure_table(
+    spark: Any,
+    location: str,
+    columns: list[tuple[str, str, bool]],
+    explain: Callable[[str, dict[str, str]], str | None] | None = None,
+) -> dict[str, str]:
     """Create the table at ``location`` if missing; its columns' Spark types by name.
+    An existing table without one of ``columns`` is refused, with why from ``explain``
+    (given the location and the table's columns; None: a general message).
 
     A local table of plain types is created and read with delta-rs, in milliseconds;
     delta-spark took 1.5 s per table warm and 8 s for the demo's four on a cold session
@@ -68,6 +77,9 @@ def ensure_table(spark: Any, location: str, columns: list[tuple[str, str, bool]]
         ) from exc
     missing = [name for name, _, _ in columns if name not in schema]
     if missing:
+        why = None if explain is None else explain(location, schema)
+        if why is not None:
+            raise ConfigurationError(why)
         raise ConfigurationError(
             f"Delta table {location} lacks column(s) {missing} (it has {sorted(schema)}): "
             "it was created for another configuration or mode; use a new path"
@@ -159,10 +171,10 @@ def open_counter_table(
     fits (its mode's columns, the declared types); its key columns' types by name."""
     sql = table.declared.sql
     columns = [(k, table.key_types.get(k, "string"), True) for k in table.keys]
-    columns.append(("count", sql, False))
+    columns.append((table.column, sql, False))
     if opaque:
         columns += [("prev", sql, True), ("txid", "LONG", False)]
-    schema = ensure_table(spark, location, columns)
+    schema = ensure_table(spark, location, columns, explain=partial(_other_aggregate, who, table))
     if not opaque and "txid" in schema:
         raise ConfigurationError(
             f"Delta table {location} has opaque-mode columns but {who} is in "
@@ -172,12 +184,27 @@ def open_counter_table(
     return {k: schema[k] for k in table.keys}
 
 
+def _other_aggregate(
+    who: str, table: CounterTable, location: str, schema: dict[str, str]
+) -> str | None:
+    """Why a table holding another aggregate's column cannot keep ``table``."""
+    held = [c for c in ("count", "min", "max", "last") if c in schema and c != table.column]
+    if table.column in schema or not held:
+        return None
+    kept = "sums or counts" if held[0] == "count" else f"the {held[0]}"
+    return (
+        f"Delta table {location} keeps {kept} (column {held[0]!r}), but {who} declares "
+        f"table {table.name!r} as aggregate {table.aggregate!r}: use a new table (values "
+        "are never converted in place)"
+    )
+
+
 def check_table_types(
     who: str, location: str, table: CounterTable, schema: dict[str, str], opaque: bool
 ) -> None:
     """An existing table keeps its types: values are never converted in place, and a
     key type the MERGE cannot match exactly would merge or split keys."""
-    for column in ("count", "prev") if opaque else ("count",):
+    for column in (table.column, "prev") if opaque else (table.column,):
         if schema[column] != table.declared.sql:
             raise ConfigurationError(
                 f"Delta table {location} stores {column!r} as {schema[column]}, but "

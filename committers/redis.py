@@ -15,6 +15,8 @@ from committers.keys import decode_key, encode_key
 from committers.redis_batch import ABSENT, RedisBatch, combined, script_payload
 from committers.redis_fields import collected_fields
 from committers.redis_read import RedisSnapshot, read_hashes, read_snapshot
+from committers.states import key_texts
+from committers.values import parse_text
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, ContractError, FencedError
 from transactional.secrets import redact_url
@@ -40,6 +42,15 @@ _STAGE_TTL = 24 * 3600
 
 #: The commit script: see its header for what it checks and writes.
 COMMIT_SCRIPT = files("committers").joinpath("redis_commit.lua").read_text(encoding="utf-8")
+
+
+def held_text(stored_type: str) -> str:
+    """``"max:long"`` as ``"the max of long values"``; ``"long"`` as ``"sums of long
+    values"`` (a namespace's record of what a hash holds, ``CounterTable.stored_type``)."""
+    aggregate, _, value_type = stored_type.rpartition(":")
+    if not aggregate:
+        return f"sums of {value_type} values (value_type={value_type!r})"
+    return f"the {aggregate} of {value_type} values (aggregate={aggregate!r})"
 
 
 class RedisCommitter(CounterCommitter):
@@ -140,13 +151,13 @@ class RedisCommitter(CounterCommitter):
         for table in self.counters.values():
             # Namespaces committed before value types were recorded held integers only.
             held = held_types.get(table.name, "long" if committed else None)
-            if held is not None and held != table.value_type:
+            if held is not None and held != table.stored_type:
                 client.close()
                 raise ConfigurationError(
-                    f"Redis hash {table.name!r} holds {held} values (namespace "
-                    f"{self.namespace!r}), but {self.who()} declares value_type="
-                    f"{table.value_type!r}: declare {held!r}, or use a new hash name and "
-                    "namespace for the new type"
+                    f"Redis hash {table.name!r} holds {held_text(held)} (namespace "
+                    f"{self.namespace!r}), but {self.who()} declares "
+                    f"{held_text(table.stored_type)}: declare what it holds, or use a new "
+                    "hash name and namespace (values are never converted in place)"
                 )
         self._client = client
         self._script = client.register_script(COMMIT_SCRIPT)
@@ -299,10 +310,11 @@ class RedisCommitter(CounterCommitter):
             raise ContractError(self._refused_values(txid, json.loads(detail)))
         if status == "valuetype":
             name, held = json.loads(detail)
+            declared = held_text(self._tables[name].stored_type)
             raise ConfigurationError(
-                f"{self.who()}: Redis hash {name!r} holds {held} values, but its counter "
-                f"table declares value_type={self._tables[name].value_type!r}; nothing was "
-                f"written for txid {txid}. Declare {held!r}, or use a new hash name"
+                f"{self.who()}: Redis hash {name!r} holds {held_text(held)}, but its table "
+                f"declares {declared}; nothing was written for txid {txid}. Declare what "
+                "it holds, or use a new hash name"
             )
         raise CommitError(self._refusal(txid, status, detail))
 
@@ -399,6 +411,21 @@ class RedisCommitter(CounterCommitter):
             raise ConfigurationError(f"no counter table {table!r}; have {sorted(self._tables)}")
         with self._reader() as client:
             return read_hashes(client, [self._tables[table]])[table]
+
+    def lookup(self, table: CounterTable, keys: list[tuple[Any, ...]]) -> list[Number | None]:
+        """One HMGET of the keys' fields (``committers.states.key_texts``)."""
+        import redis
+
+        fields = [encode_key(key_texts(key)) for key in keys]
+        try:
+            with self._reader() as client:
+                held: list[str | None] = client.hmget(table.name, fields)  # type: ignore[assignment]
+        except redis.RedisError as exc:
+            raise CommitError(
+                f"cannot read Redis hash {table.name!r} at {redact_url(self.url)}: {exc}"
+            ) from exc
+        declared = table.declared
+        return [None if v is None else parse_text(v, declared) for v in held]
 
     def read_all(self) -> RedisSnapshot:
         """Every counter table, the dead letters and the committed txid, in one

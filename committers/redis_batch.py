@@ -77,7 +77,8 @@ def script_payload(
             {
                 "k": 8 + i,
                 "kind": declared.kind,
-                "type": declared.name,
+                "agg": tables[name].combine,
+                "type": tables[name].stored_type,
                 "p": declared.precision,
                 "s": declared.scale,
                 "f": fields,

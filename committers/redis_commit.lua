@@ -151,7 +151,40 @@ end
 
 -- The new value of a field (nil and a reason if it cannot be stored). ``base`` is the
 -- stored text or nil (absent: zero).
+-- -1, 0 or 1 as a is below, equal to or above b, two values of the hash's type (nil:
+-- a is not one; b, from the committer, always is).
+local function compare(c, a, b)
+  local sa, ma, sb, mb
+  if c.kind == 'double' then
+    local x, y = tonumber(a), tonumber(b)
+    if not finite(x) then return nil end
+    if x == y then return 0 end
+    return (x < y) and -1 or 1
+  elseif c.kind == 'long' then
+    if a ~= '0' and not match(a, '^%-?[1-9]%d*$') then return nil end
+    sa, ma = dec_parse(a, 0)
+    sb, mb = dec_parse(b, 0)
+  else
+    sa, ma = dec_parse(a, c.s)
+    if not sa then return nil end
+    sb, mb = dec_parse(b, c.s)
+  end
+  if sa ~= sb then return (sa < sb) and -1 or 1 end
+  return sa * mag_cmp(ma, mb)
+end
+
+-- The new value of a field from what it holds (``base``, nil: nothing) and the batch's
+-- value ``inc``, by the hash's aggregate (``c.agg``): the smaller, the greater, the
+-- batch's, or (``sum``) the exact sum. nil and why when it cannot be stored.
 local function add(c, base, inc)
+  if c.agg == 'last' then return inc end
+  if c.agg == 'min' or c.agg == 'max' then
+    if not base then return inc end
+    local order = compare(c, base, inc)
+    if order == nil then return nil, 'stored' end
+    if (c.agg == 'min') == (order <= 0) then return base end
+    return inc
+  end
   if c.kind == 'long' then
     -- The text HINCRBY parses: no sign on zero, no leading zeros, 64 bits.
     if base and base ~= '0' and not match(base, '^%-?[1-9]%d*$') then

@@ -21,7 +21,9 @@ from committers.counters import (
     VALUES_COLUMN,
     CounterTable,
     Number,
+    combined_values,
     per_key_sums,
+    unstorable,
 )
 from committers.keys import ESCAPE, NULL_FIELD, SEPARATOR, decode_key, encode_key
 from committers.values import ValueType, exact_sum, fsum
@@ -68,8 +70,14 @@ def collected_fields(
     import pyarrow.compute as pc
 
     declared = table.declared
-    if declared.kind == "double":
+    if table.aggregate == "sum" and declared.kind == "double":
         return _double_fields(sums, table)
+    if table.combine != "sum":
+        bad = sums.filter(sums.column(BAD_COLUMN))
+        if bad.num_rows:
+            keys = bad.select(list(table.keys)).slice(0, 5).to_pylist()
+            return _table([], []), [f"{key} {unstorable(table)}" for key in keys]
+        return _table(encode_fields(sums, table.keys), sums.column("inc")), []
     if pc.any(sums.column(BAD_COLUMN)).as_py():
         found, refused = per_key_sums(frame, table)
         return fields_table({encode_key(k): v for k, v in found.items()}, declared), refused
@@ -147,7 +155,9 @@ def texts(sums: pa.Table, declared: ValueType) -> tuple[list[str], list[str]]:
 
 
 def added(table: CounterTable, parts: Sequence[pa.Table], who: str, last: int) -> pa.Table:
-    """The sums of a commit group's txids for ``table``'s hash, added per field exactly:
+    """The values of a commit group's txids for ``table``'s hash, combined per field:
+    the smaller, the greater or the last txid's value (``min``, ``max``, ``last``); sums
+    and counts added exactly:
     LONG in decimal128(38,0) and decimals in decimal256 (kept wide: the script checks
     the stored result), doubles with ``math.fsum`` (a total beyond the largest double is
     a ``ContractError``)."""
@@ -156,6 +166,9 @@ def added(table: CounterTable, parts: Sequence[pa.Table], who: str, last: int) -
     if len(parts) == 1:
         return parts[0]
     declared = table.declared
+    if table.combine != "sum":  # min, max, or the last part's (parts are in txid order)
+        data = pa.concat_tables(parts, promote_options="default")
+        return combined_values(data, [FIELD], INC, table.combine)
     if declared.kind == "double":
         data = pa.concat_tables(parts)
         grouped = data.group_by(FIELD, use_threads=False).aggregate([(INC, "list")])

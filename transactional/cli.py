@@ -2,6 +2,7 @@
 
     transactional run MODULE:FACTORY --topology-id ID [options]
     transactional status --topology-id ID [--state-dir DIR | --zookeeper HOSTS]
+    transactional query MODULE:FACTORY STATE KEY... [--committer NAME] [--json]
     transactional list [--state-dir DIR | --zookeeper HOSTS]
 
 Exit codes: 0 done; 1 a batch failed ``--max-attempts`` times (or leadership was lost
@@ -39,6 +40,7 @@ from transactional.factories import build_topology, load_factory, takes_spark
 from transactional.faults import FaultPoint, KillAt
 from transactional.interrupt import INTERRUPTED, stop_on_signals
 from transactional.progress import ProgressListener
+from transactional.query_view import query, query_document, query_lines
 from transactional.session import merged
 from transactional.settings import FLAGS, RunSettings, environment, load_settings, parse_conf
 from transactional.status_view import look, status_document, status_lines, watch
@@ -200,6 +202,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=2.0, metavar="S", help="--watch: seconds between looks"
     )
     _add_store_flags(status)
+    query = commands.add_parser(
+        "query",
+        help="print the values an aggregate state holds for some keys, read from its sink",
+    )
+    query.add_argument(
+        "factory", metavar="MODULE:FUNCTION", help="the topology's factory (taking no argument)"
+    )
+    query.add_argument("state", metavar="STATE", help="the state's name (its table's name)")
+    query.add_argument(
+        "keys",
+        nargs="+",
+        metavar="KEY",
+        help="a key; several key columns joined by ':' (escape ':' and '\\' with '\\'), "
+        "'\\N' for a null",
+    )
+    query.add_argument(
+        "--committer",
+        metavar="NAME",
+        help="the committer keeping the state, when several keep one of that name",
+    )
+    query.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
     listing = commands.add_parser("list", help="print the topology ids a state store holds")
     _add_store_flags(listing)
     return parser
@@ -213,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args)
         if args.command == "status":
             return _status(args)
+        if args.command == "query":
+            return _query(args)
         return _list(args)
     except KeyboardInterrupt:  # before the run's own handlers are in place
         print("interrupted before the run started; nothing was committed", file=sys.stderr)
@@ -249,6 +274,17 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(status_document(topology_id, state, report, sinks), sort_keys=True))
         return DONE
     for line in status_lines(topology_id, state, report, sinks):
+        print(line)
+    return DONE
+
+
+def _query(args: argparse.Namespace) -> int:
+    """Read-only, like ``status``."""
+    table, keys, values = query(args.factory, args.state, args.keys, args.committer)
+    if args.json:
+        print(json.dumps(query_document(table, keys, values), sort_keys=True))
+        return DONE
+    for line in query_lines(table, keys, values):
         print(line)
     return DONE
 

@@ -158,3 +158,16 @@ class Committer(ABC):
         None: the sink holds none. Raises ``NotImplementedError`` (the default) when the
         committer cannot tell, and ``CommitError`` when the sink cannot be read."""
         raise NotImplementedError(f"{type(self).__name__} does not say what its sink holds")
+
+    def state_names(self) -> list[str]:
+        """The names of the aggregate states this committer keeps and can read back by
+        key (``state``): what ``transactional query`` looks among. Default: none."""
+        return []
+
+    def state(self, name: str) -> Any:
+        """A reader of the state ``name`` (``committers.states.StateReader``: ``get(keys)``
+        gives the values it holds, in order, None for none), usable without ``open``.
+        Raises ``ConfigurationError`` for a name it does not keep."""
+        from transactional.errors import ConfigurationError
+
+        raise ConfigurationError(f"{type(self).__name__} keeps no state {name!r}")

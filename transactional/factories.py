@@ -12,7 +12,7 @@ from typing import Any
 from transactional.errors import ConfigurationError
 from transactional.topology import Topology
 
-__all__ = ["build_topology", "load_factory", "takes_spark"]
+__all__ = ["build_topology", "load_factory", "takes_spark", "topology_without_spark"]
 
 
 def load_factory(spec: str) -> Any:
@@ -86,3 +86,15 @@ def build_topology(factory: Any, spec: str, *args: Any) -> Topology:
             "return TopologyBuilder()...build()"
         )
     return topology
+
+
+def topology_without_spark(spec: str, command: str) -> Topology:
+    """The factory's topology, for a read-only ``command`` that runs no Spark: the
+    factory must take no argument."""
+    factory = load_factory(spec)
+    if takes_spark(factory, spec):
+        raise ConfigurationError(
+            f"{spec} takes a SparkSession; `{command}` builds the topology without Spark: "
+            "give it a factory that takes no argument"
+        )
+    return build_topology(factory, spec)

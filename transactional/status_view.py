@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from transactional.errors import ConfigurationError, TransactionalError
-from transactional.factories import build_topology, load_factory, takes_spark
+from transactional.errors import TransactionalError
+from transactional.factories import topology_without_spark
 from transactional.store import JsonValue, StoredState, open_store
 
 #: Where the state store is: ZooKeeper hosts (None: SQLite) and the SQLite directory.
@@ -153,13 +153,7 @@ def sinks(topology_id: str, spec: str | None) -> dict[str, Any] | None:
     cannot be told)."""
     if not spec:
         return None
-    factory = load_factory(spec)
-    if takes_spark(factory, spec):
-        raise ConfigurationError(
-            f"{spec} takes a SparkSession; `status` builds the topology without "
-            "Spark: give it a factory that takes no argument"
-        )
-    topology = build_topology(factory, spec)
+    topology = topology_without_spark(spec, "status")
     held: dict[str, Any] = {}
     for node in topology.committers:
         shown: dict[str, Any] = {"committer": type(node.committer).__name__}

@@ -4,7 +4,8 @@ files, one file per partition; or three Redis streams of entries with the fields
 ``account`` and ``amount``), a bolt that sums amounts per account
 and sends records that do not fit to the dead letters, and the ready-made committers
 storing the sums with the amount's own type: DOUBLE in Redis and Delta, DECIMAL(38,3)
-in Delta.
+in Delta; and aggregate states of the records: per account their number, the largest
+(Redis) and smallest (Delta) amount, and the last txid's greatest amount (both).
 
 Settings come from the environment (the factory takes none): ``AMOUNTS_INPUT`` (the
 directory of files), ``AMOUNTS_FORMAT`` (``csv``, the default, ``parquet`` or ``stream``: the streams
@@ -22,7 +23,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from committers import CounterTable, DeltaCommitter, RedisCommitter
+from committers import Count, CounterTable, DeltaCommitter, Last, Max, Min, RedisCommitter
 from transactional import Bolt, TopologyBuilder
 from transactional.sources.files import FilesPartitionedSpout
 from transactional.sources.redis_streams import RedisStreamsPartitionedSpout
@@ -38,7 +39,7 @@ class SumAmounts(Bolt):
     a record the source flagged (a CSV line that does not fit the schema) goes to the
     dead letters with its text and the reason."""
 
-    outputs = ("default", "dead_letters")
+    outputs = ("default", "records", "dead_letters")
 
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Mapping[str, DataFrame]:
         if "fields" in batch.columns:  # Redis Streams: the entry's fields as text
@@ -64,14 +65,24 @@ class SumAmounts(Bolt):
                 F.sum(F.col("amount").cast("double")).alias("total"),
                 F.sum("amount").alias("exact"),
             ),
+            "records": batch.where(ok).select("account", "amount", F.col("amount").alias("size")),
             "dead_letters": batch.where(~ok).select("raw", F.col("error").alias("reason")),
         }
 
 
 def build() -> Topology:
+    amount = "decimal(18,3)"
+    # The last txid's greatest amount: ordered by the amount's size, as the records
+    # carry no position of their own.
+    latest = Last("latest", "account", "amount", order_by="size", value_type=amount)
     redis = RedisCommitter(
         os.environ["AMOUNTS_REDIS_URL"],
-        {"sums": CounterTable("balances", ("account",), value="total", value_type="double")},
+        {
+            "sums": CounterTable("balances", ("account",), value="total", value_type="double"),
+            "records": Count("records", "account"),
+            "largest": Max("largest", "account", "amount", amount),
+            "latest": latest,
+        },
         dead_letters="bad",
     )
     delta = DeltaCommitter(
@@ -81,6 +92,9 @@ def build() -> Topology:
             "decimals": CounterTable(
                 "exact_balances", ("account",), value="exact", value_type="decimal(38,3)"
             ),
+            "records": Count("records", "account"),
+            "smallest": Min("smallest", "account", "amount", amount),
+            "latest": latest,
         },
     )
     batch = int(os.environ.get("AMOUNTS_BATCH", "4"))
@@ -100,7 +114,27 @@ def build() -> Topology:
         TopologyBuilder()
         .set_spout(spout)
         .set_bolt("sum", SumAmounts())
-        .set_committer("redis", redis, {"sums": "sum", "bad": "sum:dead_letters"})
-        .set_committer("delta", delta, {"doubles": "sum", "decimals": "sum"})
+        .set_committer(
+            "redis",
+            redis,
+            {
+                "sums": "sum",
+                "records": "sum:records",
+                "largest": "sum:records",
+                "latest": "sum:records",
+                "bad": "sum:dead_letters",
+            },
+        )
+        .set_committer(
+            "delta",
+            delta,
+            {
+                "doubles": "sum",
+                "decimals": "sum",
+                "records": "sum:records",
+                "smallest": "sum:records",
+                "latest": "sum:records",
+            },
+        )
         .build()
     )

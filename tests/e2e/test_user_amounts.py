@@ -12,7 +12,7 @@ import os
 import random
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -29,32 +29,36 @@ ROOT = Path(__file__).resolve().parents[2]
 BAD_LINES = ["acct-1,twelve", "acct-2,1.5,extra", "acct-3,0.0001"]
 
 
-def write_input(
-    directory: Path, format: str, redis_url: str, seed: int = 11
-) -> list[tuple[str, Decimal]]:
+Record = tuple[str, Decimal] | None  # None: a record that goes to the dead letters
+
+
+def write_input(directory: Path, format: str, redis_url: str, seed: int = 11) -> list[list[Record]]:
     """Three partitions of ``account,amount`` records; amounts are multiples of 1/8 (so
     binary doubles hold every partial sum exactly) with three decimals, some negative.
     CSV files have a header and, in partition 1, the ``BAD_LINES``; streams (after
-    ``redis_url``), in ``amounts:1``, an amount with four places."""
+    ``redis_url``), in ``amounts:1``, an amount with four places. Returns each
+    partition's records in order, a bad one as None."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     rng = random.Random(seed)
     directory.mkdir()
-    rows: list[tuple[str, Decimal]] = []
+    partitions: list[list[Record]] = []
     for p in range(3):
         mine = []
         for _ in range(rng.randint(9, 14)):
             account = f"acct-{rng.randint(1, 6)}"
             amount = Decimal(rng.randint(-4000, 40000)) / 8
             mine.append((account, amount.quantize(Decimal("0.001"))))
-        rows += mine
+        records: list[Record] = list(mine)
+        partitions.append(records)
         if format == "stream":
             client = redis.Redis.from_url(redis_url)
             for account, amount in mine:
                 client.xadd(f"amounts:{p}", {"account": account, "amount": str(amount)})
             if p == 1:
                 client.xadd(f"amounts:{p}", {"account": "acct-1", "amount": "0.0001"})
+                records.append(None)
             client.close()
             continue
         if format == "parquet":
@@ -69,13 +73,32 @@ def write_input(
         lines = [f"{account},{amount}" for account, amount in mine]
         if p == 1:
             lines[3:3] = BAD_LINES
+            records[3:3] = [None] * len(BAD_LINES)
         (directory / f"part-{p}.csv").write_text("account,amount\n" + "\n".join(lines) + "\n")
-    return rows
+    return partitions
 
 
-def run(args: list[str], environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def latest(partitions: list[list[Record]], batch: int) -> dict[str, Decimal]:
+    """Per account, the greatest amount of the last txid that had one: txid t holds
+    records ``[batch * (t - 1), batch * t)`` of every partition (a bad one too)."""
+    out: dict[str, Decimal] = {}
+    txids = max(len(p) for p in partitions) // batch + 1
+    for t in range(txids):
+        best: dict[str, Decimal] = {}
+        for records in partitions:
+            for record in records[batch * t : batch * (t + 1)]:
+                if record is not None:
+                    account, amount = record
+                    best[account] = max(best.get(account, amount), amount)
+        out.update(best)
+    return out
+
+
+def run(
+    args: list[str], environ: dict[str, str], command: str = "run"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "transactional.cli", "run", "tests.e2e.amounts:build", *args],
+        [sys.executable, "-m", "transactional.cli", command, "tests.e2e.amounts:build", *args],
         cwd=ROOT,
         env=environ,
         capture_output=True,
@@ -96,7 +119,8 @@ def run(args: list[str], environ: dict[str, str]) -> subprocess.CompletedProcess
 def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
     spark: Any, redis_url: str, tmp_path: Path, format: str, crash: str
 ) -> None:
-    rows = write_input(tmp_path / "input", format, redis_url)
+    partitions = write_input(tmp_path / "input", format, redis_url)
+    rows = [r for records in partitions for r in records if r is not None]
     doubles: dict[str, list[float]] = defaultdict(list)
     exact: dict[str, Decimal] = defaultdict(Decimal)
     for account, amount in rows:
@@ -148,3 +172,42 @@ def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
     decimals = spark.read.format("delta").load(str(tmp_path / "delta" / "exact_balances"))
     assert decimals.schema["count"].dataType.simpleString() == "decimal(38,3)"
     assert {r["account"]: r["count"] for r in decimals.collect()} == dict(exact)
+
+    # The aggregate states, against folds of the records computed here.
+    counts = Counter(account for account, _ in rows)
+    largest = {a: max(v for b, v in rows if b == a) for a in counts}
+    smallest = {a: min(v for b, v in rows if b == a) for a in counts}
+    last = latest(partitions, 4)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    assert {k: int(v) for k, v in client.hgetall("records").items()} == dict(counts)
+    assert {k: Decimal(v) for k, v in client.hgetall("largest").items()} == largest
+    assert {k: Decimal(v) for k, v in client.hgetall("latest").items()} == last
+    client.close()
+
+    def delta(name: str, column: str) -> dict[str, Any]:
+        table = spark.read.format("delta").load(str(tmp_path / "delta" / name))
+        return {r["account"]: r[column] for r in table.collect()}
+
+    assert delta("records", "count") == dict(counts)
+    assert delta("smallest", "min") == smallest
+    assert delta("latest", "last") == last
+
+    # ``transactional query`` reads a state from its sink by key; both sinks keep one
+    # named "latest", so the committer is named.
+    accounts = sorted(counts)[:2]
+    ambiguous = run(["latest", accounts[0]], environ, "query")
+    assert ambiguous.returncode == 2
+    assert "['delta', 'redis'] of tests.e2e.amounts:build each keep" in ambiguous.stderr
+    for committer in ("redis", "delta"):
+        asked = ["latest", *accounts, "acct-404", "--committer", committer, "--json"]
+        queried = run(asked, environ, "query")
+        assert queried.returncode == 0, queried.stderr[-3000:]
+        document = json.loads(queried.stdout)
+        assert [(v["key"], v["value"]) for v in document["values"]] == [
+            *[([a], format_decimal(last[a])) for a in accounts],
+            (["acct-404"], None),
+        ]
+
+
+def format_decimal(value: Decimal) -> str:
+    return format(value.quantize(Decimal("0.001")), "f")

@@ -287,12 +287,12 @@ def test_redis_refuses_to_open_a_hash_with_another_value_type(
     commit(sink, 1, 1, frame(spark, "double", [("a", 0.5)]))
     sink.close()
     with pytest.raises(
-        ConfigurationError, match=r"'amounts' holds double values.*value_type='long'"
+        ConfigurationError, match=r"'amounts' holds sums of double values.*value_type='long'"
     ):
         redis_sink(redis_url, "long")
     # A namespace from before value types were recorded held integers.
     client.delete("transactional:topo:sums:value_types")
-    with pytest.raises(ConfigurationError, match=r"holds long values.*value_type='double'"):
+    with pytest.raises(ConfigurationError, match=r"holds sums of long values.*value_type='double'"):
         redis_sink(redis_url, "double")
 
 
