@@ -31,8 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import BAD_COLUMN, CounterCommitter, CounterTable
+from committers.counters import BAD_COLUMN, CounterCommitter
 from committers.delta_arrow import lookup
+from committers.delta_rewind import rollback, table_rollback
 from committers.delta_rs import ArrowWrites
 from committers.delta_spark import DEAD_LETTERS_TABLE, SCOPED_CONF, SparkWrites, concat
 from committers.delta_sql import batch_overflow_error, batch_sums
@@ -45,7 +46,8 @@ from committers.snapshot import (
     read_snapshot,
     table_root,
 )
-from transactional.committer import CommitterContext
+from committers.tables import CounterTable
+from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, TransactionalError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
@@ -402,6 +404,17 @@ class DeltaCommitter(ArrowWrites, SparkWrites, CounterCommitter):
                 return None  # never committed to
 
         return self._held(recorded)
+
+    def rollback(self, topology_id: str, name: str, txid: int) -> Rollback:
+        """Every table (dead letters included) restored to its version holding ``txid``
+        (``committers.delta_rewind``); refused before anything is written when a table
+        has no such version."""
+        suffix = ":opaque" if self.mode is CommitMode.OPAQUE else ""
+        parts = []
+        for table in self._tables():
+            app_id = f"{topology_id}:{name}:{table}{suffix}"
+            parts.append(table_rollback(self.location(table), app_id, txid, self.mode))
+        return rollback(parts, txid)
 
     def _held(self, recorded: Callable[[str], int | None]) -> int | None:
         held: list[int] = []

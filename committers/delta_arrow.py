@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import CounterTable, combined_values
+from committers.counters import combined_values
+from committers.tables import CounterTable
 from committers.values import exact_sum, fsum
 from transactional.errors import CommitError, ConfigurationError
 from transactional.types import CommitMode

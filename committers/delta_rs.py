@@ -11,7 +11,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import CounterTable
 from committers.delta_arrow import (
     Unstorable,
     arrow_writable,
@@ -22,6 +21,7 @@ from committers.delta_arrow import (
 from committers.delta_spark import DEAD_LETTERS_TABLE
 from committers.delta_sql import batch_overflow_error, merge_overflow_error
 from committers.snapshot import next_marker
+from committers.tables import CounterTable
 from transactional.types import CommitMode, CommitOutcome
 
 log = logging.getLogger("committers.delta")

@@ -13,7 +13,6 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import CounterTable
 from committers.delta_sql import (
     OVERFLOW_MARK,
     batch_overflow_error,
@@ -25,6 +24,7 @@ from committers.delta_sql import (
     merge_overflows,
     new_value,
 )
+from committers.tables import CounterTable
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 log = logging.getLogger("committers.delta")

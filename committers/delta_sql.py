@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import COUNT_COLUMN, CounterTable, unstorable
+from committers.counters import COUNT_COLUMN
+from committers.tables import CounterTable, unstorable
 from committers.values import ValueType
 from transactional.columns import prebuilt
 from transactional.errors import ContractError

@@ -11,9 +11,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from committers.counters import CounterTable
 from committers.keys import parse_key_type, supported, why_unsupported
 from committers.snapshot import local_dir
+from committers.tables import CounterTable
 from transactional.errors import ConfigurationError
 from transactional.jars import DEFAULT_IVY_DIR, resolved_jars
 

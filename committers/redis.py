@@ -10,14 +10,15 @@ from contextlib import contextmanager, suppress
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import CounterCommitter, CounterTable, Number, key_sums
+from committers.counters import CounterCommitter, key_sums
 from committers.keys import decode_key, encode_key
 from committers.redis_batch import ABSENT, RedisBatch, combined, script_payload
 from committers.redis_fields import collected_fields
 from committers.redis_read import RedisSnapshot, read_hashes, read_snapshot
 from committers.states import key_texts
+from committers.tables import CounterTable, Number
 from committers.values import parse_text
-from transactional.committer import CommitterContext
+from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, ContractError, FencedError
 from transactional.secrets import redact_url
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -389,6 +390,15 @@ class RedisCommitter(CounterCommitter):
         finally:
             client.close()
         return None if value is None else int(value)  # type: ignore[arg-type]
+
+    def rollback(self, topology_id: str, name: str, txid: int) -> Rollback:
+        """Refused: Redis keeps no earlier versions of its hashes."""
+        raise ConfigurationError(
+            f"committer {name!r} ({type(self).__name__}) cannot roll Redis back to txid "
+            f"{txid}: Redis keeps no earlier versions of its hashes, so nothing was "
+            "changed. To process a range again into Redis, run the topology under a new "
+            "topology id and namespace (with new hash names), from --start-from"
+        )
 
     # -- reading ----------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import CounterTable, Number
 from committers.redis_fields import added, fields_table, texts
+from committers.tables import CounterTable, Number
 from transactional.types import CommitMode
 
 if TYPE_CHECKING:

@@ -19,13 +19,11 @@ from committers.counters import (
     BAD_COLUMN,
     COUNT_COLUMN,
     VALUES_COLUMN,
-    CounterTable,
-    Number,
     combined_values,
     per_key_sums,
-    unstorable,
 )
 from committers.keys import ESCAPE, NULL_FIELD, SEPARATOR, decode_key, encode_key
+from committers.tables import CounterTable, Number, unstorable
 from committers.values import ValueType, exact_sum, fsum
 from transactional.errors import ContractError
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from committers.counters import CounterTable, Number
 from committers.keys import decode_key
+from committers.tables import CounterTable, Number
 from committers.values import parse_text
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import date
 from typing import Any
 
-from committers.counters import CounterTable
 from committers.keys import decode_key
+from committers.tables import CounterTable
 
 __all__ = ["Count", "Last", "Max", "Min", "Sum", "key_of"]
 

@@ -11,7 +11,11 @@ on every backend, so it is decided here, once:
 - a commit group, once recorded, never changes while it may have reached a sink (its
   first txid is ``currtx``), and no txid of it is retracted;
 - every write is refused unless this runner still holds the fence it took when it
-  became leader (``FencedError``).
+  became leader (``FencedError``);
+- ``advance`` keeps the metadata of the last ``history`` committed txids before the
+  one it commits, so that a rewind can go back to them; a rewind is recorded before
+  any sink rolls back, and finished (``currtx`` moved back, later txids forgotten) only
+  for the txid recorded.
 
 A backend supplies the atomic, fenced write on its server (``_write_start``,
 ``_write_advance``, ``_write_digest``, ``_write_retract``, ``_write_group``) and calls the matching
@@ -33,7 +37,7 @@ from transactional.errors import (
 )
 from transactional.store import JsonValue, StateStore, TopologyIdentity
 
-__all__ = ["FencedStore", "decode", "decode_group", "encode", "encode_group"]
+__all__ = ["FencedStore", "checked_history", "decode", "decode_group", "encode", "encode_group"]
 
 
 def encode(value: JsonValue, what: str) -> str:
@@ -56,6 +60,8 @@ class FencedStore(StateStore):
     _topology_id: str | None = None
     #: The fence this runner holds while it leads (None: it does not lead).
     _fence: int | None = None
+    #: Committed txids whose metadata ``advance`` keeps besides the last (for rewinds).
+    history: int = 100
 
     # -- the four writes: encode, require the fence, then the backend's atomic write --
 
@@ -84,6 +90,16 @@ class FencedStore(StateStore):
     def retract(self, txid: int) -> None:
         self._write_retract(self._require_fence(), txid)
 
+    def begin_rewind(self, txid: int) -> None:
+        self._write_rewind(self._require_fence(), txid, finish=False)
+
+    def finish_rewind(self, txid: int) -> None:
+        self._write_rewind(self._require_fence(), txid, finish=True)
+
+    def _kept_below(self, txid: int) -> int:
+        """The lowest txid whose metadata ``advance(txid)`` keeps."""
+        return max(0, txid - self.history)
+
     @abstractmethod
     def _write_start(self, fence: int, txid: int, meta: str, parts: dict[int, str]) -> None:
         """Store a new txid's metadata and its partitions' (``_check_start``)."""
@@ -104,6 +120,10 @@ class FencedStore(StateStore):
     @abstractmethod
     def _write_retract(self, fence: int, txid: int) -> None:
         """Delete every started txid from ``txid`` up (``_check_retract``)."""
+
+    @abstractmethod
+    def _write_rewind(self, fence: int, txid: int, finish: bool) -> None:
+        """Record a rewind to ``txid``, or finish it (``_check_rewind``)."""
 
     # -- the rules ------------------------------------------------------------------
 
@@ -159,6 +179,34 @@ class FencedStore(StateStore):
             raise CoordinatorError(
                 f"cannot retract txid {txid}: it is in the recorded commit group "
                 f"{_group_text(group)}, which may have reached a sink"
+            )
+
+    def _check_rewind(
+        self, txid: int, currtx: int, kept: set[int], rewinding: int | None, finish: bool
+    ) -> None:
+        where = f"topology {self._topology_id!r}"
+        if finish:
+            if rewinding != txid:
+                raise CoordinatorError(
+                    f"cannot finish a rewind of {where} to txid {txid}: the store records "
+                    + ("none" if rewinding is None else f"one to txid {rewinding}")
+                )
+            return
+        if rewinding is not None and rewinding != txid:
+            raise ConfigurationError(
+                f"{where} is being rewound to txid {rewinding}: finish that rewind first "
+                f"(`transactional rewind ... --to {rewinding}`)"
+            )
+        if not 0 <= txid < currtx:
+            raise ConfigurationError(
+                f"cannot rewind {where} to txid {txid}: the last committed txid is {currtx - 1}"
+            )
+        if txid != 0 and txid not in kept:
+            oldest = min(kept, default=None)
+            raise ConfigurationError(
+                f"cannot rewind {where} to txid {txid}: the store no longer keeps its "
+                f"metadata (it keeps txids {oldest}..{currtx - 1}, the last `history` "
+                "committed ones); rewind to one of those, or to 0 (the beginning)"
             )
 
     def _check_identity(
@@ -224,3 +272,12 @@ def _encoded_partitions(txid: int, partitions: Mapping[int, JsonValue]) -> dict[
         p: encode(m, f"the metadata of partition {p} of txid {txid}")
         for p, m in sorted(partitions.items())
     }
+
+
+def checked_history(history: int) -> int:
+    """A store's ``history`` setting, checked."""
+    if isinstance(history, bool) or not isinstance(history, int) or history < 0:
+        raise ConfigurationError(
+            f"history must be a whole number of committed txids >= 0, got {history!r}"
+        )
+    return history

@@ -150,7 +150,8 @@ def commit(
 
 def read_tree(client: Any, root: str) -> tuple[StoredState, dict[int, set[int]]]:
     """The state under ``root`` (``coordinator/currtx``, ``coordinator/meta/<txid>``,
-    ``coordinator/digest/<txid>``, ``partition/<p>/<txid>``) and the partition index
+    ``coordinator/digest/<txid>``, ``coordinator/group``, ``coordinator/rewind``,
+    ``partition/<p>/<txid>``) and the partition index
     (partition -> txids). Every value is fetched concurrently, then waited for, so
     round trips overlap."""
     try:
@@ -185,5 +186,18 @@ def read_tree(client: Any, root: str) -> tuple[StoredState, dict[int, set[int]]]
         group = decode_group(client.get(f"{root}/coordinator/group")[0])
     except NoNodeError:
         group = None
-    state = StoredState(currtx, metas, partitions, digests, group)
+    try:  # absent from a topology stored before rewinds
+        data = client.get(f"{root}/coordinator/rewind")[0]
+    except NoNodeError:
+        data = b""
+    # Metadata below currtx - 1 is kept for rewinds only: the runner sees its txids.
+    state = StoredState(
+        currtx,
+        {t: m for t, m in metas.items() if t >= currtx - 1},
+        {t: p for t, p in partitions.items() if t >= currtx - 1},
+        digests,
+        group,
+        kept=tuple(t for t in sorted(metas) if t < currtx - 1),
+        rewinding=int(decode(data)) if data else None,
+    )
     return state, index

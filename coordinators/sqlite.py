@@ -18,7 +18,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-from coordinators._fenced import FencedStore, decode
+from coordinators._fenced import FencedStore, checked_history, decode
 from coordinators._lockfile import LockFile
 from transactional.errors import (
     ConfigurationError,
@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS runner_status (
     topology_id TEXT PRIMARY KEY,
     doc TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS rewind (
+    topology_id TEXT PRIMARY KEY,
+    txid INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS partition_meta (
     topology_id TEXT NOT NULL,
     txid INTEGER NOT NULL,
@@ -75,10 +79,12 @@ _BUSY_TIMEOUT_MS = 30_000
 
 
 class SQLiteStateStore(FencedStore):
-    """State of any number of topologies in one SQLite file, rows keyed by topology id."""
+    """State of any number of topologies in one SQLite file, rows keyed by topology id.
+    ``history``: committed txids whose metadata is kept besides the last, for rewinds."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, history: int = 100) -> None:
         self.path = Path(path)
+        self.history = checked_history(history)
         self._conn: sqlite3.Connection | None = None
         self._topology_id: str | None = None
         self._lock: LockFile | None = None
@@ -311,30 +317,35 @@ class SQLiteStateStore(FencedStore):
     def read_state(self) -> StoredState:
         conn = self._connection()
         try:
-            conn.execute("BEGIN")  # one snapshot for the three reads
+            conn.execute("BEGIN")  # one snapshot for every read
             row = conn.execute(
                 "SELECT txid FROM currtx WHERE topology_id = ?", (self._tid,)
             ).fetchone()
+            currtx = 1 if row is None else int(row[0])
             metas = conn.execute(
-                "SELECT txid, meta FROM coordinator_meta WHERE topology_id = ? ORDER BY txid",
-                (self._tid,),
+                "SELECT txid, meta FROM coordinator_meta WHERE topology_id = ? AND txid >= ? "
+                "ORDER BY txid",
+                (self._tid, currtx - 1),
+            ).fetchall()
+            kept = conn.execute(
+                "SELECT txid FROM coordinator_meta WHERE topology_id = ? AND txid < ? "
+                "ORDER BY txid",
+                (self._tid, currtx - 1),
             ).fetchall()
             parts = conn.execute(
                 "SELECT txid, partition, meta FROM partition_meta WHERE topology_id = ? "
-                "ORDER BY txid, partition",
-                (self._tid,),
+                "AND txid >= ? ORDER BY txid, partition",
+                (self._tid, currtx - 1),
             ).fetchall()
-            has_digests = conn.execute(  # a read-only look at a store older than digests
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'digest'"
-            ).fetchone()
             digests = (
                 conn.execute(
                     "SELECT txid, digest FROM digest WHERE topology_id = ?", (self._tid,)
                 ).fetchall()
-                if has_digests
+                if self._has(conn, "digest")  # a read-only look at an older store
                 else []
             )
             group = self._group(conn)
+            rewinding = self._rewinding(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback(conn)
@@ -343,18 +354,31 @@ class SQLiteStateStore(FencedStore):
         for txid, partition, meta in parts:
             partitions.setdefault(txid, {})[partition] = decode(meta)
         return StoredState(
-            currtx=1 if row is None else int(row[0]),
+            currtx=currtx,
             metas={txid: decode(meta) for txid, meta in metas},
             partitions=partitions,
             digests={txid: decode(digest) for txid, digest in digests},
             group=group,
+            kept=tuple(int(t) for (t,) in kept),
+            rewinding=rewinding,
         )
 
-    def _group(self, conn: sqlite3.Connection) -> tuple[int, int] | None:
-        exists = conn.execute(  # a read-only look at a store older than commit groups
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'commit_group'"
+    @staticmethod
+    def _has(conn: sqlite3.Connection, table: str) -> bool:
+        """Whether ``table`` exists (a read-only look at a store older than it)."""
+        found = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
         ).fetchone()
-        if not exists:
+        return found is not None
+
+    def _rewinding(self, conn: sqlite3.Connection) -> int | None:
+        if not self._has(conn, "rewind"):
+            return None
+        row = conn.execute("SELECT txid FROM rewind WHERE topology_id = ?", (self._tid,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _group(self, conn: sqlite3.Connection) -> tuple[int, int] | None:
+        if not self._has(conn, "commit_group"):
             return None
         row = conn.execute(
             "SELECT first, last FROM commit_group WHERE topology_id = ?", (self._tid,)
@@ -397,9 +421,10 @@ class SQLiteStateStore(FencedStore):
                 [(self._tid, txid, p, m) for p, m in parts.items()],
             )
             conn.execute("UPDATE currtx SET txid = ? WHERE topology_id = ?", (txid + 1, self._tid))
+            below = self._kept_below(txid)
             for table in ("coordinator_meta", "partition_meta"):
                 conn.execute(
-                    f"DELETE FROM {table} WHERE topology_id = ? AND txid < ?", (self._tid, txid)
+                    f"DELETE FROM {table} WHERE topology_id = ? AND txid < ?", (self._tid, below)
                 )
             conn.execute(
                 "DELETE FROM digest WHERE topology_id = ? AND txid <= ?", (self._tid, txid)
@@ -439,3 +464,26 @@ class SQLiteStateStore(FencedStore):
                 conn.execute(
                     f"DELETE FROM {table} WHERE topology_id = ? AND txid >= ?", (self._tid, txid)
                 )
+
+    def _write_rewind(self, fence: int, txid: int, finish: bool) -> None:
+        with self._write() as conn:
+            currtx = self._check_fence(conn, fence)
+            kept = conn.execute(
+                "SELECT txid FROM coordinator_meta WHERE topology_id = ? AND txid < ?",
+                (self._tid, currtx),
+            ).fetchall()
+            rewinding = self._rewinding(conn)
+            self._check_rewind(txid, currtx, {int(t) for (t,) in kept}, rewinding, finish)
+            if not finish:
+                conn.execute(
+                    "INSERT OR REPLACE INTO rewind (topology_id, txid) VALUES (?, ?)",
+                    (self._tid, txid),
+                )
+                return
+            conn.execute("UPDATE currtx SET txid = ? WHERE topology_id = ?", (txid + 1, self._tid))
+            for table in ("coordinator_meta", "partition_meta", "digest"):
+                conn.execute(
+                    f"DELETE FROM {table} WHERE topology_id = ? AND txid > ?", (self._tid, txid)
+                )
+            for table in ("commit_group", "rewind"):
+                conn.execute(f"DELETE FROM {table} WHERE topology_id = ?", (self._tid,))

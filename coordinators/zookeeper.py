@@ -4,7 +4,10 @@ Layout under ``/transactional/<topology-id>/``: ``identity``, ``leader`` (epheme
 holds the leader's runner id), ``coordinator/currtx``, ``coordinator/meta/<txid>``,
 ``coordinator/digest/<txid>`` (what a txid's first emit held, for the determinism check),
 ``coordinator/group`` (the commit group last recorded, ``{"first", "last"}``, empty when
-none; kept after its advance, when it no longer binds) and ``partition/<p>/<txid>``, txids zero-padded so that names sort. Values are JSON.
+none; kept after its advance, when it no longer binds), ``coordinator/rewind`` (the txid of
+an unfinished rewind, empty when none) and ``partition/<p>/<txid>``, txids zero-padded so
+that names sort. Values are JSON. The metadata of the last ``history`` committed txids
+is kept for rewinds.
 
 The fence is the version of ``currtx``: a new leader rewrites ``currtx`` to bump its
 version, and every write of ours is a multi-op that checks the version we last saw.
@@ -43,7 +46,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from coordinators import _zk
-from coordinators._fenced import FencedStore, decode, encode, encode_group
+from coordinators._fenced import FencedStore, checked_history, decode, encode, encode_group
 from coordinators._zk import node
 from transactional.errors import (
     ConfigurationError,
@@ -67,9 +70,14 @@ class ZooKeeperStateStore(FencedStore):
     """State of one topology in ZooKeeper, written only by the elected runner."""
 
     def __init__(
-        self, hosts: str, session_timeout: float = 10.0, connect_timeout: float = 15.0
+        self,
+        hosts: str,
+        session_timeout: float = 10.0,
+        connect_timeout: float = 15.0,
+        history: int = 100,
     ) -> None:
         self.hosts = hosts
+        self.history = checked_history(history)
         self.session_timeout = session_timeout
         self.connect_timeout = connect_timeout
         #: Stored in the ``leader`` node, so that an operator can tell runners apart.
@@ -88,6 +96,7 @@ class ZooKeeperStateStore(FencedStore):
         self._partitions: dict[int, set[int]] = {}
         self._digests: set[int] = set()
         self._group: tuple[int, int] | None = None  # valid while self._metas is not None
+        self._rewinding: int | None = None  # likewise
 
     def _path(self, *parts: str) -> str:
         if self._topology_id is None:
@@ -125,6 +134,7 @@ class ZooKeeperStateStore(FencedStore):
             client.ensure_path(self._path("coordinator", "meta"))
             client.ensure_path(self._path("coordinator", "digest"))
             client.ensure_path(self._path("coordinator", "group"))
+            client.ensure_path(self._path("coordinator", "rewind"))
             client.ensure_path(self._path("partition"))
         except KazooException as exc:
             self.close()
@@ -320,10 +330,11 @@ class ZooKeeperStateStore(FencedStore):
             raise CoordinatorError(
                 f"cannot read the state of {self._path()} from ZooKeeper: {exc!r}"
             ) from exc
-        self._metas = set(state.metas)
+        self._metas = set(state.metas) | set(state.kept)
         self._partitions = index
         self._digests = set(state.digests)
         self._group = state.group
+        self._rewinding = state.rewinding
         return state
 
     def _index(self) -> tuple[set[int], dict[int, set[int]]]:
@@ -370,16 +381,17 @@ class ZooKeeperStateStore(FencedStore):
             else:
                 tx.create(path, value.encode())
         done = {t for t in self._digests if t <= txid}
-        self._delete(tx, lambda t: t < txid, done)
+        below = self._kept_below(txid)
+        self._delete(tx, lambda t: t < below, done)
         results = self._commit(tx, f"advancing past txid {txid}")
         self._fence = results[0].version
         self._currtx = txid + 1
         self._digests -= done
-        metas.difference_update({t for t in metas if t < txid})
+        metas.difference_update({t for t in metas if t < below})
         for p in parts:
             index.setdefault(p, set()).add(txid)
         for txids in index.values():
-            txids.difference_update({t for t in txids if t < txid})
+            txids.difference_update({t for t in txids if t < below})
 
     def _delete(self, tx: Any, chosen: Callable[[int], bool], digests: set[int]) -> None:
         """Add to ``tx`` the deletion of the metadata of every ``chosen`` txid, and of
@@ -424,3 +436,28 @@ class ZooKeeperStateStore(FencedStore):
         for txids in index.values():
             txids.difference_update({t for t in txids if t >= txid})
         self._digests = {t for t in self._digests if t < txid}
+
+    def _write_rewind(self, fence: int, txid: int, finish: bool) -> None:
+        metas, index = self._index()
+        kept = {t for t in metas if t < self._currtx}
+        self._check_rewind(txid, self._currtx, kept, self._rewinding, finish)
+        tx = self._zk.transaction()
+        if not finish:
+            tx.check(self._path("coordinator", "currtx"), fence)
+            tx.set_data(self._path("coordinator", "rewind"), _data(txid, "a rewind"))
+            self._commit(tx, f"recording a rewind to txid {txid}")
+            self._rewinding = txid
+            return
+        tx.set_data(self._path("coordinator", "currtx"), _data(txid + 1, "currtx"), fence)
+        self._delete(tx, lambda t: t > txid, {t for t in self._digests if t > txid})
+        tx.set_data(self._path("coordinator", "group"), b"")
+        tx.set_data(self._path("coordinator", "rewind"), b"")
+        results = self._commit(tx, f"rewinding to txid {txid}")
+        self._fence = results[0].version
+        self._currtx = txid + 1
+        metas.difference_update({t for t in metas if t > txid})
+        for txids in index.values():
+            txids.difference_update({t for t in txids if t > txid})
+        self._digests = {t for t in self._digests if t <= txid}
+        self._group = None
+        self._rewinding = None

@@ -3,6 +3,7 @@
     transactional run MODULE:FACTORY --topology-id ID [options]
     transactional status --topology-id ID [--state-dir DIR | --zookeeper HOSTS]
     transactional query MODULE:FACTORY STATE KEY... [--committer NAME] [--json]
+    transactional rewind MODULE:FACTORY --topology-id ID --to TXID [store flags]
     transactional list [--state-dir DIR | --zookeeper HOSTS]
 
 Exit codes: 0 done; 1 a batch failed ``--max-attempts`` times (or leadership was lost
@@ -41,6 +42,7 @@ from transactional.faults import FaultPoint, KillAt
 from transactional.interrupt import INTERRUPTED, stop_on_signals
 from transactional.progress import ProgressListener
 from transactional.query_view import query, query_document, query_lines
+from transactional.rewind_view import CRASH_POINTS, rewind
 from transactional.session import merged
 from transactional.settings import FLAGS, RunSettings, environment, load_settings, parse_conf
 from transactional.status_view import look, status_document, status_lines, watch
@@ -223,6 +225,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="the committer keeping the state, when several keep one of that name",
     )
     query.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
+    back = commands.add_parser(
+        "rewind",
+        help="roll a topology's sinks and state back to a committed txid, to process "
+        "what came after it again (sinks with history only: Delta)",
+    )
+    back.add_argument(
+        "factory", metavar="MODULE:FUNCTION", help="the topology's factory (taking no argument)"
+    )
+    back.add_argument("--topology-id", metavar="ID", default=None)
+    back.add_argument(
+        "--to", type=int, required=True, metavar="TXID", help="the committed txid to go back to"
+    )
+    back.add_argument(
+        "--crash-at", choices=CRASH_POINTS, help="SIGKILL the rewind at that step; for crash tests"
+    )
+    _add_store_flags(back)
     listing = commands.add_parser("list", help="print the topology ids a state store holds")
     _add_store_flags(listing)
     return parser
@@ -238,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             return _status(args)
         if args.command == "query":
             return _query(args)
+        if args.command == "rewind":
+            return _rewind(args)
         return _list(args)
     except KeyboardInterrupt:  # before the run's own handlers are in place
         print("interrupted before the run started; nothing was committed", file=sys.stderr)
@@ -285,6 +305,15 @@ def _query(args: argparse.Namespace) -> int:
         print(json.dumps(query_document(table, keys, values), sort_keys=True))
         return DONE
     for line in query_lines(table, keys, values):
+        print(line)
+    return DONE
+
+
+def _rewind(args: argparse.Namespace) -> int:
+    topology_id = args.topology_id or environment().get("TRANSACTIONAL_TOPOLOGY_ID")
+    if not topology_id:
+        raise ConfigurationError("give --topology-id ID (`transactional list` shows the ids)")
+    for line in rewind(args.factory, topology_id, _store_location(args), args.to, args.crash_at):
         print(line)
     return DONE
 

@@ -14,6 +14,16 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+@dataclass(frozen=True)
+class Rollback:
+    """How a committer rolls its sink back to a txid (``Committer.rollback``): ``steps``
+    say what ``apply`` will do, for people; ``apply`` does it, and doing it again after
+    a crash half-way is safe (it brings every part of the sink to the txid once)."""
+
+    steps: list[str]
+    apply: Callable[[], None]
+
+
 def _leads() -> None:
     """The leadership check of a context built outside a runner: nothing to check."""
 
@@ -171,3 +181,16 @@ class Committer(ABC):
         from transactional.errors import ConfigurationError
 
         raise ConfigurationError(f"{type(self).__name__} keeps no state {name!r}")
+
+    def rollback(self, topology_id: str, name: str, txid: int) -> Rollback:
+        """How to bring this committer's sink (named ``name`` in ``topology_id``) back to
+        what it held when ``txid`` was committed (0: before the first), for
+        ``transactional rewind``; with no open and nothing written until ``apply``.
+        Raises ``ConfigurationError`` saying why when the sink cannot roll back to it
+        (the default: a sink without history)."""
+        from transactional.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"{type(self).__name__} cannot roll its sink back to an earlier txid: "
+            "`transactional rewind` needs sinks that keep their history (Delta tables)"
+        )

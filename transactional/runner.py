@@ -198,6 +198,12 @@ class TransactionalRunner:
             self.store, cfg.topology_id, cfg.leader_timeout_s, self._stop, self.clock
         )
         state = session.acquire()
+        if state.rewinding is not None:
+            raise ConfigurationError(
+                f"topology {cfg.topology_id!r} is being rewound to txid {state.rewinding} "
+                "and the rewind did not finish: run `transactional rewind ... --to "
+                f"{state.rewinding}` again to finish it before running the topology"
+            )
         faults = Faults(self.faults)
         driver = DRIVERS[kind](
             spout,

@@ -24,8 +24,9 @@ def status_document(
 ) -> dict[str, Any]:
     """Everything ``status`` knows, as JSON values: ``currtx``, the stored metadata of
     each txid still kept (and its partitions'), the commit group, the runner's last
-    report (null: no runner has reported) and, given the topology, each sink's txid
-    (``{"committer", "txid"}``, or ``"error"``)."""
+    report (null: no runner has reported), the txids a rewind can go back to, an
+    unfinished rewind and, given the topology, each sink's txid (``{"committer",
+    "txid"}``, or ``"error"``)."""
     return {
         "topology_id": topology_id,
         "currtx": state.currtx,
@@ -39,6 +40,8 @@ def status_document(
             for txid in sorted(state.metas)
         },
         "group": list(state.group) if state.group else None,
+        "rewind_targets": [0, *state.kept, state.currtx - 1] if state.currtx > 1 else [0],
+        "rewinding": state.rewinding,
         "runner": report,
         "sinks": sinks,
     }
@@ -51,6 +54,11 @@ def status_lines(
     sinks: dict[str, Any] | None = None,
 ) -> list[str]:
     lines = [f"topology {topology_id}: currtx={state.currtx}"]
+    if state.rewinding is not None:
+        lines.append(
+            f"  REWINDING to txid {state.rewinding}, unfinished: no run starts until "
+            f"`transactional rewind ... --to {state.rewinding}` is run again"
+        )
     lines += _report_lines(report)
     lines += _sink_lines(sinks, state.currtx - 1)
     for txid in sorted(state.metas):

@@ -31,6 +31,12 @@ class StoredState:
     #: ``first == currtx`` it may have reached a sink, and is committed again exactly;
     #: once advanced past it is kept, and binds nothing.
     group: tuple[int, int] | None = None
+    #: Committed txids below ``currtx - 1`` whose metadata the store still keeps (its
+    #: ``history``; their metadata is not in ``metas``): with ``currtx - 1`` and 0
+    #: ("before the first"), the txids a rewind can go back to.
+    kept: tuple[int, ...] = ()
+    #: The txid of a rewind begun and not finished (``begin_rewind``): no run may start.
+    rewinding: int | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,20 @@ class StateStore(ABC):
         """The last status document published for the open topology id (None: none, or
         this store keeps none). Works on a store opened ``read_only``."""
         return None
+
+    def begin_rewind(self, txid: int) -> None:
+        """Record, in one atomic, fenced write, that the topology is being rewound to the
+        committed ``txid`` (0: to before its first txid), before any sink is rolled back:
+        until ``finish_rewind`` no run starts (``StoredState.rewinding``). Refuse
+        (``ConfigurationError``) a txid not committed, or whose metadata is no longer
+        kept, or another rewind unfinished. Default: the store cannot rewind."""
+        raise ConfigurationError(f"{type(self).__name__} cannot rewind a topology")
+
+    def finish_rewind(self, txid: int) -> None:
+        """Once every sink holds ``txid`` again: in one atomic, fenced write, make
+        ``currtx = txid + 1``, forget every txid after ``txid`` (metadata, digests, the
+        commit group) and the rewind record, so that a run starts again from there."""
+        raise ConfigurationError(f"{type(self).__name__} cannot rewind a topology")
 
     @abstractmethod
     def retract(self, txid: int) -> None:

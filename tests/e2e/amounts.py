@@ -8,10 +8,12 @@ in Delta; and aggregate states of the records: per account their number, the lar
 (Redis) and smallest (Delta) amount, and the last txid's greatest amount (both).
 
 Settings come from the environment (the factory takes none): ``AMOUNTS_INPUT`` (the
-directory of files), ``AMOUNTS_FORMAT`` (``csv``, the default, ``parquet`` or ``stream``: the streams
+directory of files), ``AMOUNTS_FORMAT`` (``csv``, the default, ``parquet``, ``delta``: a
+Delta table at ``AMOUNTS_INPUT``, or ``stream``: the streams
 ``amounts:0`` to ``amounts:2`` at ``AMOUNTS_REDIS_URL``),
-``AMOUNTS_REDIS_URL``, ``AMOUNTS_DELTA`` (a directory) and ``AMOUNTS_BATCH`` (records
-per partition per txid).
+``AMOUNTS_REDIS_URL``, ``AMOUNTS_DELTA`` (a directory), ``AMOUNTS_BATCH`` (records
+per partition per txid) and ``AMOUNTS_SINKS`` (``redis,delta``, the default, or one of
+them).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pyspark.sql import functions as F
 
 from committers import Count, CounterTable, DeltaCommitter, Last, Max, Min, RedisCommitter
 from transactional import Bolt, TopologyBuilder
+from transactional.sources.delta import DeltaTableSpout
 from transactional.sources.files import FilesPartitionedSpout
 from transactional.sources.redis_streams import RedisStreamsPartitionedSpout
 from transactional.topology import Topology
@@ -100,7 +103,9 @@ def build() -> Topology:
     batch = int(os.environ.get("AMOUNTS_BATCH", "4"))
     spout: Any
     layout = os.environ.get("AMOUNTS_FORMAT", "csv")
-    if layout == "stream":
+    if layout == "delta":  # a Delta table's appended versions
+        spout = DeltaTableSpout(os.environ["AMOUNTS_INPUT"], batch)
+    elif layout == "stream":
         spout = RedisStreamsPartitionedSpout(
             os.environ["AMOUNTS_REDIS_URL"], [f"amounts:{p}" for p in range(3)], batch
         )
@@ -110,11 +115,10 @@ def build() -> Topology:
         spout = FilesPartitionedSpout(
             os.environ["AMOUNTS_INPUT"], batch, format="csv", schema=SCHEMA, header=True
         )
-    return (
-        TopologyBuilder()
-        .set_spout(spout)
-        .set_bolt("sum", SumAmounts())
-        .set_committer(
+    sinks = os.environ.get("AMOUNTS_SINKS", "redis,delta").split(",")
+    builder = TopologyBuilder().set_spout(spout).set_bolt("sum", SumAmounts())
+    if "redis" in sinks:
+        builder = builder.set_committer(
             "redis",
             redis,
             {
@@ -125,7 +129,8 @@ def build() -> Topology:
                 "bad": "sum:dead_letters",
             },
         )
-        .set_committer(
+    if "delta" in sinks:
+        builder = builder.set_committer(
             "delta",
             delta,
             {
@@ -136,5 +141,4 @@ def build() -> Topology:
                 "latest": "sum:records",
             },
         )
-        .build()
-    )
+    return builder.build()

@@ -63,13 +63,15 @@ def expire_session(hosts: str, store: ZooKeeperStateStore, wait_reconnect: bool)
 class Backend:
     name: str
     location: str
-    _make: Callable[[], StateStore]
+    _make: Callable[[int], StateStore]
     #: Makes a leading store lose leadership without its knowing (a "zombie").
     steal: Callable[[StateStore], None]
     opened: list[StateStore] = field(default_factory=list)
 
-    def open(self, topology_id: str = TOPOLOGY) -> StateStore:
-        store = self._make()
+    def open(self, topology_id: str = TOPOLOGY, history: int = 0) -> StateStore:
+        """A store on the backend; ``history`` 0 (advance keeps no earlier metadata)
+        unless a test is about rewinds."""
+        store = self._make(history)
         store.open(topology_id)
         self.opened.append(store)
         return store
@@ -84,7 +86,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
             assert isinstance(store, SQLiteStateStore)
             store.lock_path.unlink()
 
-        b = Backend("sqlite", str(db), lambda: SQLiteStateStore(db), unlink_lock)
+        b = Backend("sqlite", str(db), lambda h: SQLiteStateStore(db, history=h), unlink_lock)
     else:
         hosts = request.getfixturevalue("zk_hosts")
 
@@ -93,15 +95,18 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
             expire_session(hosts, store, wait_reconnect=True)
 
         b = Backend(
-            "zookeeper", hosts, lambda: ZooKeeperStateStore(hosts, session_timeout=4.0), expire
+            "zookeeper",
+            hosts,
+            lambda h: ZooKeeperStateStore(hosts, session_timeout=4.0, history=h),
+            expire,
         )
     yield b
     for store in b.opened:
         store.close()
 
 
-def leader(backend: Backend) -> StateStore:
-    store = backend.open()
+def leader(backend: Backend, history: int = 0) -> StateStore:
+    store = backend.open(history=history)
     store.acquire_leadership(timeout=10)
     return store
 
@@ -291,6 +296,83 @@ def test_a_commit_group_is_recorded_once_and_advanced_past_whole(backend: Backen
     assert store.read_state().group == (4, 5) and store.read_state().currtx == 6
 
 
+def test_advance_keeps_the_last_history_txids_for_rewinds(backend: Backend) -> None:
+    store = leader(backend, history=3)
+    for txid in range(1, 8):
+        store.start_transaction(txid, meta(txid), {0: part(txid, 0)})
+        store.advance(txid)
+    store.start_transaction(8, meta(8), {0: part(8, 0)})
+    state = store.read_state()
+    # The runner sees what it always did: currtx - 1 and the started txids.
+    assert (state.currtx, dict(state.metas)) == (8, {7: meta(7), 8: meta(8)})
+    assert set(state.partitions) == {7, 8}
+    assert state.kept == (4, 5, 6) and state.rewinding is None
+    assert backend.open().read_state() == state
+
+
+def test_a_rewind_is_recorded_then_moves_currtx_back_and_forgets_later_txids(
+    backend: Backend,
+) -> None:
+    store = leader(backend, history=3)
+    for txid in range(1, 6):
+        store.start_transaction(txid, meta(txid), {0: part(txid, 0)})
+        store.advance(txid)
+    store.start_transaction(6, meta(6), {0: part(6, 0)})
+    store.record_digest(6, {"n": 1})
+    store.start_transaction(7, meta(7), {})
+    store.record_group(6, 7)
+    with pytest.raises(
+        ConfigurationError, match=r"no longer keeps its metadata \(it keeps txids 2..5"
+    ):
+        store.begin_rewind(1)
+    with pytest.raises(ConfigurationError, match="the last committed txid is 5"):
+        store.begin_rewind(6)
+    with pytest.raises(CoordinatorError, match="records none"):
+        store.finish_rewind(3)
+    store.begin_rewind(3)
+    assert store.read_state().rewinding == 3
+    assert backend.open().read_state().rewinding == 3  # durable: no run starts now
+    with pytest.raises(ConfigurationError, match="being rewound to txid 3: finish that rewind"):
+        store.begin_rewind(4)
+    with pytest.raises(CoordinatorError, match="one to txid 3"):
+        store.finish_rewind(4)
+    store.begin_rewind(3)  # the same rewind again (a rerun after a crash): nothing changes
+    store.finish_rewind(3)
+    expected = StoredState(
+        currtx=4,
+        metas={3: meta(3)},
+        partitions={3: {0: part(3, 0)}},
+        kept=(2,),
+        group=None,
+        rewinding=None,
+    )
+    assert store.read_state() == expected
+    assert backend.open().read_state() == expected
+    # The topology goes on from there: txid 4 starts anew, with other metadata.
+    store.start_transaction(4, meta(40), {})
+    store.advance(4)
+    assert store.read_state().metas == {4: meta(40)} and store.read_state().kept == (2, 3)
+    # To the beginning: nothing is kept, as for a new topology.
+    store.begin_rewind(0)
+    store.finish_rewind(0)
+    assert store.read_state() == StoredState(currtx=1, metas={}, partitions={}, kept=())
+
+
+def test_a_rewind_is_fenced(backend: Backend) -> None:
+    old = leader(backend, history=3)
+    for txid in (1, 2):
+        old.start_transaction(txid, meta(txid), {})
+        old.advance(txid)
+    old.begin_rewind(1)
+    backend.steal(old)
+    new = leader(backend, history=3)
+    with pytest.raises((FencedError, LostLeadershipError)):
+        old.finish_rewind(1)
+    assert new.read_state().rewinding == 1 and new.read_state().currtx == 3
+    new.finish_rewind(1)
+    assert new.read_state().currtx == 2
+
+
 def test_retract_and_record_digest_are_fenced(backend: Backend) -> None:
     old = leader(backend)
     old.start_transaction(1, meta(1), {})
@@ -459,9 +541,12 @@ def test_zookeeper_layout(zk_hosts: str) -> None:
                 "digest",
                 "group",
                 "meta",
+                "rewind",
             ]
             assert client.get(f"{root}/coordinator/group")[0] == b""  # none recorded
+            assert client.get(f"{root}/coordinator/rewind")[0] == b""  # none begun
             assert sorted(client.get_children(f"{root}/coordinator/meta")) == [
+                "00000000000000000001",  # committed, kept for rewinds (history)
                 "00000000000000000002",
                 "00000000000000000003",
             ]
@@ -469,6 +554,7 @@ def test_zookeeper_layout(zk_hosts: str) -> None:
             for p in (0, 1):
                 path = f"{root}/partition/{p}"
                 assert sorted(client.get_children(path)) == [
+                    "00000000000000000001",
                     "00000000000000000002",
                     "00000000000000000003",
                 ]
