@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PACKAGES := zookeeper redis-server default-jre-headless
 
-.PHONY: demo test test-slow deps java venv lint typecheck unit chaos bench clean
+.PHONY: demo test test-slow cluster-test deps java venv lint typecheck unit chaos bench clean
 
 # PYTHONWARNINGS reaches pip's build backend: setuptools' notes on editable installs are
 # for packagers, not for someone running the demo.
@@ -48,13 +48,18 @@ unit: venv
 	$(BIN)/pytest -q tests/unit
 
 test: deps venv lint typecheck
-	$(BIN)/pytest -q -ra -m "not slow"
+	$(BIN)/pytest -q -ra -m "not slow and not cluster"
 
 # The longest suites (the SIGKILL crash matrix, user topologies crashed and rerun through
 # `transactional run`, snapshots against a running writer: ~22 min on 2 cores); CI runs it
 # after `make test`.
 test-slow: deps venv
-	$(BIN)/pytest -q -ra -m slow
+	$(BIN)/pytest -q -ra -m "slow and not cluster"
+
+# A Spark standalone master and workers (and, later, server ensembles) on loopback,
+# started by the tests from the installed packages; CI runs it after `make test-slow`.
+cluster-test: deps venv
+	$(BIN)/pytest -q -ra -m cluster
 
 # A longer randomized fault campaign (SIGKILLs, Redis restarts, injected exceptions,
 # bad records) on both sinks; not part of `make test`. CHAOS="--quick" for a short one,

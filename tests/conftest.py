@@ -68,8 +68,9 @@ def spark():  # type: ignore[no-untyped-def]
     from transactional.session import create_spark_session, merged
     from transactional.sources.kafka import kafka_spark_conf
 
+    loopback = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     session = create_spark_session(
-        "local[2]", "tests", merged(delta_spark_conf(), kafka_spark_conf())
+        "local[2]", "tests", merged(delta_spark_conf(), kafka_spark_conf(), loopback)
     )
     yield session
     session.stop()

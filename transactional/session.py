@@ -11,17 +11,30 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: Defaults for a local runner: no UI, no console progress bars, few shuffle partitions
-#: (batches are small; 200 partitions would be 200 tiny tasks per aggregation).
-LOCAL_DEFAULTS: Mapping[str, str] = {
-    "spark.ui.enabled": "false",
+#: Defaults on every master: no console progress bars (the runner shows its own), Arrow
+#: between the JVM and Python, adaptive execution.
+DEFAULTS: Mapping[str, str] = {
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.default.parallelism": "4",
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+#: Defaults for a local runner only (``local``, ``local[N]``, ``local[*]``): no UI, few
+#: shuffle partitions (batches are small; 200 partitions would be 200 tiny tasks per
+#: aggregation), 2 GiB for the driver, which is also the executor. On a cluster these
+#: come from the user's configuration (``--conf``, ``spark-defaults.conf``).
+LOCAL_DEFAULTS: Mapping[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
     "spark.driver.memory": "2g",
 }
+
+
+def is_local(master: str) -> bool:
+    """Whether ``master`` runs everything in this process's JVM (``local``, ``local[4]``,
+    ``local[*]``, ``local[2,3]``)."""
+    return master == "local" or master.startswith("local[")
 
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
@@ -43,24 +56,32 @@ def merged(*confs: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def session_settings(master: str, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings a session on ``master`` gets: ``DEFAULTS``, ``LOCAL_DEFAULTS`` on a
+    local master only, Spark's logs at WARN from the JVM's first line, then ``conf``."""
+    settings = {**DEFAULTS, **(LOCAL_DEFAULTS if is_local(master) else {})}
+    settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"
+    settings.update(conf or {})
+    return settings
+
+
 def create_spark_session(
     master: str = "local[*]",
     app_name: str = "transactional",
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Create (or reuse) the session. ``conf`` wins over the defaults; a committer that
-    needs Spark extensions (Delta) supplies them through it."""
+    needs Spark extensions (Delta) supplies them through it. On a cluster master only
+    ``DEFAULTS`` apply: the executors' Python (``spark.pyspark.python`` or
+    ``PYSPARK_PYTHON``), memory and partitions are the user's to set."""
     from pyspark.sql import SparkSession
 
-    # Python workers must run this interpreter: it is the one with pyarrow and the
-    # project installed (a bare ``python3`` on PATH may have neither).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if is_local(master):
+        # Python workers must run this interpreter: it is the one with pyarrow and the
+        # project installed (a bare ``python3`` on PATH may have neither).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
-    settings = dict(LOCAL_DEFAULTS)
-    # Spark's logs at WARN from the JVM's first line, not only after setLogLevel.
-    settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"
-    settings.update(conf or {})
-    for key, value in settings.items():
+    for key, value in session_settings(master, conf).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

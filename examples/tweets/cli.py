@@ -137,6 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sink_flags(run)
     run.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
     run.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting (spark.*), e.g. spark.pyspark.python=/path/to/python on a "
+        "cluster; repeatable",
+    )
+    run.add_argument(
         "--batch-size",
         type=_batch_size,
         default=1000,

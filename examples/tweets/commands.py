@@ -72,7 +72,7 @@ def run(opts: RunOptions, out: TextIO) -> None:
     from pyspark.sql import SparkSession
 
     owns_session = SparkSession.getActiveSession() is None  # embedded callers keep theirs
-    spark = start_spark(opts.master, opts.sink, state_dir, spout)
+    spark = start_spark(opts.master, opts.sink, state_dir, spout, opts.spark_settings)
     try:
         with ProgressListener(out, lag=spout.lag) as listener:
             runner = TransactionalRunner(

@@ -48,7 +48,22 @@ class RunOptions:
     fail_seed: int | None = None
     crash_at: str | None = None
     master: str = "local[*]"
+    #: ``--conf KEY=VALUE`` items: Spark settings, over the session's defaults.
+    conf: tuple[str, ...] | list[str] = ()
     top: int = 10
+
+    @property
+    def spark_settings(self) -> dict[str, str]:
+        """``conf`` as Spark settings; anything but ``spark.*`` is refused."""
+        out = {}
+        for item in self.conf:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip().startswith("spark."):
+                raise ConfigurationError(
+                    f"--conf {item!r}: expected a Spark setting, spark.KEY=VALUE"
+                )
+            out[key.strip()] = value
+        return out
 
     @property
     def mode(self) -> CommitMode:

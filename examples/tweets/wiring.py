@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,13 +76,17 @@ def make_store(opts: RunOptions) -> Any:
 
 
 def start_spark(
-    master: str, sink: str, state_dir: Path, spout: AnySpout | None = None
+    master: str,
+    sink: str,
+    state_dir: Path,
+    spout: AnySpout | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """One session for the run, with what the sink and the spout need (Delta's and
-    Kafka's jars). Executors must run this interpreter (it has pyarrow and this
-    project), and Spark's own logging is cut to warnings from the JVM's start."""
+    Kafka's jars) and the user's ``settings`` (``--conf``) over them; Spark's own
+    logging is cut to warnings from the JVM's start."""
     from transactional.session import create_spark_session, merged
 
     state_dir.mkdir(parents=True, exist_ok=True)
-    conf = merged(spark_conf(sink), spout.spark_conf() if spout is not None else {})
+    conf = merged(spark_conf(sink), spout.spark_conf() if spout is not None else {}, settings or {})
     return create_spark_session(master, "tweets", conf)

@@ -365,7 +365,7 @@ def test_metadata_json_cannot_hold_is_refused_before_anything_is_stored(
         store.close()
     if backend == "zookeeper":
         assert zk_children(hosts, "lib") == {
-            "coordinator": ["currtx", "digest", "group", "meta"],
+            "coordinator": ["currtx", "digest", "group", "meta", "rewind"],
             "coordinator/meta": [],
             "partition": [],
         }

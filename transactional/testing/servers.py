@@ -1,4 +1,5 @@
-"""Real ZooKeeper, Redis and Kafka servers as plain processes on free loopback ports."""
+"""Real ZooKeeper, Redis and Kafka servers, and a Spark standalone master and workers, as
+plain processes on free loopback ports."""
 
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ class _Server:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix=prefix))
         self.proc: subprocess.Popen[bytes] | None = None
+        #: The process's environment (None: this process's).
+        self.env: dict[str, str] | None = None
 
     def command(self) -> list[str]:
         raise NotImplementedError
@@ -54,7 +57,11 @@ class _Server:
     def start(self) -> None:
         log = open(self.dir / f"{self.name}.log", "ab")  # noqa: SIM115 - kept for its life
         self.proc = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            self.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=self.env,
         )
         try:
             _wait_port(self.port, self.proc, self.start_timeout_s, self.name)
@@ -208,3 +215,104 @@ class KafkaServer(_Server):
 
     def command(self) -> list[str]:
         return [*self._jvm(), "kafka.Kafka", str(self.config)]
+
+
+def spark_home() -> Path:
+    """The PySpark install, which ships Spark's launcher (``bin/spark-class``)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def _spark_env(directory: Path) -> dict[str, str]:
+    """A standalone daemon's environment: bound to loopback, its logs and work in its
+    own directory."""
+    return {
+        **os.environ,
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(directory),
+        "SPARK_WORKER_DIR": str(directory / "work"),
+        "SPARK_NO_DAEMONIZE": "1",
+    }
+
+
+class SparkMaster(_Server):
+    """A Spark standalone master on loopback (``spark://127.0.0.1:PORT``), from PySpark's
+    own launcher."""
+
+    name = "spark-master"
+    start_timeout_s = 60.0
+
+    def __init__(self) -> None:
+        super().__init__("spark-master-")
+        self.ui_port = free_port()
+
+    @property
+    def url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(spark_home() / "bin" / "spark-class"),
+            "org.apache.spark.deploy.master.Master",
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--webui-port", str(self.ui_port),
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        self.env = _spark_env(self.dir)
+        super().start()
+        assert self.proc is not None
+        _wait_port(self.ui_port, self.proc, self.start_timeout_s, "the master's web UI")
+
+    def workers_alive(self) -> int:
+        """Workers the master counts as alive (its JSON status page)."""
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
+            status = json.load(r)
+        return sum(1 for w in status.get("workers", []) if w.get("state") == "ALIVE")
+
+
+class SparkWorker(_Server):
+    """A Spark standalone worker on loopback, registered with ``master``; SIGKILLed by
+    ``stop`` with its executors (one process group)."""
+
+    name = "spark-worker"
+    start_timeout_s = 60.0
+
+    def __init__(self, master: SparkMaster, cores: int = 1, memory: str = "2g") -> None:
+        super().__init__("spark-worker-")
+        self.master = master
+        self.cores = cores
+        self.memory = memory
+        self.ui_port = free_port()
+
+    def command(self) -> list[str]:
+        return [
+            str(spark_home() / "bin" / "spark-class"),
+            "org.apache.spark.deploy.worker.Worker",
+            self.master.url,
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--webui-port", str(self.ui_port),
+            "--cores", str(self.cores),
+            "--memory", self.memory,
+            "--work-dir", str(self.dir / "work"),
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        self.env = _spark_env(self.dir)
+        alive = self.master.workers_alive()
+        super().start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while self.master.workers_alive() <= alive:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the worker did not register with {self.master.url}; the end of its "
+                    f"log:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)

@@ -1,0 +1,125 @@
+"""The tweet demo on a Spark standalone cluster (a master and two workers started from
+the PySpark install, on loopback): every spout kind counts exactly with
+``--master spark://...`` and configuration only (the executors' Python given with
+``--conf spark.pyspark.python``, the driver bound to loopback); a worker SIGKILLed in
+the middle of a txid, and another started, leaves the counts exact. Answers computed
+from the input files (``tests.reference``)."""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples.tweets.cli import main as demo
+from tests.observed import assert_exact, delta_contents, redis_contents
+from tests.processes import DemoProcess, demo_env, redis_txid
+from tests.reference import Expected, expected_counts
+from transactional.testing.servers import SparkMaster, SparkWorker
+
+pytestmark = pytest.mark.cluster
+
+#: Settings a cluster run needs and a local one does not: the executors' Python (the
+#: workers' own ``python3`` has neither pyarrow nor this project), and the driver bound
+#: to and advertised on loopback, where the test's workers are.
+CLUSTER_CONF = [
+    f"spark.pyspark.python={sys.executable}",
+    "spark.driver.host=127.0.0.1",
+    "spark.driver.bindAddress=127.0.0.1",
+    "spark.executor.memory=1g",
+    "spark.sql.shuffle.partitions=4",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[SparkMaster, list[SparkWorker]]]:
+    master = SparkMaster()
+    master.start()
+    workers = [SparkWorker(master), SparkWorker(master)]
+    try:
+        for worker in workers:
+            worker.start()
+        yield master, workers
+    finally:
+        for server in [*workers, master]:
+            server.close()
+
+
+@pytest.fixture(scope="module")
+def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
+    out = tmp_path_factory.mktemp("input") / "tweets"
+    args = ["generate", "--count", "600", "--seed", "5", "--partitions", "3"]
+    assert demo([*args, "--bad-rate", "0.05", "--out", str(out)], out=io.StringIO()) == 0
+    expected = expected_counts(out)
+    assert expected.dead_letters and expected.pairs
+    return out, expected
+
+
+def run_args(
+    master: SparkMaster, path: Path, tmp_path: Path, spout: str, sink: list[str]
+) -> list[str]:
+    conf = [item for setting in CLUSTER_CONF for item in ("--conf", setting)]
+    batch = "200" if spout == "transactional" else "60"
+    return [
+        "run",
+        "--input", str(path),
+        "--spout", spout,
+        *sink,
+        "--state-dir", str(tmp_path / "state"),
+        "--batch-size", batch,
+        "--until-drained",
+        "--master", master.url,
+        *conf,
+        "--top", "0",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("spout", ["transactional", "partitioned", "opaque"])
+def test_every_spout_kind_counts_exactly_on_the_cluster(
+    spark: Any,
+    cluster: tuple[SparkMaster, list[SparkWorker]],
+    tweets: tuple[Path, Expected],
+    tmp_path: Path,
+    spout: str,
+) -> None:
+    master, _ = cluster
+    path, expected = tweets
+    sink = ["--sink", "delta", "--delta-path", str(tmp_path / "delta")]
+    # A process of its own: this one's session is local.
+    run = DemoProcess(run_args(master, path, tmp_path, spout, sink), tmp_path / "run.log")
+    assert run.proc.wait(timeout=600) == 0, run.log.read_text()[-3000:]
+    assert "Registered app tweets" in master.log_tail(400)  # it ran there
+    assert_exact(delta_contents(spark, tmp_path / "delta"), expected)
+
+
+def test_a_worker_killed_mid_txid_leaves_the_counts_exact(
+    redis_url: str,
+    cluster: tuple[SparkMaster, list[SparkWorker]],
+    tweets: tuple[Path, Expected],
+    tmp_path: Path,
+) -> None:
+    master, workers = cluster
+    path, expected = tweets
+    sink = ["--sink", "redis", "--redis-url", redis_url]
+    args = run_args(master, path, tmp_path, "partitioned", sink)
+    args[args.index("--batch-size") + 1] = "20"  # many txids: the kill lands inside one
+    run = DemoProcess(args, tmp_path / "run.log", demo_env(SPARK_LOCAL_IP="127.0.0.1"))
+    deadline = time.monotonic() + 300
+    while redis_txid(redis_url, "sink") < 2:
+        assert run.proc.poll() is None, run.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "nothing committed in time"
+        time.sleep(0.05)
+    victim = workers[0]
+    victim.stop()  # SIGKILL: the worker and its executor, in the middle of a txid
+    at_kill = redis_txid(redis_url, "sink")
+    replacement = SparkWorker(master)
+    replacement.start()
+    workers[0] = replacement
+    assert run.proc.wait(timeout=600) == 0, run.log.read_text()[-3000:]
+    assert redis_txid(redis_url, "sink") > at_kill  # txids were still to come at the kill
+    assert_exact(redis_contents(redis_url), expected)

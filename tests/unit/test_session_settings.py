@@ -1,0 +1,43 @@
+"""Which Spark settings a session gets: the local defaults (driver memory, few shuffle
+partitions, no UI) on a local master only; on a cluster only the quiet defaults, and
+the user's settings over everything."""
+
+from __future__ import annotations
+
+import pytest
+
+from transactional.session import DEFAULTS, LOCAL_DEFAULTS, is_local, session_settings
+
+
+@pytest.mark.parametrize(
+    ("master", "local"),
+    [
+        ("local", True),
+        ("local[2]", True),
+        ("local[*]", True),
+        ("local[2,3]", True),
+        ("spark://127.0.0.1:7077", False),
+        ("yarn", False),
+        ("k8s://https://host:443", False),
+        ("localhost", False),
+    ],
+)
+def test_local_masters_are_told_apart(master: str, local: bool) -> None:
+    assert is_local(master) is local
+
+
+def test_local_defaults_apply_to_a_local_master_only() -> None:
+    local = session_settings("local[2]")
+    assert local["spark.driver.memory"] == "2g" and local["spark.sql.shuffle.partitions"] == "4"
+    assert local["spark.ui.enabled"] == "false"
+    cluster = session_settings("spark://127.0.0.1:7077")
+    assert not set(LOCAL_DEFAULTS) & set(cluster)
+    assert {k: cluster[k] for k in DEFAULTS} == dict(DEFAULTS)
+
+
+def test_the_users_settings_win_on_every_master() -> None:
+    mine = {"spark.sql.shuffle.partitions": "64", "spark.pyspark.python": "/opt/py/bin/python"}
+    for master in ("local[*]", "spark://10.0.0.1:7077"):
+        settings = session_settings(master, mine)
+        assert settings["spark.sql.shuffle.partitions"] == "64"
+        assert settings["spark.pyspark.python"] == "/opt/py/bin/python"
