@@ -1,0 +1,104 @@
+"""The tweet demo on a three-server ZooKeeper ensemble (loopback, quorum config, separate
+data directories): the leader server SIGKILLed mid-run and restarted later; two of the
+three stopped (a minority left), during which nothing commits, until quorum returns.
+Counts exact against answers computed from the input files (``tests.reference``)."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from examples.tweets.cli import main as demo
+from tests.observed import assert_exact, redis_contents
+from tests.processes import DemoProcess, redis_txid
+from tests.reference import Expected, expected_counts
+from transactional.testing.servers import ZooKeeperEnsemble
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def ensemble() -> Iterator[ZooKeeperEnsemble]:
+    servers = ZooKeeperEnsemble(3)
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture(scope="module")
+def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
+    out = tmp_path_factory.mktemp("input") / "tweets"
+    args = ["generate", "--count", "900", "--seed", "8", "--partitions", "3"]
+    assert demo([*args, "--bad-rate", "0.05", "--out", str(out)], out=io.StringIO()) == 0
+    return out, expected_counts(out)
+
+
+def start_run(hosts: str, redis_url: str, path: Path, tmp_path: Path) -> DemoProcess:
+    args = [
+        "run",
+        "--input", str(path),
+        "--spout", "partitioned",
+        "--sink", "redis", "--redis-url", redis_url,
+        "--zookeeper", hosts,
+        "--zk-session-timeout", "6",
+        "--batch-size", "15",
+        "--until-drained",
+        "--master", "local[2]",
+        "--top", "0",
+    ]  # fmt: skip
+    return DemoProcess(args, tmp_path / "run.log")
+
+
+def wait_committed(run: DemoProcess, redis_url: str, txid: int, timeout: float = 240) -> int:
+    deadline = time.monotonic() + timeout
+    while (held := redis_txid(redis_url, "sink")) < txid:
+        assert run.proc.poll() is None, run.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"txid {txid} not committed in {timeout}s"
+        time.sleep(0.05)
+    return held
+
+
+def test_the_leader_server_killed_mid_run_and_restarted(
+    ensemble: ZooKeeperEnsemble, redis_url: str, tweets: tuple[Path, Expected], tmp_path: Path
+) -> None:
+    path, expected = tweets
+    run = start_run(ensemble.hosts, redis_url, path, tmp_path)
+    wait_committed(run, redis_url, 2)
+    leader = ensemble.wait_serving()
+    leader.stop()  # SIGKILL the ZooKeeper leader: the other two elect a new one
+    at_kill = redis_txid(redis_url, "sink")
+    ensemble.wait_serving()
+    wait_committed(run, redis_url, at_kill + 2)  # commits go on under the new leader
+    leader.start()
+    assert run.proc.wait(timeout=600) == 0, run.log.read_text()[-3000:]
+    assert redis_txid(redis_url, "sink") > at_kill + 1
+    assert_exact(redis_contents(redis_url), expected)
+
+
+def test_a_minority_commits_nothing_until_quorum_returns(
+    ensemble: ZooKeeperEnsemble, redis_url: str, tweets: tuple[Path, Expected], tmp_path: Path
+) -> None:
+    path, expected = tweets
+    run = start_run(ensemble.hosts, redis_url, path, tmp_path)
+    wait_committed(run, redis_url, 2)
+    stopped = ensemble.members[:2]
+    for member in stopped:
+        member.stop()  # one of three left: no quorum
+    time.sleep(3)  # a commit past its leadership check when quorum went may still land
+    without_quorum = redis_txid(redis_url, "sink")
+    time.sleep(12)  # past the session timeout: the runner must not commit meanwhile
+    assert redis_txid(redis_url, "sink") == without_quorum
+    assert run.proc.poll() is None or run.proc.returncode == 1, run.log.read_text()[-3000:]
+    stopped[0].start()  # two of three: quorum again
+    ensemble.wait_serving()
+    if run.proc.poll() is not None:  # it gave up leadership for good (exit 1): run again
+        run = start_run(ensemble.hosts, redis_url, path, tmp_path)
+    assert run.proc.wait(timeout=600) == 0, run.log.read_text()[-3000:]
+    assert redis_txid(redis_url, "sink") > without_quorum
+    assert_exact(redis_contents(redis_url), expected)
