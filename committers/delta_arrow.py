@@ -212,14 +212,8 @@ def write_dead_letters(
 def read_table(location: str, columns: Sequence[str]) -> pa.Table:
     """``columns`` of the latest version of a table the committer wrote (no deletion
     vectors, no column mapping: ``arrow_writable``), read as plain Parquet."""
-    from deltalake import DeltaTable
 
-    dt = DeltaTable(location)
-    if not arrow_writable(dt):
-        raise ConfigurationError(
-            f"Delta table {location} uses table features this reader does not apply "
-            "(deletion vectors or column mapping): read it with Spark"
-        )
+    dt = _readable(location)
     return _files(dt, _arrow_schema(dt)).to_table(columns=columns)
 
 
@@ -229,14 +223,8 @@ def lookup(location: str, table: CounterTable, keys: Sequence[tuple[Any, ...]]) 
     cast to the column's type (a text such as ``"2024-05-01"`` or ``"7"`` becomes the
     date or the integer; a cast that cannot be made raises ``ValueError``)."""
     import pyarrow as pa
-    from deltalake import DeltaTable
 
-    dt = DeltaTable(location)
-    if not arrow_writable(dt):
-        raise ConfigurationError(
-            f"Delta table {location} uses table features this reader does not apply "
-            "(deletion vectors or column mapping): read it with Spark"
-        )
+    dt = _readable(location)
     schema = _arrow_schema(dt)
     columns: dict[str, Any] = {}
     for i, key in enumerate(table.keys):
@@ -255,6 +243,20 @@ def lookup(location: str, table: CounterTable, keys: Sequence[tuple[Any, ...]]) 
     # A left join keeps every row of ``wanted`` (a key asked twice is two), not their order.
     joined = _joined(wanted, target, table.keys).sort_by(_ORDINAL)
     return joined.column(f"t_{table.column}").to_pylist()
+
+
+def _readable(location: str) -> DeltaTable:
+    """The latest version of a table this module reads as plain Parquet
+    (``arrow_writable``), or why not."""
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(location)
+    if not arrow_writable(dt):
+        raise ConfigurationError(
+            f"Delta table {location} uses table features this reader does not apply "
+            "(deletion vectors or column mapping): read it with Spark"
+        )
+    return dt
 
 
 def _files(dt: DeltaTable, schema: pa.Schema) -> Any:

@@ -8,8 +8,8 @@ the table would still claim the later txids, and their replays would be skipped.
 takes the marker as the restore commit's ``txn``, atomically with the restore; the
 latest ``txn`` wins, so the table then holds the txid it was rolled back to.
 
-Restoring a table that already holds the txid's marker is skipped: a rewind that died
-half-way is finished by running it again.
+A table that already holds the txid's marker is left as it is (``table_rollback``
+plans no restore for it): a rewind that died half-way is finished by running it again.
 """
 
 from __future__ import annotations
@@ -80,8 +80,6 @@ def restore(part: TableRollback) -> None:
     if part.version is None:
         return
     dt = DeltaTable(part.location)
-    if dt.transaction_version(part.app_id) == part.marker:
-        return  # restored by an earlier, interrupted rewind
     if not arrow_writable(dt):
         raise ConfigurationError(
             f"cannot rewind Delta table {part.location}: it uses table features (deletion "

@@ -13,7 +13,7 @@ from typing import Any
 
 from committers.keys import parse_key_type, supported, why_unsupported
 from committers.snapshot import local_dir
-from committers.tables import CounterTable
+from committers.tables import VALUE_COLUMNS, CounterTable
 from transactional.errors import ConfigurationError
 from transactional.jars import DEFAULT_IVY_DIR, resolved_jars
 
@@ -188,7 +188,7 @@ def _other_aggregate(
     who: str, table: CounterTable, location: str, schema: dict[str, str]
 ) -> str | None:
     """Why a table holding another aggregate's column cannot keep ``table``."""
-    held = [c for c in ("count", "min", "max", "last") if c in schema and c != table.column]
+    held = [c for c in VALUE_COLUMNS if c in schema and c != table.column]
     if table.column in schema or not held:
         return None
     kept = "sums or counts" if held[0] == "count" else f"the {held[0]}"

@@ -8,7 +8,9 @@
 -- stored value that is not of the hash's type). Only when all pass does the second pass
 -- write: undo (opaque replay), apply, record. Nothing in the second pass can fail on data.
 --
--- Values, per hash type (``batch.counters[i].kind``):
+-- A hash keeps a sum (counts are sums too), a minimum, a maximum or a last value per
+-- field (``batch.counters[i].agg``): ``add`` below. Values, per hash type
+-- (``batch.counters[i].kind``), for sums:
 --
 -- - ``long``: the new value is computed, checked and written as plain digits, the text
 --   ``HINCRBY`` would leave: in doubles when both numbers are below 2^52 in magnitude
@@ -149,8 +151,6 @@ local function finite(x)
   return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge
 end
 
--- The new value of a field (nil and a reason if it cannot be stored). ``base`` is the
--- stored text or nil (absent: zero).
 -- -1, 0 or 1 as a is below, equal to or above b, two values of the hash's type (nil:
 -- a is not one; b, from the committer, always is).
 local function compare(c, a, b)

@@ -20,10 +20,10 @@ its rows carry the key columns and the value column (and ``order_by`` for ``Last
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
-from committers.keys import decode_key
+from committers.keys import decode_key, key_text
 from committers.tables import CounterTable
 
 __all__ = ["Count", "Last", "Max", "Min", "Sum", "key_of"]
@@ -39,7 +39,7 @@ def _valued(
     aggregate: str,
     name: str,
     keys: Keys,
-    value: str,
+    value: str | None,
     value_type: str,
     key_types: Mapping[str, str] | None,
     order_by: str | None = None,
@@ -53,7 +53,7 @@ def Count(
     name: str, keys: Keys, value: str | None = None, key_types: Mapping[str, str] | None = None
 ) -> CounterTable:
     """The number of rows per key (``value`` None), or of non-null ``value``s: a LONG."""
-    return CounterTable(name, _keys(keys), value, "long", dict(key_types or {}), "count")
+    return _valued("count", name, keys, value, "long", key_types)
 
 
 def Sum(
@@ -124,22 +124,23 @@ def key_of(key: Any, table: CounterTable) -> tuple[Any, ...]:
 def key_texts(key: tuple[Any, ...]) -> tuple[str | None, ...]:
     """A key's values as Redis field texts (``committers.keys``): strings as they are,
     integers in decimal, booleans ``true``/``false``, dates ISO, None null."""
-    out: list[str | None] = []
-    for value in key:
-        if value is None or isinstance(value, str):
-            out.append(value)
-        elif isinstance(value, bool):
-            out.append("true" if value else "false")
-        elif isinstance(value, int):
-            out.append(str(value))
-        elif isinstance(value, date):
-            out.append(value.isoformat())
-        else:
-            raise ValueError(
-                f"key value {value!r} ({type(value).__name__}): a Redis key is a string, "
-                "an integer, a boolean or a date"
-            )
-    return tuple(out)
+    return tuple(key_text(_key_type(value))(value) for value in key)
+
+
+def _key_type(value: Any) -> str:
+    """The Redis key type (``committers.keys``) of a Python key value."""
+    if value is None or isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):  # before int: a bool is an int
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return "date"
+    raise ValueError(
+        f"key value {value!r} ({type(value).__name__}): a Redis key is a string, an "
+        "integer, a boolean or a date"
+    )
 
 
 class StateReader:

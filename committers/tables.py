@@ -13,7 +13,15 @@ from committers.keys import key_types_of
 from committers.values import ValueType
 from transactional.errors import ConfigurationError
 
-__all__ = ["AGGREGATES", "ORDERABLE", "RESERVED_COLUMNS", "CounterTable", "Number", "unstorable"]
+__all__ = [
+    "AGGREGATES",
+    "ORDERABLE",
+    "RESERVED_COLUMNS",
+    "VALUE_COLUMNS",
+    "CounterTable",
+    "Number",
+    "unstorable",
+]
 
 #: A counter's value in Python: ``long`` -> int, ``double`` -> float, ``decimal`` -> Decimal.
 Number = int | float | Decimal
@@ -29,6 +37,9 @@ RESERVED_COLUMNS = frozenset({"prev", "txid", "inc"})
 #: ``min`` and ``max`` (the extreme value ever seen), ``last`` (the value of the latest
 #: txid; inside one batch, of the row with the greatest ``order_by``).
 AGGREGATES = ("sum", "count", "min", "max", "last")
+
+#: The value columns a sink's table may have (``CounterTable.column``).
+VALUE_COLUMNS = ("count", "min", "max", "last")
 
 #: Spark types an ``order_by`` column may have: they compare as their values do.
 ORDERABLE = re.compile(
@@ -92,8 +103,7 @@ class CounterTable:
                 f"counter table {self.name!r}: keys must be a non-empty tuple of column "
                 f"names, got {self.keys!r}"
             )
-        used = [*self.keys, *self.inputs[len(self.keys) :]]
-        if len(set(used)) != len(used):
+        if len(set(self.inputs)) != len(self.inputs):
             raise ConfigurationError(
                 f"counter table {self.name!r}: key, value and order_by columns must be "
                 f"distinct, got keys={self.keys!r} value={self.value!r}"
@@ -130,7 +140,7 @@ class CounterTable:
                 f"{where}: aggregate {self.aggregate!r} needs a value column (value=None "
                 "only counts rows, for aggregate='count')"
             )
-        if self.aggregate == "count" and ValueType.parse(self.value_type).kind != "long":
+        if self.aggregate == "count" and self.declared.kind != "long":
             raise ConfigurationError(
                 f"{where}: a count is a 'long'; value_type={self.value_type!r} is not"
             )

@@ -163,11 +163,17 @@ def read_tree(client: Any, root: str) -> tuple[StoredState, dict[int, set[int]]]
     part_ids = sorted(int(n) for n in client.get_children(f"{root}/partition"))
     listings = {p: client.get_children_async(f"{root}/partition/{p}") for p in part_ids}
     index = {p: {int(n) for n in listing.get()} for p, listing in listings.items()}
-    meta_gets = {t: client.get_async(f"{root}/coordinator/meta/{node(t)}") for t in meta_ids}
+    # Metadata below currtx - 1 is kept for rewinds only: the runner sees neither its
+    # txids nor its values, so only its names are read.
+    seen = currtx - 1
+    meta_gets = {
+        t: client.get_async(f"{root}/coordinator/meta/{node(t)}") for t in meta_ids if t >= seen
+    }
     part_gets = {
         (t, p): client.get_async(f"{root}/partition/{p}/{node(t)}")
         for p, txids in index.items()
         for t in txids
+        if t >= seen
     }
     try:  # absent from a topology stored before digests existed
         digest_ids = client.get_children(f"{root}/coordinator/digest")
@@ -190,14 +196,13 @@ def read_tree(client: Any, root: str) -> tuple[StoredState, dict[int, set[int]]]
         data = client.get(f"{root}/coordinator/rewind")[0]
     except NoNodeError:
         data = b""
-    # Metadata below currtx - 1 is kept for rewinds only: the runner sees its txids.
     state = StoredState(
         currtx,
-        {t: m for t, m in metas.items() if t >= currtx - 1},
-        {t: p for t, p in partitions.items() if t >= currtx - 1},
+        metas,
+        partitions,
         digests,
         group,
-        kept=tuple(t for t in sorted(metas) if t < currtx - 1),
+        kept=tuple(t for t in meta_ids if t < seen),
         rewinding=int(decode(data)) if data else None,
     )
     return state, index

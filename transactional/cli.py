@@ -282,9 +282,7 @@ def _store_location(args: argparse.Namespace) -> tuple[str | None, str]:
 
 def _status(args: argparse.Namespace) -> int:
     """Read-only: writes nothing anywhere, for an unknown topology id least of all."""
-    topology_id = args.topology_id or environment().get("TRANSACTIONAL_TOPOLOGY_ID")
-    if not topology_id:
-        raise ConfigurationError("give --topology-id ID (`transactional list` shows the ids)")
+    topology_id = _topology_id(args)
     where = _store_location(args)
     if args.watch:
         watch(where, topology_id, args.factory, args.interval)
@@ -296,6 +294,13 @@ def _status(args: argparse.Namespace) -> int:
     for line in status_lines(topology_id, state, report, sinks):
         print(line)
     return DONE
+
+
+def _topology_id(args: argparse.Namespace) -> str:
+    topology_id = args.topology_id or environment().get("TRANSACTIONAL_TOPOLOGY_ID")
+    if not topology_id:
+        raise ConfigurationError("give --topology-id ID (`transactional list` shows the ids)")
+    return str(topology_id)
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -310,9 +315,7 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _rewind(args: argparse.Namespace) -> int:
-    topology_id = args.topology_id or environment().get("TRANSACTIONAL_TOPOLOGY_ID")
-    if not topology_id:
-        raise ConfigurationError("give --topology-id ID (`transactional list` shows the ids)")
+    topology_id = _topology_id(args)
     for line in rewind(args.factory, topology_id, _store_location(args), args.to, args.crash_at):
         print(line)
     return DONE

@@ -40,7 +40,7 @@ def status_document(
             for txid in sorted(state.metas)
         },
         "group": list(state.group) if state.group else None,
-        "rewind_targets": [0, *state.kept, state.currtx - 1] if state.currtx > 1 else [0],
+        "rewind_targets": state.rewind_targets,
         "rewinding": state.rewinding,
         "runner": report,
         "sinks": sinks,

@@ -38,6 +38,11 @@ class StoredState:
     #: The txid of a rewind begun and not finished (``begin_rewind``): no run may start.
     rewinding: int | None = None
 
+    @property
+    def rewind_targets(self) -> list[int]:
+        """The txids a rewind can go back to: 0, the kept ones, the last committed."""
+        return [0, *self.kept, self.currtx - 1] if self.currtx > 1 else [0]
+
 
 @dataclass(frozen=True)
 class TopologyIdentity:

@@ -54,16 +54,17 @@ class RunOptions:
 
     @property
     def spark_settings(self) -> dict[str, str]:
-        """``conf`` as Spark settings; anything but ``spark.*`` is refused."""
-        out = {}
-        for item in self.conf:
-            key, sep, value = item.partition("=")
-            if not sep or not key.strip().startswith("spark."):
-                raise ConfigurationError(
-                    f"--conf {item!r}: expected a Spark setting, spark.KEY=VALUE"
-                )
-            out[key.strip()] = value
-        return out
+        """``conf`` as Spark settings (``transactional.settings.parse_conf``); a runner
+        setting is refused: the demo has its own flags for those."""
+        from transactional.settings import parse_conf
+
+        parsed = parse_conf(list(self.conf))
+        if parsed["runner"]:
+            raise ConfigurationError(
+                f"--conf {sorted(parsed['runner'])}: the demo takes Spark settings "
+                "(spark.KEY=VALUE) here; use its own flags for runner settings"
+            )
+        return dict(parsed["spark"])
 
     @property
     def mode(self) -> CommitMode:

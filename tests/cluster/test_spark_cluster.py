@@ -20,7 +20,7 @@ from examples.tweets.cli import main as demo
 from tests.observed import assert_exact, delta_contents, redis_contents
 from tests.processes import DemoProcess, demo_env, redis_txid
 from tests.reference import Expected, expected_counts
-from transactional.testing.servers import SparkMaster, SparkWorker
+from transactional.testing.cluster_servers import SparkMaster, SparkWorker
 
 pytestmark = pytest.mark.cluster
 

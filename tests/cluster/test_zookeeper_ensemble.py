@@ -16,7 +16,7 @@ from examples.tweets.cli import main as demo
 from tests.observed import assert_exact, redis_contents
 from tests.processes import DemoProcess, redis_txid
 from tests.reference import Expected, expected_counts
-from transactional.testing.servers import ZooKeeperEnsemble
+from transactional.testing.cluster_servers import ZooKeeperEnsemble
 
 pytestmark = pytest.mark.cluster
 
