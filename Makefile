@@ -56,8 +56,9 @@ test: deps venv lint typecheck
 test-slow: deps venv
 	$(BIN)/pytest -q -ra -m "slow and not cluster"
 
-# A Spark standalone master and workers, and a three-server ZooKeeper ensemble, on
-# loopback, started by the tests from the installed packages; CI runs it after
+# A Spark standalone master and workers, a three-server ZooKeeper ensemble and a Redis
+# Cluster (three masters, a replica each), on loopback, started by the tests from the
+# installed packages; CI runs it after
 # `make test-slow`.
 cluster-test: deps venv
 	$(BIN)/pytest -q -ra -m cluster

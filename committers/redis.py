@@ -1,9 +1,11 @@
 """Counters and dead letters in Redis, each commit one atomic Lua script
-(``committers/redis_commit.lua``, registered with redis-py's ``register_script``)."""
+(``committers/redis_commit.lua``, registered with redis-py's ``register_script``), on a
+single server or a Redis Cluster (``committers.redis_cluster``)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from committers.counters import CounterCommitter, key_sums
 from committers.keys import decode_key, encode_key
 from committers.redis_batch import ABSENT, RedisBatch, combined, script_payload
+from committers.redis_cluster import SlotOwner, connect, is_cluster, one_slot, slot_of
 from committers.redis_fields import collected_fields
 from committers.redis_read import RedisSnapshot, read_hashes, read_snapshot
 from committers.states import key_texts
@@ -20,6 +23,7 @@ from committers.tables import CounterTable, Number
 from committers.values import parse_text
 from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, ContractError, FencedError
+from transactional.progress import kv
 from transactional.secrets import redact_url
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
@@ -29,6 +33,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["ABSENT", "RedisBatch", "RedisCommitter", "RedisSnapshot", "decode_key", "encode_key"]
+
+log = logging.getLogger("committers.redis")
 
 #: The dead letters' frame in a collect plan (hash names cannot hold a space).
 _DEAD = "dead letters"
@@ -43,6 +49,12 @@ _STAGE_TTL = 24 * 3600
 
 #: The commit script: see its header for what it checks and writes.
 COMMIT_SCRIPT = files("committers").joinpath("redis_commit.lua").read_text(encoding="utf-8")
+
+#: The txid marker, written again as it is (a write, so that a ``WAIT`` after it covers
+#: every earlier write to the namespace: replication keeps the order of writes).
+_HELD_TXID = (
+    "local v = redis.call('GET', KEYS[1]) if v then redis.call('SET', KEYS[1], v) end return v"
+)
 
 
 def held_text(stored_type: str) -> str:
@@ -68,7 +80,23 @@ class RedisCommitter(CounterCommitter):
     (default ``transactional:<topology id>:<committer name>``): ``:txid`` (last
     committed txid), ``:mode``, ``:value_types`` (hash -> the value type it holds),
     ``:fence`` (the highest fence token that committed, see ``CommitterContext``), and
-    in opaque mode ``:undo`` and ``:undo_dl``.
+    in opaque mode ``:undo`` and ``:undo_dl``. ``key_prefix`` goes before every key the
+    committer writes: the hashes (``<key_prefix><table name>``), the dead-letter list
+    and the default namespace.
+
+    Redis Cluster (found at ``open``, from any node's URL): a commit is one script, and
+    a script runs on one node over keys of one hash slot, so every key above must share
+    a hash tag, as ``key_prefix="{myapp}:"`` gives them; any other layout is refused at
+    ``open``, naming each key's slot. The committer then talks to the slot's master and
+    finds it again when a failover moves the slot.
+
+    Replicas: Redis replicates asynchronously, so a commit the master acknowledged can
+    be lost when a replica takes over. After each commit the committer sends ``WAIT``
+    for ``wait_replicas`` replicas (default: 1 when the master has a replica at
+    ``open``, else 0), on the script's connection; fewer within ``wait_timeout_s`` make
+    the commit fail and be retried (safe: the script sees its txid). Together with
+    ``appendonly yes`` and ``appendfsync always`` on every node, a commit reported done
+    survives the loss of its master.
 
     Key types: string, tinyint/smallint/int/bigint, boolean (``true``/``false``) and
     date (``YYYY-MM-DD``); others are refused (declared in ``CounterTable.key_types``:
@@ -95,30 +123,62 @@ class RedisCommitter(CounterCommitter):
         namespace: str | None = None,
         socket_timeout: float = 30,
         dead_letters_key: str = "dead_letters",
+        key_prefix: str = "",
+        wait_replicas: int | None = None,
+        wait_timeout_s: float = 5.0,
     ) -> None:
         super().__init__(counters, dead_letters, mode)
+        if wait_replicas is not None and wait_replicas < 0:
+            raise ConfigurationError(f"wait_replicas={wait_replicas}: give 0 or more replicas")
         self.url = url
         self.namespace = namespace
         self.socket_timeout = socket_timeout
-        self.dead_letters_key = dead_letters_key
+        self.key_prefix = key_prefix
+        self.dead_letters_key = key_prefix + dead_letters_key
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_s = wait_timeout_s
         self._client: redis.Redis | None = None
+        #: The slot's master on a Redis Cluster (None: a single server).
+        self._owner: SlotOwner | None = None
+        #: Replicas each commit waits for (decided at open).
+        self._replicas = 0
         self._script: Any = None
         self._tables = {table.name: table for table in self.counters.values()}
+        self._by_key = {key_prefix + name: name for name in self._tables}
+
+    def _hash(self, table: str) -> str:
+        """The Redis key of counter table ``table``'s hash."""
+        return self.key_prefix + table
+
+    def default_namespace(self, topology_id: str, name: str) -> str:
+        """``<key_prefix>transactional:<topology id>:<committer name>``."""
+        return f"{self.key_prefix}transactional:{topology_id}:{name}"
 
     def _connect(self) -> redis.Redis:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
+        return connect(self.url, self.socket_timeout)
 
-        # No retry inside redis-py: the runner retries the whole commit, and the txid
-        # check makes that exact; a hidden retry would only stretch timeouts.
-        return redis.Redis.from_url(
-            self.url,
-            socket_timeout=self.socket_timeout,
-            socket_connect_timeout=self.socket_timeout,
-            retry=Retry(NoBackoff(), 0),
-            decode_responses=True,
-        )
+    def _keys(self) -> dict[str, str]:
+        """Every key a commit touches (what it is -> the key; a staging list stands for
+        all of them: they differ only after the namespace)."""
+        keys = {f"{s} key": self._key(s) for s in ("txid", "undo", "undo_dl", "mode", "fence")}
+        keys |= {"value types": self._key("value_types"), "staging": self._key("stage:0")}
+        keys["dead letters list"] = self.dead_letters_key
+        keys |= {f"hash of {name!r}": self._hash(name) for name in self._tables}
+        return keys
+
+    def _server(self) -> redis.Redis:
+        """The client of the server that holds the committer's keys: on a Redis
+        Cluster, the slot's master now (found again after a failure)."""
+        if self._owner is not None:
+            return self._owner.client()
+        if self._client is None:
+            raise CommitError("RedisCommitter used before open(): the runner must open it")
+        return self._client
+
+    def _lost(self, exc: BaseException) -> None:
+        """After a Redis error: on a cluster, look for the slot's master again."""
+        if self._owner is not None:
+            self._owner.failed(exc)
 
     def open(self, context: CommitterContext) -> None:
         """Connect and check the namespace was written in this mode (an opaque replay
@@ -128,22 +188,31 @@ class RedisCommitter(CounterCommitter):
 
         self.context = context
         if self.namespace is None:
-            self.namespace = f"transactional:{context.topology_id}:{context.name}"
+            self.namespace = self.default_namespace(context.topology_id, context.name)
         where = redact_url(self.url)
         try:
             client = self._connect()
             client.ping()
+            if is_cluster(client):
+                client.close()
+                slot = one_slot(self._keys(), self.who(), self.url)
+                self._owner = SlotOwner(self.url, slot, self.socket_timeout)
+                client = self._owner.client()
             stored_mode: str | None = client.get(self._key("mode"))  # type: ignore[assignment]
             held_types: dict[str, str] = client.hgetall(self._key("value_types"))  # type: ignore[assignment]
             committed = client.exists(self._key("txid"))
+            replicas = int(client.info("replication").get("connected_slaves", 0))  # type: ignore[union-attr]
         except (redis.RedisError, ValueError) as exc:
+            self.close()
             raise ConfigurationError(
                 f"{self.who()} cannot use Redis at {where}: {exc}. Check that "
                 "redis-server is running there and that the URL's host, port, database "
                 "and password are right."
             ) from exc
+        self._replicas = min(replicas, 1) if self.wait_replicas is None else self.wait_replicas
         if stored_mode is not None and stored_mode != self.mode.value:
             client.close()
+            self.close()
             raise ConfigurationError(
                 f"Redis namespace {self.namespace!r} was committed in {stored_mode} mode, "
                 f"but {self.who()} is in {self.mode.value} mode; switching would lose "
@@ -151,22 +220,29 @@ class RedisCommitter(CounterCommitter):
             )
         for table in self.counters.values():
             # Namespaces committed before value types were recorded held integers only.
-            held = held_types.get(table.name, "long" if committed else None)
+            held = held_types.get(self._hash(table.name), "long" if committed else None)
             if held is not None and held != table.stored_type:
                 client.close()
+                self.close()
                 raise ConfigurationError(
-                    f"Redis hash {table.name!r} holds {held_text(held)} (namespace "
+                    f"Redis hash {self._hash(table.name)!r} holds {held_text(held)} (namespace "
                     f"{self.namespace!r}), but {self.who()} declares "
                     f"{held_text(table.stored_type)}: declare what it holds, or use a new "
                     "hash name and namespace (values are never converted in place)"
                 )
-        self._client = client
+        if self._owner is None:
+            self._client = client
         self._script = client.register_script(COMMIT_SCRIPT)
+        if self._replicas:
+            log.info(kv("redis_wait_replicas", committer=self.who(), replicas=self._replicas))
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._owner is not None:
+            self._owner.close()
+            self._owner = None
 
     def _key(self, suffix: str) -> str:
         return f"{self.namespace}:{suffix}"
@@ -246,25 +322,28 @@ class RedisCommitter(CounterCommitter):
     def _commit(self, first: int, last: int, prepared: RedisBatch) -> CommitOutcome:
         import redis
 
-        if self._client is None or self._script is None:
+        if self._script is None:
             raise CommitError("RedisCommitter.commit before open(): the runner must open it")
-        hashes = list(prepared.counters)
+        hashes = [self._hash(name) for name in prepared.counters]
         keys = [self._key(s) for s in ("txid", "undo", "undo_dl", "mode")]
         keys += [self.dead_letters_key, self._key("fence"), self._key("value_types"), *hashes]
         # Read at each commit: the runner raises it when it takes leadership back.
         token = None if self.context is None else self.context.fence_token
         dead = self.dead_letters is not None
         payload = script_payload(first, last, prepared, self._tables, self.mode, dead, token)
+        payload["sync"] = bool(self._replicas)
         what = f"txid {last}" if first == last else f"txids {first}..{last}"
         staged: list[str] = []
+        client = self._server()
         try:
             for counter in payload["counters"]:
                 if len(counter["f"]) > 2 * STAGE_CHUNK:
-                    staged.append(self._stage(counter.pop("f")))
+                    staged.append(self._stage(client, counter.pop("f")))
                     keys.append(staged[-1])
                     counter["st"] = len(keys)
-            status, detail = self._script(keys=keys, args=[json.dumps(payload)])
+            (status, detail), acked = self._run(client, keys, json.dumps(payload))
         except redis.RedisError as exc:
+            self._lost(exc)
             raise CommitError(
                 f"Redis commit of {what} at {redact_url(self.url)} failed: "
                 f"{type(exc).__name__}: {exc}. Retrying the commit is safe."
@@ -272,17 +351,49 @@ class RedisCommitter(CounterCommitter):
         finally:
             if staged:
                 with suppress(redis.RedisError):  # else they expire
-                    self._client.delete(*staged)
-        return self._outcome(last, status, detail, token)
+                    client.delete(*staged)
+        outcome = self._outcome(last, status, detail, token)
+        if acked is not None and acked < self._replicas:
+            raise CommitError(
+                f"Redis commit of {what} at {redact_url(self.url)} is on the master, but "
+                f"{acked} of the {self._replicas} replica(s) it waits for acknowledged it "
+                f"within {self.wait_timeout_s}s (wait_replicas, wait_timeout_s): it could "
+                "still be lost if the master failed now, so it is not reported done. "
+                "Retrying the commit is safe (the script sees its own txid)."
+            )
+        return outcome
 
-    def _stage(self, fields: list[str]) -> str:
+    def _run(self, client: redis.Redis, keys: list[str], payload: str) -> tuple[Any, int | None]:
+        """The script's reply, and how many replicas acknowledged it (None: not asked):
+        the script and ``WAIT`` pipelined on one connection, since ``WAIT`` counts the
+        replicas holding what *its* connection wrote."""
+        import redis
+
+        if not self._replicas:
+            return self._script(keys=keys, args=[payload], client=client), None
+        for _ in range(2):
+            try:
+                return self._waited(client, "EVALSHA", self._script.sha, len(keys), *keys, payload)
+            except redis.exceptions.NoScriptError:  # a new master, or SCRIPT FLUSH
+                client.script_load(COMMIT_SCRIPT)
+        raise CommitError("the Redis server dropped the commit script as soon as it was loaded")
+
+    def _waited(self, client: redis.Redis, *command: Any) -> tuple[Any, int]:
+        """``command``'s reply and the replicas that acknowledged it: the command and
+        ``WAIT`` pipelined on one connection."""
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(*command)
+        pipe.execute_command("WAIT", self._replicas, max(1, int(self.wait_timeout_s * 1000)))
+        reply, acked = pipe.execute()
+        return reply, int(acked)
+
+    def _stage(self, client: redis.Redis, fields: list[str]) -> str:
         """Put one counter's ``[field, increment, ...]`` in a staging list of its own,
         one JSON array of ``STAGE_CHUNK`` fields per element, pipelined; its key. (A
         list of a few large strings costs Redis and redis-py far less than a hash of
         one entry per field.)"""
-        assert self._client is not None
         key = self._key(f"stage:{uuid.uuid4().hex}")
-        pipe = self._client.pipeline(transaction=False)
+        pipe = client.pipeline(transaction=False)
         step = 2 * STAGE_CHUNK
         for i in range(0, len(fields), step):
             pipe.rpush(key, json.dumps(fields[i : i + step]))
@@ -311,7 +422,7 @@ class RedisCommitter(CounterCommitter):
             raise ContractError(self._refused_values(txid, json.loads(detail)))
         if status == "valuetype":
             name, held = json.loads(detail)
-            declared = held_text(self._tables[name].stored_type)
+            declared = held_text(self._tables[self._by_key[name]].stored_type)
             raise ConfigurationError(
                 f"{self.who()}: Redis hash {name!r} holds {held_text(held)}, but its table "
                 f"declares {declared}; nothing was written for txid {txid}. Declare what "
@@ -322,7 +433,7 @@ class RedisCommitter(CounterCommitter):
     def _refused_values(self, txid: int, refused: list[list[str]]) -> str:
         problems = []
         for name, encoded, why, base, inc in refused:
-            table = self._tables[name]
+            table = self._tables[self._by_key[name]]
             key = dict(zip(table.keys, decode_key(encoded, len(table.keys)), strict=True))
             stored = "nothing" if base is None else repr(base)
             if why == "overflow":
@@ -364,13 +475,26 @@ class RedisCommitter(CounterCommitter):
         return f"Redis refused txid {txid}: {detail}. Remove or rename the conflicting key."
 
     def committed_txid(self) -> int | None:
+        """The txid the namespace holds. With replicas to wait for, only once they
+        acknowledged it (else a ``CommitError``): the runner reads this when a commit's
+        outcome is unknown, and must not take for done a txid a failover could lose."""
         import redis
 
-        if self._client is None:
-            raise CommitError("RedisCommitter.committed_txid before open()")
+        key = self._key("txid")
         try:
-            value = self._client.get(self._key("txid"))
+            if not self._replicas:
+                value = self._server().get(key)
+            else:
+                value, acked = self._waited(self._server(), "EVAL", _HELD_TXID, 1, key)
+                if value is not None and acked < self._replicas:
+                    raise CommitError(
+                        f"Redis namespace {self.namespace!r} holds txid {value}, but {acked} "
+                        f"of the {self._replicas} replica(s) it waits for acknowledged it "
+                        f"within {self.wait_timeout_s}s: not yet a txid that survives the "
+                        "loss of the master"
+                    )
         except redis.RedisError as exc:
+            self._lost(exc)
             raise CommitError(
                 f"cannot read the committed txid from Redis at {redact_url(self.url)}: {exc}"
             ) from exc
@@ -379,16 +503,14 @@ class RedisCommitter(CounterCommitter):
     def sink_marker(self, topology_id: str, name: str) -> int | None:
         import redis
 
-        namespace = self.namespace or f"transactional:{topology_id}:{name}"
-        client = self._connect()
+        key = f"{self.namespace or self.default_namespace(topology_id, name)}:txid"
         try:
-            value = client.get(f"{namespace}:txid")
+            with self._reader(key) as client:
+                value = client.get(key)
         except redis.RedisError as exc:
             raise CommitError(
                 f"cannot read the committed txid from Redis at {redact_url(self.url)}: {exc}"
             ) from exc
-        finally:
-            client.close()
         return None if value is None else int(value)  # type: ignore[arg-type]
 
     def rollback(self, topology_id: str, name: str, txid: int) -> Rollback:
@@ -403,15 +525,24 @@ class RedisCommitter(CounterCommitter):
     # -- reading ----------------------------------------------------------------------
 
     @contextmanager
-    def _reader(self) -> Iterator[redis.Redis]:
-        if self._client is not None:
-            yield self._client
+    def _reader(self, key: str) -> Iterator[redis.Redis]:
+        """The open committer's server, else a client of the server holding ``key``
+        (on a Redis Cluster, its slot's master), closed after."""
+        if self._client is not None or self._owner is not None:
+            yield self._server()
             return
         client = self._connect()
+        owner = None
         try:
-            yield client
+            if is_cluster(client):
+                owner = SlotOwner(self.url, slot_of(key), self.socket_timeout)
+                yield owner.client()
+            else:
+                yield client
         finally:
             client.close()
+            if owner is not None:
+                owner.close()
 
     def read(self, table: str) -> dict[tuple[str | None, ...], Number]:
         """The current values of counter table ``table`` (its name), keyed by the key
@@ -419,8 +550,8 @@ class RedisCommitter(CounterCommitter):
         Decimal). One HGETALL: a consistent view of that hash. Needs no ``open``."""
         if table not in self._tables:
             raise ConfigurationError(f"no counter table {table!r}; have {sorted(self._tables)}")
-        with self._reader() as client:
-            return read_hashes(client, [self._tables[table]])[table]
+        with self._reader(self._hash(table)) as client:
+            return read_hashes(client, [self._tables[table]], self.key_prefix)[table]
 
     def lookup(self, table: CounterTable, keys: list[tuple[Any, ...]]) -> list[Number | None]:
         """One HMGET of the keys' fields (``committers.states.key_texts``)."""
@@ -428,8 +559,8 @@ class RedisCommitter(CounterCommitter):
 
         fields = [encode_key(key_texts(key)) for key in keys]
         try:
-            with self._reader() as client:
-                held: list[str | None] = client.hmget(table.name, fields)  # type: ignore[assignment]
+            with self._reader(self._hash(table.name)) as client:
+                held: list[str | None] = client.hmget(self._hash(table.name), fields)  # type: ignore[assignment]
         except redis.RedisError as exc:
             raise CommitError(
                 f"cannot read Redis hash {table.name!r} at {redact_url(self.url)}: {exc}"
@@ -446,5 +577,11 @@ class RedisCommitter(CounterCommitter):
                 "namespace= (default transactional:<topology id>:<committer name>)"
             )
         dead = self.dead_letters_key if self.dead_letters is not None else None
-        with self._reader() as client:
-            return read_snapshot(client, list(self._tables.values()), self._key("txid"), dead)
+        tables = list(self._tables.values())
+        with self._reader(self._key("txid")) as client:
+            return read_snapshot(client, tables, self._key("txid"), dead, self.key_prefix)
+
+    def dead_letter_count(self) -> int:
+        """How many dead letters the list holds (one LLEN). Needs no ``open``."""
+        with self._reader(self.dead_letters_key) as client:
+            return int(client.llen(self.dead_letters_key))  # type: ignore[arg-type]

@@ -61,6 +61,9 @@ local last = redis.call('GET', KEYS[1])
 local last_n = last and tonumber(last)
 if last_n and txid <= last_n and not opaque then
   if fence then redis.call('SET', KEYS[6], batch.fence) end
+  -- A write, so that the committer's WAIT after this script (``batch.sync``) waits for
+  -- replicas to hold everything up to here, the skipped txid's own write included.
+  if batch.sync then redis.call('SET', KEYS[1], last) end
   return {'skipped', last}
 end
 if last_n and txid < last_n then

@@ -34,21 +34,28 @@ def _decoded(table: CounterTable, fields: dict[str, str]) -> Values:
     return {decode_key(f, len(table.keys)): parse_text(v, declared) for f, v in fields.items()}
 
 
-def read_hashes(client: redis.Redis, tables: Sequence[CounterTable]) -> dict[str, Values]:
-    """Each table's hash (one HGETALL each: a consistent view of that hash), keyed by
-    the key columns' texts (None: null), values as Python's exact type."""
-    return {t.name: _decoded(t, client.hgetall(t.name)) for t in tables}  # type: ignore[arg-type]
+def read_hashes(
+    client: redis.Redis, tables: Sequence[CounterTable], prefix: str = ""
+) -> dict[str, Values]:
+    """Each table's hash (``prefix`` + its name; one HGETALL each: a consistent view of
+    that hash), keyed by the key columns' texts (None: null), values as Python's exact
+    type."""
+    return {t.name: _decoded(t, client.hgetall(prefix + t.name)) for t in tables}  # type: ignore[arg-type]
 
 
 def read_snapshot(
-    client: redis.Redis, tables: Sequence[CounterTable], txid_key: str, dead_key: str | None
+    client: redis.Redis,
+    tables: Sequence[CounterTable],
+    txid_key: str,
+    dead_key: str | None,
+    prefix: str = "",
 ) -> RedisSnapshot:
-    """The committed txid (``txid_key``), every table and the dead letters (the list
-    ``dead_key``, None: no dead letters) in one MULTI/EXEC."""
+    """The committed txid (``txid_key``), every table (hash ``prefix`` + its name) and
+    the dead letters (the list ``dead_key``, None: no dead letters) in one MULTI/EXEC."""
     pipe = client.pipeline(transaction=True)
     pipe.get(txid_key)
     for table in tables:
-        pipe.hgetall(table.name)
+        pipe.hgetall(prefix + table.name)
     if dead_key is not None:
         pipe.lrange(dead_key, 0, -1)
     txid, *rest = pipe.execute()

@@ -11,23 +11,30 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import redis.cluster
 
 from committers import decode_key
 from tests.reference import Expected
 
 
-def redis_contents(url: str) -> Expected:
-    client = redis.Redis.from_url(url, decode_responses=True)
+def redis_contents(url: str, prefix: str = "", cluster: bool = False) -> Expected:
+    """The demo's counts in Redis (every key behind ``prefix``), read with redis-py
+    (``cluster``: its Redis Cluster client, which finds each key's node itself)."""
+    client: Any = (
+        redis.cluster.RedisCluster.from_url(url, decode_responses=True)
+        if cluster
+        else redis.Redis.from_url(url, decode_responses=True)
+    )
     try:
         got = Expected()
-        got.hashtags = Counter({k: int(v) for k, v in client.hgetall("hashtags").items()})
-        got.users = Counter({k: int(v) for k, v in client.hgetall("users").items()})
+        got.hashtags = Counter({k: int(v) for k, v in client.hgetall(f"{prefix}hashtags").items()})
+        got.users = Counter({k: int(v) for k, v in client.hgetall(f"{prefix}users").items()})
         # Fields are (user, hashtag) keys as committers.encode_key writes them (a ':' in
         # a user is escaped, so pairs never merge): decoded, compared with the pairs.
-        got.pairs = Counter(
-            {decode_key(k, 2): int(v) for k, v in client.hgetall("users_hashtags").items()}
-        )
-        got.dead_letters = [json.loads(v)["raw"] for v in client.lrange("dead_letters", 0, -1)]
+        pairs = client.hgetall(f"{prefix}users_hashtags")
+        got.pairs = Counter({decode_key(k, 2): int(v) for k, v in pairs.items()})
+        dead = client.lrange(f"{prefix}dead_letters", 0, -1)
+        got.dead_letters = [json.loads(v)["raw"] for v in dead]
         return got
     finally:
         client.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import json
 import os
 import signal
@@ -20,6 +21,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+from tests.reference import Expected, expected_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGY_ID = "tweets"
@@ -249,3 +252,17 @@ def run_summary(text: str) -> dict[str, int]:
     lines = [line for line in text.splitlines() if line.startswith("run_done ")]
     assert len(lines) == 1, f"expected one run_done line, found {len(lines)}:\n{text[-2000:]}"
     return {k: int(v) for k, v in (item.split("=", 1) for item in lines[0].split()[1:])}
+
+
+def generated_tweets(directory: Path, count: int, seed: int) -> tuple[Path, Expected]:
+    """``count`` tweets (5% bad records) in three partition files under ``directory``,
+    made by the demo's generator, and the answers ``tests.reference`` computes from
+    them (which must hold dead letters and user-hashtag pairs to check)."""
+    from examples.tweets.cli import main as demo
+
+    out = directory / "tweets"
+    args = ["generate", "--count", str(count), "--seed", str(seed), "--partitions", "3"]
+    assert demo([*args, "--bad-rate", "0.05", "--out", str(out)], out=io.StringIO()) == 0
+    expected = expected_counts(out)
+    assert expected.dead_letters and expected.pairs
+    return out, expected

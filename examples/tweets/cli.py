@@ -47,6 +47,13 @@ def _add_sink_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--redis-url", metavar="URL", help="e.g. redis://127.0.0.1:6379/0")
     p.add_argument(
+        "--redis-key-prefix",
+        metavar="PREFIX",
+        default="",
+        help="before every Redis key the counts use; on a Redis Cluster give them one "
+        "hash tag, e.g. '{tweets}:' (default: none)",
+    )
+    p.add_argument(
         "--state-dir",
         metavar="DIR",
         default=".transactional",
@@ -256,7 +263,10 @@ def _show(args: argparse.Namespace, out: TextIO) -> None:
 
     if args.sink == "redis" and args.delta_path:
         raise ConfigurationError("--delta-path is for --sink delta; drop it or use --sink delta")
-    show(args.sink, args.top, args.state_dir, args.delta_path, args.redis_url, out)
+    show(
+        args.sink, args.top, args.state_dir, args.delta_path, args.redis_url, out,
+        redis_key_prefix=args.redis_key_prefix,
+    )  # fmt: skip
 
 
 COMMANDS = {"generate": _generate, "load": _load, "run": _run, "show": _show}

@@ -56,7 +56,13 @@ def run(opts: RunOptions, out: TextIO) -> None:
 
     spout = make_spout(opts, input_path)
     committers = {
-        name: make_committer(name, opts.mode, delta_path=opts.delta_dir, redis_url=opts.redis_url)
+        name: make_committer(
+            name,
+            opts.mode,
+            delta_path=opts.delta_dir,
+            redis_url=opts.redis_url,
+            redis_key_prefix=opts.redis_key_prefix,
+        )
         for name in opts.sinks
     }
     # One sink keeps its committer name "sink"; two are named after their sinks.
@@ -107,6 +113,7 @@ def run(opts: RunOptions, out: TextIO) -> None:
                 opts.top,
                 delta_path=opts.delta_dir,
                 redis_url=opts.redis_url,
+                redis_key_prefix=opts.redis_key_prefix,
                 tables=("hashtags",),
             )
             print_summary(
@@ -124,6 +131,7 @@ def show(
     delta_path: str | None,
     redis_url: str | None,
     out: TextIO,
+    redis_key_prefix: str = "",
 ) -> None:
     """Print the top counts; reads the sinks directly (Delta with delta-rs): no Spark."""
     sinks = ("redis", "delta") if sink == "both" else (sink,)
@@ -132,7 +140,9 @@ def show(
         if not redis_url:
             raise ConfigurationError(f"--sink {sink} reads counts from Redis: add --redis-url URL")
         check_redis(redis_url)
-        summaries["redis"] = read_summary("redis", top, redis_url=redis_url)
+        summaries["redis"] = read_summary(
+            "redis", top, redis_url=redis_url, redis_key_prefix=redis_key_prefix
+        )
     if "delta" in sinks:
         path = str(Path(delta_path or Path(state_dir) / "delta").resolve())
         if not Path(path).is_dir():

@@ -32,6 +32,7 @@ class RunOptions:
     sink: str = "delta"
     delta_path: str | None = None
     redis_url: str | None = None
+    redis_key_prefix: str = ""
     prefix: str = "tweets"
     kafka: str | None = None
     topic: str = "tweets"

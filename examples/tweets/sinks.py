@@ -1,12 +1,11 @@
 """The demo's two sinks: building their committers, and reading the counts back.
 
 The committers live in ``committers`` and are imported inside the functions, so that
-generating or loading data never needs them (nor Delta's jars). Layouts read here are
-the committers' documented ones: Redis hashes named after the tables (field = the key
-as ``committers.encode_key`` writes it, read back with ``decode_key``) and a
-``dead_letters`` list; Delta tables at
-``<path>/<table>`` with a ``count`` column (the current value in both modes) and
-``<path>/dead_letters``.
+generating or loading data never needs them (nor Delta's jars). Redis is read through
+the committer's own reads (``RedisCommitter.read``: hashes named after the tables, each
+behind ``--redis-key-prefix``, found on the right node of a Redis Cluster); Delta tables
+are read at ``<path>/<table>`` (a ``count`` column, the current value in both modes)
+and ``<path>/dead_letters``.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
     USERS: ("user",),
     USERS_HASHTAGS: ("user", "hashtag"),
 }
-DEAD_LETTERS_KEY = "dead_letters"
 
 
 def counter_tables() -> dict[str, Any]:
@@ -48,7 +46,12 @@ def counter_tables() -> dict[str, Any]:
 
 
 def make_committer(
-    sink: str, mode: CommitMode, *, delta_path: str | None = None, redis_url: str | None = None
+    sink: str,
+    mode: CommitMode,
+    *,
+    delta_path: str | None = None,
+    redis_url: str | None = None,
+    redis_key_prefix: str = "",
 ) -> Committer:
     if sink == "delta":
         from committers import DeltaCommitter
@@ -59,7 +62,13 @@ def make_committer(
         from committers import RedisCommitter
 
         assert redis_url is not None
-        return RedisCommitter(redis_url, counter_tables(), dead_letters=DEAD_LETTERS, mode=mode)
+        return RedisCommitter(
+            redis_url,
+            counter_tables(),
+            dead_letters=DEAD_LETTERS,
+            mode=mode,
+            key_prefix=redis_key_prefix,
+        )
     raise ConfigurationError(f"unknown sink {sink!r}: use delta or redis")
 
 
@@ -91,36 +100,31 @@ def read_summary(
     *,
     delta_path: str | None = None,
     redis_url: str | None = None,
+    redis_key_prefix: str = "",
     tables: tuple[str, ...] = tuple(TABLE_KEYS),
 ) -> Summary:
     if sink == "redis":
         assert redis_url is not None
-        return _read_redis(redis_url, n, tables)
+        return _read_redis(redis_url, redis_key_prefix, n, tables)
     assert delta_path is not None
     return _read_delta(delta_path, n, tables)
 
 
-def _read_redis(url: str, n: int, tables: tuple[str, ...]) -> Summary:
-    import redis
+def _read_redis(url: str, prefix: str, n: int, tables: tuple[str, ...]) -> Summary:
+    """Through the committer's reads: on a Redis Cluster they go to the keys' master."""
+    from committers import RedisCommitter
 
-    from committers import decode_key
-
-    client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5)
-    try:
-        summary = Summary()
-        for table in tables:
-            keys = TABLE_KEYS[table]
-            fields = client.hgetall(table)
-            # Labelled as the Delta reader does (concat_ws: the columns joined by ':').
-            counts = [
-                (":".join(c for c in decode_key(str(k), keys) if c is not None), int(v))
-                for k, v in fields.items()  # type: ignore[union-attr]
-            ]
-            summary.tops[table] = _top([kv for kv in counts if kv[1]], n)
-        summary.dead_letters = int(client.llen(DEAD_LETTERS_KEY))  # type: ignore[arg-type]
-        return summary
-    finally:
-        client.close()
+    reader = RedisCommitter(url, counter_tables(), key_prefix=prefix, socket_timeout=5)
+    summary = Summary()
+    for table in tables:
+        # Labelled as the Delta reader does (concat_ws: the columns joined by ':').
+        counts = [
+            (":".join(c for c in key if c is not None), int(v))
+            for key, v in reader.read(table).items()
+        ]
+        summary.tops[table] = _top([kv for kv in counts if kv[1]], n)
+    summary.dead_letters = reader.dead_letter_count()
+    return summary
 
 
 def _read_delta(path: str, n: int, tables: tuple[str, ...]) -> Summary:

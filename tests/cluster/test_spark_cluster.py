@@ -7,7 +7,6 @@ from the input files (``tests.reference``)."""
 
 from __future__ import annotations
 
-import io
 import sys
 import time
 from collections.abc import Iterator
@@ -16,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from examples.tweets.cli import main as demo
 from tests.observed import assert_exact, delta_contents, redis_contents
-from tests.processes import DemoProcess, demo_env, redis_txid
-from tests.reference import Expected, expected_counts
+from tests.processes import DemoProcess, demo_env, generated_tweets, redis_txid
+from tests.reference import Expected
 from transactional.testing.cluster_servers import SparkMaster, SparkWorker
 
 pytestmark = pytest.mark.cluster
@@ -52,12 +50,7 @@ def cluster() -> Iterator[tuple[SparkMaster, list[SparkWorker]]]:
 
 @pytest.fixture(scope="module")
 def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
-    out = tmp_path_factory.mktemp("input") / "tweets"
-    args = ["generate", "--count", "600", "--seed", "5", "--partitions", "3"]
-    assert demo([*args, "--bad-rate", "0.05", "--out", str(out)], out=io.StringIO()) == 0
-    expected = expected_counts(out)
-    assert expected.dead_letters and expected.pairs
-    return out, expected
+    return generated_tweets(tmp_path_factory.mktemp("input"), count=600, seed=5)
 
 
 def run_args(

@@ -5,17 +5,15 @@ Counts exact against answers computed from the input files (``tests.reference``)
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from examples.tweets.cli import main as demo
 from tests.observed import assert_exact, redis_contents
-from tests.processes import DemoProcess, redis_txid
-from tests.reference import Expected, expected_counts
+from tests.processes import DemoProcess, generated_tweets, redis_txid
+from tests.reference import Expected
 from transactional.testing.cluster_servers import ZooKeeperEnsemble
 
 pytestmark = pytest.mark.cluster
@@ -33,10 +31,7 @@ def ensemble() -> Iterator[ZooKeeperEnsemble]:
 
 @pytest.fixture(scope="module")
 def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
-    out = tmp_path_factory.mktemp("input") / "tweets"
-    args = ["generate", "--count", "900", "--seed", "8", "--partitions", "3"]
-    assert demo([*args, "--bad-rate", "0.05", "--out", str(out)], out=io.StringIO()) == 0
-    return out, expected_counts(out)
+    return generated_tweets(tmp_path_factory.mktemp("input"), count=900, seed=8)
 
 
 def start_run(hosts: str, redis_url: str, path: Path, tmp_path: Path) -> DemoProcess:

@@ -19,8 +19,8 @@ import redis
 
 from examples.tweets.cli import main as demo
 from tests.observed import assert_exact, redis_contents
-from tests.processes import run_summary
-from tests.reference import Expected, expected_counts, input_files, lines_of
+from tests.processes import generated_tweets, run_summary
+from tests.reference import Expected, input_files, lines_of
 from transactional.testing.servers import KafkaServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -31,11 +31,7 @@ _topics = iter(range(1_000_000))
 
 @pytest.fixture(scope="module")
 def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
-    out = tmp_path_factory.mktemp("input") / "tweets"
-    args = ["generate", "--count", "300", "--seed", "11", "--partitions", "3"]
-    code = demo([*args, "--bad-rate", "0.05", "--out", str(out)], out=io.StringIO())
-    assert code == 0
-    return out, expected_counts(out)
+    return generated_tweets(tmp_path_factory.mktemp("input"), count=300, seed=11)
 
 
 def loaded_topic(kafka: KafkaServer, path: Path) -> str:

@@ -164,8 +164,8 @@ def test_a_large_commit_is_staged_in_chunks_and_exact(
     staged: list[str] = []
     stage = RedisCommitter._stage
 
-    def spy(self: RedisCommitter, fields: list[str]) -> str:
-        staged.append(stage(self, fields))
+    def spy(self: RedisCommitter, server: redis.Redis, fields: list[str]) -> str:
+        staged.append(stage(self, server, fields))
         return staged[-1]
 
     monkeypatch.setattr(RedisCommitter, "_stage", spy)
@@ -269,3 +269,35 @@ def test_inputs_must_match_the_configuration(redis_url: str, spark: Any) -> None
     with pytest.raises(ConfigurationError, match="expects inputs"):
         committer.prepare(TransactionAttempt(1, 1), given)
     committer.close()
+
+
+@pytest.mark.parametrize("mode", list(CommitMode))
+def test_a_key_prefix_goes_before_every_key_written_and_read(
+    redis_url: str, spark: Any, client: redis.Redis, mode: CommitMode
+) -> None:
+    committer = RedisCommitter(
+        redis_url, COUNTERS, dead_letters="bad", mode=mode, key_prefix="{app}:"
+    )
+    committer.open(CommitterContext(spark, "t1", "counts"))
+    for txid, b in ((1, B1), (2, B2), (3, B3)):
+        assert commit(committer, spark, txid, 1, b) is CommitOutcome.APPLIED
+    committer.close()
+    tags, user_tags = expected(B1, B2, B3)
+    # Every key the commits left is behind the prefix, the namespace's included.
+    keys = set(client.keys("*"))
+    assert keys and all(key.startswith("{app}:") for key in keys), keys
+    assert client.get("{app}:transactional:t1:counts:txid") == "3"
+    assert {k: int(v) for k, v in client.hgetall("{app}:hashtags").items()} == tags
+    assert {k: int(v) for k, v in client.hgetall("{app}:users_hashtags").items()} == user_tags
+    dead = [json.loads(x) for x in client.lrange("{app}:dead_letters", 0, -1)]
+    assert dead == expected_dead((1, B1), (2, B2), (3, B3))
+    # The committer's reads find them, opened or not.
+    reader = RedisCommitter(redis_url, COUNTERS, dead_letters="bad", key_prefix="{app}:")
+    assert {k[0]: v for k, v in reader.read("hashtags").items()} == tags
+    assert reader.lookup(COUNTERS["tags"], [("#a",), ("#none",)]) == [tags["#a"], None]
+    assert reader.dead_letter_count() == len(dead)
+    assert reader.sink_marker("t1", "counts") == 3
+    reader.namespace = "{app}:transactional:t1:counts"
+    snapshot = reader.read_all()
+    assert snapshot.txid == 3 and snapshot.dead_letters == dead
+    assert {k[0]: v for k, v in snapshot.tables["hashtags"].items()} == tags

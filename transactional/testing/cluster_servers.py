@@ -1,14 +1,15 @@
 """Several-server setups on loopback, for ``make cluster-test``: a ZooKeeper ensemble,
-and a Spark standalone master and workers from the PySpark install."""
+a Redis Cluster, and a Spark standalone master and workers from the PySpark install."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
-from transactional.testing.servers import ZooKeeperServer, _Server, free_port
+from transactional.testing.servers import RedisServer, ZooKeeperServer, _Server, free_port
 
 
 class QuorumMember(ZooKeeperServer):
@@ -87,6 +88,106 @@ class ZooKeeperEnsemble:
     def close(self) -> None:
         for member in self.members:
             member.close()
+
+
+class ClusterNode(RedisServer):
+    """One ``redis-server`` of a ``RedisCluster``: cluster mode, its own node file, and
+    every write fsynced to its append-only file before the reply (``appendfsync
+    always``), so a node restarted after SIGKILL keeps what it acknowledged."""
+
+    def __init__(self, node_timeout_ms: int) -> None:
+        super().__init__(appendonly=True)
+        self.node_timeout_ms = node_timeout_ms
+        #: The cluster bus (by default the port + 10000, which a free port may not allow).
+        self.bus_port = free_port()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            *super().command(),
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", str(self.dir / "nodes.conf"),
+            "--cluster-node-timeout", str(self.node_timeout_ms),
+            "--cluster-port", str(self.bus_port),
+            "--repl-diskless-sync-delay", "0",
+        ]  # fmt: skip
+
+    def info(self, *command: str) -> dict[str, str]:
+        """The reply of ``INFO`` or ``CLUSTER INFO`` (``command``) as a dict ({}: the
+        node does not answer)."""
+        try:
+            reply = subprocess.run(
+                ["redis-cli", "-p", str(self.port), *command],
+                capture_output=True, text=True, timeout=5, check=True,
+            ).stdout  # fmt: skip
+        except (subprocess.SubprocessError, OSError):
+            return {}
+        pairs = (line.split(":", 1) for line in reply.splitlines() if ":" in line)
+        return {key: value.strip() for key, value in pairs}
+
+
+class RedisCluster:
+    """A Redis Cluster on loopback: ``masters`` masters with ``replicas`` replicas each,
+    created with ``redis-cli --cluster create``. A master stopped with SIGKILL is
+    replaced by its replica after ``node_timeout_ms`` (the cluster's failover); started
+    again, it rejoins as a replica."""
+
+    def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000) -> None:
+        self.replicas = replicas
+        self.nodes = [ClusterNode(node_timeout_ms) for _ in range(masters * (1 + replicas))]
+
+    @property
+    def url(self) -> str:
+        """A URL of one node; a cluster client learns the rest from it."""
+        return self.nodes[0].url
+
+    def start(self, timeout: float = 60.0) -> None:
+        for node in self.nodes:
+            node.start()
+        create = ["redis-cli", "--cluster", "create", *(n.address for n in self.nodes)]
+        create += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
+        done = subprocess.run(create, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{done.stdout}{done.stderr}")
+        self.wait_ok(timeout)
+
+    def wait_ok(self, timeout: float = 60.0) -> None:
+        """Wait until every running node sees the cluster whole (every slot served) and
+        every running replica is in sync with its master (a replica that never synced
+        cannot take over)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            running = [n for n in self.nodes if n.proc is not None]
+            infos = [n.info("cluster", "info") for n in running]
+            roles = [n.info("info", "replication") for n in running]
+            if (
+                all(i.get("cluster_state") == "ok" for i in infos)
+                and all(i.get("cluster_slots_ok") == "16384" for i in infos)
+                and all(r.get("master_link_status", "up") == "up" for r in roles)
+            ):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the Redis Cluster was not whole within {timeout}s")
+
+    def master_of(self, key: str) -> ClusterNode:
+        """The node that is the master of ``key``'s slot now, as the running nodes'
+        slot maps say (``committers.redis_cluster.SlotOwner``'s lookup)."""
+        from committers.redis_cluster import SlotOwner, slot_of
+
+        running = [n for n in self.nodes if n.proc is not None]
+        owner = SlotOwner(running[0].url, slot_of(key), socket_timeout=5)
+        try:
+            port = owner.client().connection_pool.connection_kwargs["port"]
+        finally:
+            owner.close()
+        return next(n for n in self.nodes if n.port == port)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
 
 
 def spark_home() -> Path:
