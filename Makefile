@@ -5,7 +5,7 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-APT_PACKAGES := zookeeper redis-server default-jre-headless
+APT_PACKAGES := zookeeper redis-server default-jre-headless openssl
 
 .PHONY: demo test test-slow cluster-test deps java venv lint typecheck unit chaos bench clean
 
@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# ZooKeeper and Redis servers for the integration tests, Java for Spark and ZooKeeper.
+# ZooKeeper and Redis servers for the integration tests, Java for Spark and ZooKeeper,
+# openssl for the certificates of the Redis TLS test.
 deps:
-	@if [ -f /usr/share/java/zookeeper.jar ] && command -v redis-server >/dev/null && command -v java >/dev/null; then \
+	@if [ -f /usr/share/java/zookeeper.jar ] && command -v redis-server >/dev/null && command -v java >/dev/null && command -v openssl >/dev/null; then \
 		echo "system packages present: $(APT_PACKAGES)"; \
 	else \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PACKAGES); \

@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import (
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
@@ -29,12 +30,15 @@ from transactional.errors import (
     LostLeadershipError,
     StoreUnavailableError,
 )
+from transactional.secrets import mask_in_logs
 from transactional.store import JsonValue, StoredState
 
 __all__ = [
+    "Credentials",
     "commit",
     "connect",
     "delete_own",
+    "guard",
     "list_children",
     "node",
     "read_tree",
@@ -47,12 +51,54 @@ def node(txid: int) -> str:
     return f"{txid:020d}"
 
 
+class Credentials:
+    """ZooKeeper digest credentials, ``user:password``. The password shows nowhere: not
+    in ``repr``, not in any message (only the user name is ever named)."""
+
+    def __init__(self, text: str, what: str) -> None:
+        user, colon, password = text.partition(":")
+        if not colon or not user or not password:
+            raise ConfigurationError(
+                f"{what} must be 'user:password' (a ZooKeeper digest user and its "
+                "password); the value given has no user or no password"
+            )
+        self.user = user
+        self._password = password
+        # Kazoo logs its Auth request, password and all, at DEBUG.
+        mask_in_logs(password, "kazoo.client")
+
+    def __repr__(self) -> str:
+        return f"Credentials(user={self.user!r}, password=***)"
+
+    @property
+    def digest(self) -> str:
+        """The ACL id ZooKeeper checks them against: ``user:base64(sha1(user:password))``."""
+        from kazoo.security import make_digest_acl_credential
+
+        return str(make_digest_acl_credential(self.user, self._password))
+
+    def client_options(self) -> dict[str, Any]:
+        """Kazoo's: authenticate each session, and give every node created the ACL
+        "this user may do anything, nobody else anything"."""
+        from kazoo.security import make_digest_acl
+
+        return {
+            "auth_data": [("digest", f"{self.user}:{self._password}")],
+            "default_acl": [make_digest_acl(self.user, self._password, all=True)],
+        }
+
+
 def connect(
-    hosts: str, session_timeout: float, connect_timeout: float, listener: Any = None
+    hosts: str,
+    session_timeout: float,
+    connect_timeout: float,
+    listener: Any = None,
+    credentials: Credentials | None = None,
 ) -> Any:
     """A started client, or ``StoreUnavailableError`` naming what to check."""
+    options = {} if credentials is None else credentials.client_options()
     try:
-        client = KazooClient(hosts=hosts, timeout=session_timeout)
+        client = KazooClient(hosts=hosts, timeout=session_timeout, **options)
     except ValueError as exc:
         raise ConfigurationError(
             f"bad ZooKeeper connection string {hosts!r}: {exc}; "
@@ -70,6 +116,58 @@ def connect(
             "the connection string (host:port[,host:port...][/chroot])"
         ) from exc
     return client
+
+
+def guard(
+    client: Any, root: str, path: str, credentials: Credentials | None, where: str, protect: bool
+) -> None:
+    """Check that this client may use the topology at ``path`` (a child of ``root``),
+    before anything else touches it: a ``ConfigurationError`` when its nodes carry a
+    digest ACL these credentials (or none) do not match. With credentials, ``root`` is
+    made if missing with an ACL that lets anyone list it and add a topology (only each
+    topology's own nodes are protected); and with ``protect``, a topology whose nodes
+    are open to everyone (made before credentials were configured) gets the ACL on every
+    node, so from now on only these credentials can read or change it."""
+    from kazoo.security import ACL, Id, Permissions
+
+    try:
+        if credentials is not None:
+            listable = ACL(Permissions.READ | Permissions.CREATE, Id("world", "anyone"))
+            client.ensure_path(root, acl=[listable])
+        # ZooKeeper shows a node's ACL only to a client that may read the node.
+        acls, _ = client.get_acls(path)
+    except NoNodeError:
+        return  # a new topology: each of its nodes is made with the ACL
+    except NoAuthError:
+        given = (
+            "no credentials were given"
+            if credentials is None
+            else (f"the credentials given (user {credentials.user!r}) do not match it")
+        )
+        raise ConfigurationError(
+            f"the nodes of {path} in {where} are protected by a ZooKeeper ACL, and "
+            f"{given}: set TRANSACTIONAL_ZOOKEEPER_AUTH=user:password (the user the "
+            "topology was made with, and its password) in the environment; in code, "
+            "ZooKeeperStateStore(hosts, credentials='user:password')"
+        ) from None
+    except KazooException as exc:
+        raise StoreUnavailableError(f"cannot read the ACL of {path} in {where}: {exc!r}") from exc
+    digests = {acl.id.id for acl in acls if acl.id.scheme == "digest"}
+    if credentials is not None and not digests and protect:
+        _protect(client, path, credentials.client_options()["default_acl"], where)
+
+
+def _protect(client: Any, path: str, acl: list[Any], where: str) -> None:
+    """Give ``path`` and every node under it ``acl``, children first (so a node is
+    never open below a protected one for longer than this walk)."""
+    try:
+        for child in client.get_children(path):
+            _protect(client, f"{path}/{child}", acl, where)
+        client.set_acls(path, acl)
+    except NoNodeError:
+        pass  # deleted meanwhile (only a deposed runner could): nothing to protect
+    except KazooException as exc:
+        raise StoreUnavailableError(f"cannot set the ACL of {path} in {where}: {exc!r}") from exc
 
 
 def wait_connected(client: Any, hosts: str, deadline: float | None) -> None:

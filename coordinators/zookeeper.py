@@ -75,8 +75,16 @@ class ZooKeeperStateStore(FencedStore):
         session_timeout: float = 10.0,
         connect_timeout: float = 15.0,
         history: int = 100,
+        credentials: str | None = None,
     ) -> None:
         self.hosts = hosts
+        #: Digest credentials (``user:password``): every node of the topology gets the
+        #: ACL "this user may do anything, nobody else anything" (``_zk.guard``).
+        self._credentials = (
+            None
+            if credentials is None
+            else _zk.Credentials(credentials, "ZooKeeperStateStore credentials")
+        )
         self.history = checked_history(history)
         self.session_timeout = session_timeout
         self.connect_timeout = connect_timeout
@@ -117,19 +125,31 @@ class ZooKeeperStateStore(FencedStore):
             )
         if self._client is not None:
             raise CoordinatorError("the state store is already open")
-        client = _zk.connect(self.hosts, self.session_timeout, self.connect_timeout, self._on_state)
+        client = _zk.connect(
+            self.hosts,
+            self.session_timeout,
+            self.connect_timeout,
+            self._on_state,
+            self._credentials,
+        )
         self._client = client
         self._topology_id = topology_id
+        where = f"ZooKeeper at {self.hosts}"
         if read_only:
             try:
                 known = _zk.list_children(client, _ROOT, self.hosts)
+                if topology_id not in known:
+                    raise UnknownTopologyError(topology_id, where, known)
+                _zk.guard(client, _ROOT, self._path(), self._credentials, where, protect=False)
             except BaseException:
                 self.close()
                 raise
-            if topology_id not in known:
-                self.close()
-                raise UnknownTopologyError(topology_id, f"ZooKeeper at {self.hosts}", known)
             return
+        try:
+            _zk.guard(client, _ROOT, self._path(), self._credentials, where, protect=True)
+        except BaseException:
+            self.close()
+            raise
         try:
             client.ensure_path(self._path("coordinator", "meta"))
             client.ensure_path(self._path("coordinator", "digest"))
@@ -146,7 +166,9 @@ class ZooKeeperStateStore(FencedStore):
     def topology_ids(self) -> list[str]:
         if self._client is not None:
             return _zk.list_children(self._client, _ROOT, self.hosts)
-        client = _zk.connect(self.hosts, self.session_timeout, self.connect_timeout)
+        client = _zk.connect(
+            self.hosts, self.session_timeout, self.connect_timeout, credentials=self._credentials
+        )
         try:
             return _zk.list_children(client, _ROOT, self.hosts)
         finally:

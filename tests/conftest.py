@@ -41,6 +41,19 @@ def redis_server() -> Iterator[RedisServer]:
     server.close()
 
 
+#: The password of ``guarded_redis`` (tests search outputs for it).
+REDIS_PASSWORD = "redis-Pw-7f3a9c"
+
+
+@pytest.fixture(scope="session")
+def guarded_redis() -> Iterator[RedisServer]:
+    """A Redis that requires ``REDIS_PASSWORD`` of every client."""
+    server = RedisServer(password=REDIS_PASSWORD)
+    server.start()
+    yield server
+    server.close()
+
+
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> Iterator[str]:
     """The server's URL, with its database flushed before the test."""

@@ -44,7 +44,14 @@ from transactional.progress import ProgressListener
 from transactional.query_view import query, query_document, query_lines
 from transactional.rewind_view import CRASH_POINTS, rewind
 from transactional.session import merged
-from transactional.settings import FLAGS, RunSettings, environment, load_settings, parse_conf
+from transactional.settings import (
+    FLAGS,
+    RunSettings,
+    environment,
+    load_settings,
+    parse_conf,
+    zookeeper_auth,
+)
 from transactional.status_view import look, status_document, status_lines, watch
 from transactional.store import open_store
 
@@ -273,11 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         return FAILED
 
 
-def _store_location(args: argparse.Namespace) -> tuple[str | None, str]:
+def _store_location(args: argparse.Namespace) -> tuple[str | None, str, str | None]:
     env = environment()
     zookeeper = args.zookeeper or env.get("TRANSACTIONAL_ZOOKEEPER")
     state_dir = args.state_dir or env.get("TRANSACTIONAL_STATE_DIR") or ".transactional"
-    return zookeeper, state_dir
+    return zookeeper, state_dir, zookeeper_auth()
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -380,7 +387,7 @@ def _run(args: argparse.Namespace) -> int:
                 *(n.committer.spark_conf() for n in topology.committers),
             )
             spark = create_spark_session(settings.master, app, {**needed, **settings.spark})
-        store = open_store(settings.zookeeper, settings.state_dir)
+        store = open_store(settings.zookeeper, settings.state_dir, zookeeper_auth())
         # A live line on a terminal; otherwise a heartbeat in the logs (-v shows it).
         progress = ProgressListener(
             sys.stderr,

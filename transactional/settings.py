@@ -285,3 +285,10 @@ def _describe(exc: ValidationError, what: str, origin: Mapping[str, str] | None 
 def environment() -> Mapping[str, str]:
     """Only this edge reads the environment."""
     return os.environ
+
+
+def zookeeper_auth() -> str | None:
+    """ZooKeeper digest credentials, ``user:password``, from ``TRANSACTIONAL_ZOOKEEPER_AUTH``
+    only: never a flag or a config file, so they are in no process list, shell history
+    or checked-in file."""
+    return environment().get("TRANSACTIONAL_ZOOKEEPER_AUTH") or None

@@ -11,7 +11,9 @@ from transactional.factories import topology_without_spark
 from transactional.store import JsonValue, StoredState, open_store
 
 #: Where the state store is: ZooKeeper hosts (None: SQLite) and the SQLite directory.
-Where = tuple[str | None, str]
+#: Where the state is: ZooKeeper hosts (None: SQLite), the state directory, and the
+#: ZooKeeper credentials (``user:password``; None: none).
+Where = tuple[str | None, str, str | None]
 
 __all__ = ["look", "sinks", "status_document", "status_lines", "status_table", "watch"]
 

@@ -182,8 +182,11 @@ class StateStore(ABC):
         is inside the recorded commit group (which may have reached a sink)."""
 
 
-def open_store(zookeeper: str | None, state_dir: str) -> StateStore:
-    """The ZooKeeper store if hosts are given, else the embedded SQLite store in
+def open_store(
+    zookeeper: str | None, state_dir: str, zookeeper_auth: str | None = None
+) -> StateStore:
+    """The ZooKeeper store if hosts are given (with digest credentials
+    ``zookeeper_auth``, ``user:password``, if given), else the embedded SQLite store in
     ``state_dir`` (found through the ``transactional.stores`` entry points, so this
     package never imports the stores themselves)."""
     name = "zookeeper" if zookeeper else "sqlite"
@@ -195,5 +198,5 @@ def open_store(zookeeper: str | None, state_dir: str) -> StateStore:
         )
     store_cls = found[name].load()
     if zookeeper:
-        return store_cls(zookeeper)  # type: ignore[no-any-return]
+        return store_cls(zookeeper, credentials=zookeeper_auth)  # type: ignore[no-any-return]
     return store_cls(Path(state_dir) / "state.db")  # type: ignore[no-any-return]

@@ -253,9 +253,10 @@ def _load(args: argparse.Namespace, out: TextIO) -> None:
 
 def _run(args: argparse.Namespace, out: TextIO) -> None:
     from examples.tweets.commands import RunOptions, run
+    from transactional.settings import zookeeper_auth
 
     options = {k: v for k, v in vars(args).items() if k not in ("command", "verbose")}
-    run(RunOptions(**options), out)
+    run(RunOptions(**options, zookeeper_auth=zookeeper_auth()), out)
 
 
 def _show(args: argparse.Namespace, out: TextIO) -> None:

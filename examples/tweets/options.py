@@ -28,6 +28,8 @@ class RunOptions:
     spout: str = "partitioned"
     zookeeper: str | None = None
     zk_session_timeout: float = 10.0
+    #: ZooKeeper digest credentials (``user:password``), from TRANSACTIONAL_ZOOKEEPER_AUTH.
+    zookeeper_auth: str | None = None
     state_dir: str = ".transactional"
     sink: str = "delta"
     delta_path: str | None = None

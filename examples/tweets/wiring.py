@@ -69,7 +69,11 @@ def make_store(opts: RunOptions) -> Any:
     if opts.zookeeper:
         from coordinators import ZooKeeperStateStore
 
-        return ZooKeeperStateStore(opts.zookeeper, session_timeout=opts.zk_session_timeout)
+        return ZooKeeperStateStore(
+            opts.zookeeper,
+            session_timeout=opts.zk_session_timeout,
+            credentials=opts.zookeeper_auth,
+        )
     from coordinators import SQLiteStateStore
 
     return SQLiteStateStore(Path(opts.state_dir) / "state.db")

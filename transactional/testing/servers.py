@@ -128,24 +128,67 @@ class RedisServer(_Server):
 
     name = "redis"
 
-    def __init__(self, appendonly: bool = False) -> None:
+    def __init__(
+        self, appendonly: bool = False, password: str | None = None, tls: bool = False
+    ) -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError(
                 "Redis is not installed: run `make deps` (apt-get install redis-server)"
             )
         super().__init__("redis-")
         self.appendonly = appendonly
+        #: Required of every client (AUTH) when set; given to the server in its config
+        #: file, so that it shows in no process list.
+        self.password = password
+        #: TLS only (no plain port), with a certificate for 127.0.0.1 signed by a CA of
+        #: its own (``ca.crt`` in its directory, named in ``url``).
+        self.tls = tls
+        if tls:
+            _certificates(self.dir)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = "" if self.password is None else f"default:{self.password}@"
+        if self.tls:
+            return f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={self.dir / 'ca.crt'}"
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def command(self) -> list[str]:
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
-        args += ["--save", "", "--dir", str(self.dir)]
+        args = ["redis-server"]
+        if self.password is not None:
+            config = self.dir / "redis.conf"
+            config.write_text(f'requirepass "{self.password}"\n')
+            config.chmod(0o600)
+            args.append(str(config))
+        if self.tls:
+            args += ["--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no"]
+            args += ["--tls-cert-file", str(self.dir / "server.crt")]
+            args += ["--tls-key-file", str(self.dir / "server.key")]
+            args += ["--tls-ca-cert-file", str(self.dir / "ca.crt")]
+        else:
+            args += ["--port", str(self.port)]
+        args += ["--bind", "127.0.0.1", "--save", "", "--dir", str(self.dir)]
         if self.appendonly:
             return [*args, "--appendonly", "yes", "--appendfsync", "always"]
         return [*args, "--appendonly", "no"]
+
+
+def _certificates(directory: Path) -> None:
+    """A CA (``ca.crt``) and a server certificate for 127.0.0.1 it signed
+    (``server.crt``, ``server.key``), made with the ``openssl`` command."""
+    if shutil.which("openssl") is None:
+        raise RuntimeError("openssl is not installed: run `make deps` (apt-get install openssl)")
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=transactional test CA")  # fmt: skip
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key",
+            "-out", "server.csr", "-subj", "/CN=127.0.0.1")  # fmt: skip
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-out", "server.crt", "-extfile", "san.ext")  # fmt: skip
 
 
 def _pyspark_jars(prefix: str) -> list[Path]:
