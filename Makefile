@@ -64,9 +64,11 @@ test-slow: deps venv
 cluster-test: deps venv
 	$(BIN)/pytest -q -ra -m cluster
 
-# A longer randomized fault campaign (SIGKILLs, Redis restarts, injected exceptions,
-# bad records) on both sinks; not part of `make test`. CHAOS="--quick" for a short one,
-# CHAOS="--zookeeper" to keep the state in ZooKeeper and restart it too.
+# The fault campaign at scale (python -m tests.chaos): ZooKeeper, a Redis Cluster and a
+# Spark standalone cluster on loopback, every spout kind, both sinks, SIGKILLs at every
+# protocol step, ZooKeeper session expiries and restarts, Redis failovers and restarts,
+# Spark worker kills, injected exceptions and bad records, checked record by record;
+# about 90 minutes on 2 cores; not part of `make test`. CHAOS="--quick" for a short one.
 chaos: deps venv
 	$(BIN)/python -m tests.chaos $(CHAOS)
 

@@ -1,24 +1,45 @@
-"""``python -m tests.chaos``: a randomized fault campaign against the tweet demo, on both
-sinks, with one table at the end (``make chaos``; not part of ``make test``).
+"""``python -m tests.chaos``: a fault campaign against the tweet demo at scale (``make
+chaos``; not part of ``make test``), with a per-record checker and one table at the end.
 
-For each spout kind, the demo runs with ``--sink both`` (a Redis and a Delta committer)
-and ``--fail-rate`` (exceptions injected at protocol steps) over an input with bad
-records (``generate --bad-rate``), while the campaign, at random seeded moments after
-the run made progress, either SIGKILLs the whole process, restarts the Redis server
-(the sink; it keeps its data with ``appendfsync always``) or, with ``--zookeeper``,
-restarts the ZooKeeper server holding the state. A killed or failed run is started
-again with the same arguments; after the last fault, runs are repeated until one
-drains. Then both sinks are compared, key by key, with ``tests.reference``'s answer.
+Everything runs as it would in production, on loopback: the state in ZooKeeper, the
+Redis sink on a Redis Cluster (three masters, a replica each, ``appendfsync always``),
+the Delta sink beside it (``--sink both``), Spark on a standalone master with two
+workers. For each spout kind the demo counts an input with bad records
+(``generate --bad-rate``), every tweet also counted under its id (``--record-ids``),
+with exceptions injected at protocol steps (``--fail-rate``), while the campaign, each
+time the run has committed something new, injects one of:
 
-Exit status: 0 when every sink matches exactly, 1 otherwise.
+- ``kill -9 at <step>``: SIGKILL at a protocol step (``--crash-at STEP:TXID``), the
+  steps taken in turn; a run that passes the txid without reaching the step is killed
+  at once (counted as ``kill -9 random``);
+- ``kill -9 random``: SIGKILL of the whole run at a random moment;
+- ``zk session expiry``: the run frozen (SIGSTOP) past its ZooKeeper session, then
+  resumed, as a long GC pause would;
+- ``zk restart``: the ZooKeeper server SIGKILLed and started again;
+- ``redis failover``: the master of the campaign's Redis slot SIGKILLed, its replica
+  taking over, the old master started again seconds later (it rejoins as a replica);
+- ``redis restart``: that master SIGKILLed and started again at once (before a
+  failover), from its append-only file;
+- ``worker kill``: a Spark worker (and its executor) SIGKILLed, a new one started.
+
+A killed or failed run is started again with the same arguments; after the last fault,
+runs are repeated until one drains. Then both sinks are read back and checked record by
+record against ``tests.reference`` (computed from the input files alone): each tweet id
+must be counted exactly once and each bad line be a dead letter exactly once (a tweet
+counted 0 times is lost, twice is a duplicate), and every hashtag, user and pair count
+must match.
+
+Exit status: 0 when nothing is lost, duplicated or miscounted on either sink, else 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -28,23 +49,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.processes import DemoProcess, redis_txid, wait_session_gone
+from tests.processes import DemoProcess, wait_session_gone
 from tests.reference import Expected, expected_counts, input_files, lines_of
-from transactional.testing.servers import RedisServer, ZooKeeperServer
+from transactional.faults import CRASH_MARKER, FaultPoint
+from transactional.testing.cluster_servers import (
+    RedisCluster,
+    SparkMaster,
+    SparkWorker,
+)
+from transactional.testing.servers import ZooKeeperServer
 
 SPOUTS = ("transactional", "partitioned", "opaque")
-KINDS = ("sigkill", "redis restart", "zookeeper restart")
+PROCESS_KINDS = (
+    "kill -9 at step",
+    "kill -9 random",
+    "zk session expiry",
+    "zk restart",
+    "redis failover",
+    "redis restart",
+    "worker kill",
+)
+#: The steps ``kill -9 at step`` takes in turn.
+STEPS = tuple(FaultPoint)
+#: The ZooKeeper session of every run (seconds): a frozen run loses it after this.
+SESSION_S = 4.0
 
 
 @dataclass
 class Campaign:
     spout: str
     topology_id: str
-    redis_url: str
+    prefix: str  # the Redis keys' hash tag: one slot, one master
     delta_path: Path
     runs: int = 0
     failed_runs: int = 0  # stopped with an error (exit 1/2), e.g. a sink down too long
     faults: Counter[str] = field(default_factory=Counter)
+    steps: Counter[str] = field(default_factory=Counter)  # kill -9 at each step
     injected: int = 0  # exceptions injected by --fail-rate, from the runs' logs
     drained: bool = False
 
@@ -54,29 +94,52 @@ class Settings:
     spouts: tuple[str, ...]
     tweets: int
     batch: int  # per partition (x3 for the transactional spout)
-    faults: int  # per spout
+    faults: int  # process-level faults per spout kind
     fail_rate: float
     bad_rate: float
     seed: int
-    zookeeper: bool
 
 
-def _sink_txid(campaign: Campaign) -> int:
+@dataclass
+class Servers:
+    zookeeper: ZooKeeperServer
+    redis: RedisCluster
+    master: SparkMaster
+    workers: list[SparkWorker]
+
+    def close(self) -> None:
+        for server in [*self.workers, self.master, self.zookeeper]:
+            server.close()
+        self.redis.close()
+
+
+def _sink_txid(servers: Servers, campaign: Campaign) -> int:
+    """The txid the Redis sink holds (-1: not readable now, e.g. mid-failover)."""
+    import redis
+    import redis.cluster
+
+    key = f"{campaign.prefix}transactional:{campaign.topology_id}:redis:txid"
     try:
-        return redis_txid(campaign.redis_url, "redis", campaign.topology_id)
-    except Exception:  # Redis is down (we restarted it): no progress seen
+        client = redis.cluster.RedisCluster.from_url(servers.redis.url, socket_timeout=2)
+        try:
+            return int(client.get(key) or 0)
+        finally:
+            client.close()
+    except Exception:
         return -1
 
 
-def _progress(campaign: Campaign, run: DemoProcess, since: int, timeout: float) -> bool:
+def _progress(
+    servers: Servers, campaign: Campaign, run: DemoProcess, since: int, timeout: float
+) -> bool:
     """Wait until the run committed past ``since`` (True) or ended (False)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if run.poll() is not None:
             return False
-        if _sink_txid(campaign) > since:
+        if _sink_txid(servers, campaign) > since:
             return True
-        time.sleep(0.1)
+        time.sleep(0.2)
     return False
 
 
@@ -88,11 +151,53 @@ def _finish(campaign: Campaign, run: DemoProcess, code: int) -> None:
         campaign.failed_runs += 1
 
 
-def _start(campaign: Campaign, settings: Settings, args: list[str], work: Path) -> DemoProcess:
-    """The next run: same arguments, its own seed of injected exceptions."""
+def _start(
+    campaign: Campaign, settings: Settings, args: list[str], work: Path, crash: str | None
+) -> DemoProcess:
+    """The next run: same arguments, its own seed of injected exceptions, and a planned
+    crash (``--crash-at``) if one is given."""
     campaign.runs += 1
     seed = settings.seed * 1000 + SPOUTS.index(campaign.spout) * 100 + campaign.runs
-    return DemoProcess([*args, "--fail-seed", str(seed)], work / f"run{campaign.runs}.log")
+    extra = ["--fail-seed", str(seed), *(["--crash-at", crash] if crash else [])]
+    return DemoProcess([*args, *extra], work / f"run{campaign.runs}.log")
+
+
+class Injector:
+    """The faults that act on the servers or on a running run."""
+
+    def __init__(self, servers: Servers, rng: random.Random) -> None:
+        self.servers = servers
+        self.rng = rng
+
+    def zk_session_expiry(self, run: DemoProcess) -> None:
+        os.kill(run.pid, signal.SIGSTOP)  # the driver's Python: no heartbeat to ZooKeeper
+        try:
+            time.sleep(SESSION_S + self.rng.uniform(1.0, 3.0))
+        finally:
+            os.kill(run.pid, signal.SIGCONT)
+
+    def zk_restart(self, run: DemoProcess) -> None:
+        self.servers.zookeeper.stop()
+        time.sleep(self.rng.uniform(0.2, 3.0))
+        self.servers.zookeeper.start()
+
+    def redis_failover(self, run: DemoProcess, prefix: str) -> None:
+        master = self.servers.redis.master_of(prefix)
+        master.stop()
+        time.sleep(self.rng.uniform(4.0, 8.0))  # the replica takes over meanwhile
+        master.start()
+
+    def redis_restart(self, run: DemoProcess, prefix: str) -> None:
+        master = self.servers.redis.master_of(prefix)
+        master.stop()
+        master.start()  # back before the cluster's node timeout: no failover
+
+    def worker_kill(self, run: DemoProcess) -> None:
+        victim = self.rng.randrange(len(self.servers.workers))
+        self.servers.workers[victim].stop()
+        replacement = SparkWorker(self.servers.master)
+        replacement.start()
+        self.servers.workers[victim] = replacement
 
 
 def run_campaign(
@@ -100,17 +205,49 @@ def run_campaign(
     settings: Settings,
     args: list[str],
     work: Path,
+    servers: Servers,
     rng: random.Random,
-    restart: dict[str, Callable[[float], None]],
     say: Callable[[str], None],
 ) -> None:
+    inject = Injector(servers, rng)
     run: DemoProcess | None = None
     fault = 0
+    crash: tuple[FaultPoint, int] | None = None
     while fault < settings.faults and not campaign.drained:
+        kind = rng.choice(PROCESS_KINDS)
         if run is None:
-            run = _start(campaign, settings, args, work)
-        since = max(_sink_txid(campaign), 0)
-        if not _progress(campaign, run, since, timeout=600):
+            held = max(_sink_txid(servers, campaign), 0)
+            if kind == "kill -9 at step":
+                step = STEPS[sum(campaign.steps.values()) % len(STEPS)]
+                crash = (step, held + 1 + rng.randrange(3))
+            run = _start(campaign, settings, args, work, crash and f"{crash[0]}:{crash[1]}")
+        since = max(_sink_txid(servers, campaign), 0)
+        if crash is not None:  # wait for the planned crash, or for the run to pass it
+            deadline = time.monotonic() + 600
+            while run.poll() is None and time.monotonic() < deadline:
+                if _sink_txid(servers, campaign) > crash[1] + 1:
+                    break
+                time.sleep(0.2)
+            if run.poll() is not None and CRASH_MARKER in run.output():
+                code = run.kill()
+                wait_session_gone(run.pid)
+                _finish(campaign, run, code)
+                fault += 1
+                campaign.faults["kill -9 at step"] += 1
+                campaign.steps[crash[0].value] += 1
+                say(f"{campaign.spout}: fault {fault}: kill -9 at {crash[0]}:{crash[1]}")
+                run, crash = None, None
+                continue
+            crash = None
+            if run.poll() is None:  # passed the txid without the step: kill it now
+                kind = "kill -9 random"
+            else:
+                code = run.kill()
+                _finish(campaign, run, code)
+                say(f"{campaign.spout}: run {campaign.runs} ended with {code} before its crash")
+                run = None
+                continue
+        elif not _progress(servers, campaign, run, since, timeout=600):
             stuck = run.poll() is None  # no commit in 10 minutes: worth a look
             code = run.kill()
             wait_session_gone(run.pid)
@@ -119,240 +256,240 @@ def run_campaign(
             say(f"{campaign.spout}: run {campaign.runs} {what} before a fault ({run.log})")
             run = None
             continue
-        time.sleep(rng.uniform(0.0, 2.5))
+        else:
+            time.sleep(rng.uniform(0.0, 2.0))
         if run.poll() is not None:  # it drained (or failed) meanwhile: no fault to count
             _finish(campaign, run, run.kill())
             run = None
             continue
-        kind = rng.choice([k for k in KINDS if k in restart or k == "sigkill"])
+        if kind == "kill -9 at step":
+            kind = "kill -9 random"  # a run already going: its crash plan is fixed
         fault += 1
         campaign.faults[kind] += 1
         say(f"{campaign.spout}: fault {fault}: {kind} (run {campaign.runs})")
-        if kind == "sigkill":
+        if kind == "kill -9 random":
             code = run.kill()
             wait_session_gone(run.pid)
             _finish(campaign, run, code)
             run = None
+        elif kind == "zk session expiry":
+            inject.zk_session_expiry(run)
+        elif kind == "zk restart":
+            inject.zk_restart(run)
+        elif kind == "redis failover":
+            inject.redis_failover(run, campaign.prefix)
+        elif kind == "redis restart":
+            inject.redis_restart(run, campaign.prefix)
         else:
-            restart[kind](rng.uniform(0.2, 3.0))
+            inject.worker_kill(run)
     for _ in range(10):  # drain: the last run goes on; a failed one is started again
         if campaign.drained:
             break
         if run is None:
-            run = _start(campaign, settings, args, work)
+            run = _start(campaign, settings, args, work, None)
         code = run.wait(timeout=1800)
         _finish(campaign, run, code)
         say(f"{campaign.spout}: run {campaign.runs} ended with {code}")
         run = None
 
 
-def _mismatches(got: Expected, expected: Expected) -> int:
-    """Keys whose count differs, plus dead letters missing or extra."""
-    wrong = 0
+@dataclass(frozen=True)
+class Check:
+    """One sink of one campaign, record by record."""
+
+    records: int  # tweets and bad lines the sink had to account for
+    lost: int  # tweets counted 0 times, bad lines not a dead letter
+    duplicated: int  # extra counts of a tweet, extra copies of a dead letter
+    miscounted: int  # hashtag, user and pair keys whose count differs
+
+
+def check(got: Expected, expected: Expected) -> Check:
+    want_dead, dead = Counter(expected.dead_letters), Counter(got.dead_letters)
+    lost = sum((expected.ids - got.ids).values()) + sum((want_dead - dead).values())
+    duplicated = sum((got.ids - expected.ids).values()) + sum((dead - want_dead).values())
     pairs = Counter({f"{u}:{t}": n for (u, t), n in expected.pairs.items()})
     got_pairs = Counter(
         {k if isinstance(k, str) else f"{k[0]}:{k[1]}": n for k, n in got.pairs.items()}
     )
+    wrong = 0
     for have, want in (
         (got.hashtags, expected.hashtags),
         (got.users, expected.users),
         (got_pairs, pairs),
     ):
         wrong += sum(have.get(k, 0) != want.get(k, 0) for k in set(have) | set(want))
-    dead, want_dead = Counter(got.dead_letters), Counter(expected.dead_letters)
-    return wrong + sum(((dead - want_dead) + (want_dead - dead)).values())
+    records = sum(expected.ids.values()) + len(expected.dead_letters)
+    return Check(records, lost, duplicated, wrong)
 
 
 def report(
-    campaigns: Sequence[Campaign], lines: int, expected: Expected, spark: Any, zookeeper: bool
-) -> tuple[Any, int]:
+    campaigns: Sequence[Campaign], expected: Expected, servers: Servers, spark: Any
+) -> tuple[Any, int, Counter[str]]:
     from rich.table import Table
 
-    from tests.e2e.test_demo import delta_contents, redis_contents
+    from tests.observed import delta_contents, redis_contents
 
     table = Table(title="chaos campaign", title_justify="left")
-    for name in (
-        "spout",
-        "sink",
-        "runs",
-        "errored",
-        "kill -9",
-        "redis restart",
-        *(["zk restart"] if zookeeper else []),
-        "exceptions",
-        "records in",
-        "bad records",
-        "hashtags counted",
-        "dead letters",
-        "mismatches",
-    ):
+    columns = ["spout", "sink", "runs", "errored", *PROCESS_KINDS, "exceptions"]
+    columns += ["bad records", "records", "lost", "duplicated", "miscounted"]
+    for name in columns:
         table.add_column(name, justify="left" if name in ("spout", "sink") else "right")
-    total = 0
-    want_tags = sum(expected.hashtags.values())
+    failures = 0
+    totals: Counter[str] = Counter()
     for c in campaigns:
+        totals.update(c.faults)
+        totals["exceptions"] += c.injected
+        totals["bad records"] += len(expected.dead_letters)
         for sink in ("redis", "delta"):
             got = (
-                redis_contents(c.redis_url)
+                redis_contents(servers.redis.url, c.prefix, cluster=True)
                 if sink == "redis"
                 else delta_contents(spark, c.delta_path)
             )
-            wrong = _mismatches(got, expected)
-            total += wrong + (0 if c.drained else 1)  # an undrained campaign fails too
+            result = check(got, expected)
+            bad = result.lost + result.duplicated + result.miscounted
+            failures += bad + (0 if c.drained else 1)  # an undrained campaign fails too
             table.add_row(
                 c.spout,
                 sink,
                 str(c.runs),
                 str(c.failed_runs),
-                str(c.faults["sigkill"]),
-                str(c.faults["redis restart"]),
-                *([str(c.faults["zookeeper restart"])] if zookeeper else []),
+                *(str(c.faults[k]) for k in PROCESS_KINDS),
                 str(c.injected),
-                f"{lines:,}",
                 f"{len(expected.dead_letters):,}",
-                f"{sum(got.hashtags.values()):,} / {want_tags:,}",
-                f"{len(got.dead_letters):,} / {len(expected.dead_letters):,}",
-                str(wrong) if c.drained else f"{wrong} (not drained)",
+                f"{result.records:,}",
+                str(result.lost),
+                str(result.duplicated),
+                str(result.miscounted) if c.drained else f"{result.miscounted} (not drained)",
             )
-    return table, total
+    return table, failures, totals
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="one spout kind, a small input")
-    p.add_argument("--zookeeper", action="store_true", help="state in ZooKeeper, restarted too")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--tweets", type=int, help="input lines (default 200; quick 120)")
-    p.add_argument("--faults", type=int, help="faults per spout kind (default 3)")
-    p.add_argument("--fail-rate", type=float, default=0.2, help="injected exceptions")
-    p.add_argument("--bad-rate", type=float, default=0.03, help="bad input records")
+    p.add_argument("--tweets", type=int, help="input lines (default 6000; quick 300)")
+    p.add_argument("--faults", type=int, help="process-level faults per spout kind (default 50)")
+    p.add_argument("--fail-rate", type=float, default=0.3, help="injected exceptions")
+    p.add_argument("--bad-rate", type=float, default=0.05, help="bad input records")
     p.add_argument("--spouts", nargs="+", choices=SPOUTS, help="default: all (quick: opaque)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     return p
+
+
+def start_servers(say: Callable[[str], None]) -> Servers:
+    zookeeper = ZooKeeperServer()
+    redis = RedisCluster(masters=3, replicas=1, node_timeout_ms=2000)
+    master = SparkMaster()
+    servers = Servers(zookeeper, redis, master, [SparkWorker(master), SparkWorker(master)])
+    try:
+        zookeeper.start()
+        redis.start()
+        master.start()
+        for worker in servers.workers:
+            worker.start()
+    except BaseException:
+        servers.close()
+        raise
+    say(
+        f"servers: ZooKeeper {zookeeper.hosts}, Redis Cluster {redis.url} (3 masters, "
+        f"a replica each), Spark {master.url} (2 workers)"
+    )
+    return servers
+
+
+def run_args(
+    campaign: Campaign, settings: Settings, data: Path, work: Path, servers: Servers
+) -> list[str]:
+    batch = settings.batch * (3 if campaign.spout == "transactional" else 1)
+    conf = [
+        f"spark.pyspark.python={sys.executable}",
+        "spark.driver.host=127.0.0.1",
+        "spark.driver.bindAddress=127.0.0.1",
+        "spark.executor.memory=1g",
+        "spark.sql.shuffle.partitions=4",
+    ]
+    return [
+        "run", "--input", str(data), "--spout", campaign.spout,
+        "--sink", "both", "--redis-url", servers.redis.url,
+        "--redis-key-prefix", campaign.prefix, "--delta-path", str(campaign.delta_path),
+        "--zookeeper", servers.zookeeper.hosts, "--zk-session-timeout", str(SESSION_S),
+        "--state-dir", str(work / "state"), "--topology-id", campaign.topology_id,
+        "--record-ids", "--batch-size", str(batch), "--max-pending", "3",
+        "--max-attempts", "30", "--until-drained", "--master", servers.master.url,
+        *(item for setting in conf for item in ("--conf", setting)),
+        "--top", "0", "--fail-rate", str(settings.fail_rate),
+    ]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = Settings(
         spouts=tuple(args.spouts or (("opaque",) if args.quick else SPOUTS)),
-        tweets=args.tweets or (120 if args.quick else 200),
+        tweets=args.tweets or (300 if args.quick else 6000),
         batch=10,
-        faults=args.faults if args.faults is not None else 3,
+        faults=args.faults if args.faults is not None else (6 if args.quick else 50),
         fail_rate=args.fail_rate,
         bad_rate=args.bad_rate,
         seed=args.seed,
-        zookeeper=args.zookeeper,
     )
     from rich.console import Console
 
     # A table this wide needs room; a pipe or a log file has no width of its own.
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = Console() if sys.stdout.isatty() else Console(width=220)
     started = time.monotonic()
 
     def say(text: str) -> None:
         console.log(text)
 
     work = Path(tempfile.mkdtemp(prefix="chaos-"))
-    redis_server = RedisServer(appendonly=True)
-    zk = ZooKeeperServer() if settings.zookeeper else None
     spark = None
+    servers = start_servers(say)
     try:
-        redis_server.start()
-        restart: dict[str, Callable[[float], None]] = {"redis restart": _restarter(redis_server)}
-        if zk is not None:
-            zk.start()
-            restart["zookeeper restart"] = _restarter(zk)
         from examples.tweets.cli import main as demo
 
         data = work / "tweets"
-        demo(
-            [
-                "generate",
-                "--count",
-                str(settings.tweets),
-                "--seed",
-                str(settings.seed),
-                "--partitions",
-                "3",
-                "--bad-rate",
-                str(settings.bad_rate),
-                "--out",
-                str(data),
-            ],
-            out=io.StringIO(),
-        )
+        generate = ["generate", "--count", str(settings.tweets), "--seed", str(settings.seed)]
+        generate += ["--partitions", "3", "--bad-rate", str(settings.bad_rate)]
+        demo([*generate, "--out", str(data)], out=io.StringIO())
         expected = expected_counts(data)
         lines = sum(len(lines_of(f)) for f in input_files(data))
+        say(f"input: {lines:,} lines, {len(expected.dead_letters):,} of them bad")
         rng = random.Random(settings.seed)
         campaigns = []
-        for i, spout in enumerate(settings.spouts):
-            base = redis_server.url.rsplit("/", 1)[0]
-            c = Campaign(spout, f"chaos-{spout}", f"{base}/{i + 1}", work / spout / "delta")
-            batch = settings.batch * (3 if spout == "transactional" else 1)
-            run_args = [
-                "run",
-                "--input",
-                str(data),
-                "--spout",
-                spout,
-                "--sink",
-                "both",
-                "--redis-url",
-                c.redis_url,
-                "--delta-path",
-                str(c.delta_path),
-                "--state-dir",
-                str(work / spout / "state"),
-                "--topology-id",
-                c.topology_id,
-                "--batch-size",
-                str(batch),
-                "--max-pending",
-                "3",
-                "--until-drained",
-                "--master",
-                "local[2]",
-                "--top",
-                "0",
-                "--fail-rate",
-                str(settings.fail_rate),
-            ]
-            if zk is not None:
-                run_args += ["--zookeeper", zk.hosts]
+        for spout in settings.spouts:
+            c = Campaign(spout, f"chaos-{spout}", f"{{chaos-{spout}}}:", work / spout / "delta")
             (work / spout).mkdir(parents=True, exist_ok=True)
-            run_campaign(c, settings, run_args, work / spout, rng, restart, say)
+            arguments = run_args(c, settings, data, work / spout, servers)
+            run_campaign(c, settings, arguments, work / spout, servers, rng, say)
             campaigns.append(c)
         say("reading both sinks back")
         from committers.delta import delta_spark_conf
         from transactional.session import create_spark_session
 
         spark = create_spark_session("local[2]", "chaos", delta_spark_conf())
-        table, failures = report(campaigns, lines, expected, spark, settings.zookeeper)
+        table, failures, totals = report(campaigns, expected, servers, spark)
         console.print(table)
+        process = sum(totals[k] for k in PROCESS_KINDS)
         console.print(
-            f"seed {settings.seed}, {settings.tweets} tweets, {settings.faults} faults per "
-            f"spout kind, fail rate {settings.fail_rate}, bad rate {settings.bad_rate}, "
-            f"{time.monotonic() - started:.0f}s; mismatches: {failures} (0 expected)"
+            f"seed {settings.seed}, {lines:,} lines, {len(settings.spouts)} spout kinds x "
+            f"2 sinks; faults: {process} process-level ({', '.join(f'{k} {totals[k]}' for k in PROCESS_KINDS)}), "
+            f"{totals['exceptions']} injected exceptions, {totals['bad records']} bad "
+            f"records: {process + totals['exceptions'] + totals['bad records']:,} in all; "
+            f"kill -9 by step: {dict(sum((c.steps for c in campaigns), Counter()))}; "
+            f"{time.monotonic() - started:.0f}s; lost, duplicated or miscounted: {failures} "
+            "(0 expected)"
         )
         return 0 if failures == 0 else 1
     finally:
         if spark is not None:
             spark.stop()
-        redis_server.close()
-        if zk is not None:
-            zk.close()
+        servers.close()
         if args.keep:
             console.print(f"work directory kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-
-
-def _restarter(server: RedisServer | ZooKeeperServer) -> Callable[[float], None]:
-    def restart(down_s: float) -> None:
-        server.stop()  # SIGKILL: a crash, not a clean shutdown
-        time.sleep(down_s)
-        server.start()
-
-    return restart
 
 
 if __name__ == "__main__":

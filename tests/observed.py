@@ -35,6 +35,8 @@ def redis_contents(url: str, prefix: str = "", cluster: bool = False) -> Expecte
         got.pairs = Counter({decode_key(k, 2): int(v) for k, v in pairs.items()})
         dead = client.lrange(f"{prefix}dead_letters", 0, -1)
         got.dead_letters = [json.loads(v)["raw"] for v in dead]
+        ids = client.hgetall(f"{prefix}tweet_ids")  # with --record-ids
+        got.ids = Counter({int(k): int(v) for k, v in ids.items()})
         return got
     finally:
         client.close()
@@ -51,6 +53,8 @@ def delta_contents(spark: Any, path: Path) -> Expected:
         {(r["user"], r["hashtag"]): r["count"] for r in table("users_hashtags") if r["count"]}
     )
     got.dead_letters = [r["raw"] for r in table("dead_letters")]
+    if (path / "tweet_ids").is_dir():  # with --record-ids
+        got.ids = Counter({r["id"]: r["count"] for r in table("tweet_ids") if r["count"]})
     return got
 
 
@@ -62,6 +66,8 @@ def assert_exact(got: Expected, expected: Expected) -> None:
     else:
         assert got.pairs == expected.pairs
     assert sorted(got.dead_letters) == sorted(expected.dead_letters)
+    if got.ids:  # the run counted tweets by id (--record-ids)
+        assert got.ids == expected.ids
 
 
 class FailedTxids(logging.Handler):

@@ -20,6 +20,8 @@ class Expected:
     pairs: Counter[tuple[str, str]] = field(default_factory=Counter)
     dead_letters: list[str] = field(default_factory=list)
     tweets: int = 0
+    #: Valid tweets by id (each once, unless the input repeats a tweet).
+    ids: Counter[int] = field(default_factory=Counter)
 
 
 def input_files(path: Path) -> list[Path]:
@@ -50,11 +52,13 @@ def expected_counts(path: Path) -> Expected:
     out = Expected()
     for file in input_files(path):
         for raw in lines_of(file):
-            tweet = _parse(raw)
-            if tweet is None:
+            parsed = _parse(raw)
+            if parsed is None:
                 out.dead_letters.append(raw.decode("utf-8", "backslashreplace"))
                 continue
+            tweet_id, tweet = parsed
             out.tweets += 1
+            out.ids[tweet_id] += 1
             tokens = [t for t in ASCII_WHITESPACE.split(tweet) if t]
             tags = {t for t in tokens if t.startswith("#") and len(t) >= 2}
             users = {t for t in tokens if t.startswith("@") and len(t) >= 2}
@@ -74,9 +78,10 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return dict(pairs)
 
 
-def _parse(raw: bytes) -> str | None:
+def _parse(raw: bytes) -> tuple[int, str] | None:
     """Strict RFC 8259 JSON: no NaN/Infinity, no duplicate keys, no lone surrogates;
-    ``id`` an integer (not a boolean) that fits in 64 bits, ``text`` a string."""
+    ``id`` an integer (not a boolean) that fits in 64 bits, ``text`` a string. The
+    tweet's ``(id, text)``, or None for a dead letter."""
     try:
         obj = json.loads(
             raw.decode("utf-8"), parse_constant=_reject, object_pairs_hook=_unique_keys
@@ -89,4 +94,4 @@ def _parse(raw: bytes) -> str | None:
     tweet_id, text = obj.get("id"), obj.get("text")
     if type(tweet_id) is not int or not -(2**63) <= tweet_id < 2**63:
         return None
-    return text if isinstance(text, str) else None
+    return (tweet_id, text) if isinstance(text, str) else None

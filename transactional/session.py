@@ -65,6 +65,21 @@ def session_settings(master: str, conf: Mapping[str, str] | None = None) -> dict
     return settings
 
 
+def executor_python(master: str, settings: Mapping[str, str]) -> str | None:
+    """The Python the executors must run, to be put in ``PYSPARK_PYTHON`` before the
+    session starts (None: leave it as it is). A driver that spark-submit did not start
+    (``transactional run``, the demo, a notebook) takes its executors' Python from that
+    variable only: PySpark ignores ``spark.pyspark.python`` given to the builder, and the
+    workers would run their own ``python3``. So the setting, when given, wins; on a local
+    master the default is this interpreter (the one with pyarrow and the project)."""
+    given = settings.get("spark.pyspark.python")
+    if given:
+        return given
+    if is_local(master):
+        return os.environ.get("PYSPARK_PYTHON") or sys.executable
+    return None
+
+
 def create_spark_session(
     master: str = "local[*]",
     app_name: str = "transactional",
@@ -76,12 +91,12 @@ def create_spark_session(
     ``PYSPARK_PYTHON``), memory and partitions are the user's to set."""
     from pyspark.sql import SparkSession
 
-    if is_local(master):
-        # Python workers must run this interpreter: it is the one with pyarrow and the
-        # project installed (a bare ``python3`` on PATH may have neither).
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings = session_settings(master, conf)
+    python = executor_python(master, settings)
+    if python is not None:
+        os.environ["PYSPARK_PYTHON"] = python
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in session_settings(master, conf).items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

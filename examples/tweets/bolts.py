@@ -33,12 +33,22 @@ from transactional.types import TransactionAttempt
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["DEAD_LETTERS", "HASHTAGS", "USERS", "USERS_HASHTAGS", "CountTags", "ParseTweets"]
+__all__ = [
+    "DEAD_LETTERS",
+    "HASHTAGS",
+    "TWEET_IDS",
+    "USERS",
+    "USERS_HASHTAGS",
+    "CountIds",
+    "CountTags",
+    "ParseTweets",
+]
 
 DEAD_LETTERS = "dead_letters"
 HASHTAGS = "hashtags"
 USERS = "users"
 USERS_HASHTAGS = "users_hashtags"
+TWEET_IDS = "tweet_ids"
 
 #: The spout columns the parse bolt reads (``transactional.sources.text.RECORD_SCHEMA``) and their types.
 RECORD_COLUMNS = {"raw": "string", "error": "string"}
@@ -175,6 +185,15 @@ def _count_columns() -> _CountColumns:
         users_hashtags=[F.col("user"), F.explode("hashtags").alias("hashtag")],
         count=F.count(F.lit(1)).cast("long").alias("count"),
     )
+
+
+class CountIds(Bolt):
+    """Tweets -> ``(id, count)``, one row per tweet with count 1 (the committer sums them
+    per id): with ``--record-ids``, every tweet is counted under its own id, so that a
+    checker can name each tweet lost (0) or counted twice (2), not only a total off."""
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        return batch.select("id", F.lit(1).cast("long").alias("count"))
 
 
 class CountTags(Bolt):

@@ -205,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop when the input has no more data, instead of waiting for more",
     )
     run.add_argument(
+        "--record-ids",
+        action="store_true",
+        help="also count each tweet under its id (table tweet_ids), so that a checker "
+        "can tell every tweet lost or counted twice",
+    )
+    run.add_argument(
         "--fail-rate",
         type=float,
         default=0.0,

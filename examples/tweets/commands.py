@@ -62,11 +62,16 @@ def run(opts: RunOptions, out: TextIO) -> None:
             delta_path=opts.delta_dir,
             redis_url=opts.redis_url,
             redis_key_prefix=opts.redis_key_prefix,
+            record_ids=opts.record_ids,
         )
         for name in opts.sinks
     }
     # One sink keeps its committer name "sink"; two are named after their sinks.
-    topology = build_topology(spout, committers if len(committers) > 1 else committers[opts.sink])
+    topology = build_topology(
+        spout,
+        committers if len(committers) > 1 else committers[opts.sink],
+        record_ids=opts.record_ids,
+    )
     store = make_store(opts)
     crash = crash_plan(opts.crash_at) if opts.crash_at else None
     faults = combine(

@@ -35,6 +35,8 @@ class RunOptions:
     delta_path: str | None = None
     redis_url: str | None = None
     redis_key_prefix: str = ""
+    #: Also count each tweet under its id (table ``tweet_ids``), for per-record checks.
+    record_ids: bool = False
     prefix: str = "tweets"
     kafka: str | None = None
     topic: str = "tweets"

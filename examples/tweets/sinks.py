@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from examples.tweets.bolts import DEAD_LETTERS, HASHTAGS, USERS, USERS_HASHTAGS
+from examples.tweets.bolts import DEAD_LETTERS, HASHTAGS, TWEET_IDS, USERS, USERS_HASHTAGS
 from transactional.errors import ConfigurationError
 from transactional.types import CommitMode
 
@@ -38,11 +38,15 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def counter_tables() -> dict[str, Any]:
-    """The ``counters=`` argument of both committers."""
+def counter_tables(record_ids: bool = False) -> dict[str, Any]:
+    """The ``counters=`` argument of both committers (``record_ids``: and ``tweet_ids``,
+    a count per tweet id)."""
     from committers import CounterTable
 
-    return {name: CounterTable(name, keys) for name, keys in TABLE_KEYS.items()}
+    tables = {name: CounterTable(name, keys) for name, keys in TABLE_KEYS.items()}
+    if record_ids:
+        tables[TWEET_IDS] = CounterTable(TWEET_IDS, ("id",), key_types={"id": "bigint"})
+    return tables
 
 
 def make_committer(
@@ -52,19 +56,22 @@ def make_committer(
     delta_path: str | None = None,
     redis_url: str | None = None,
     redis_key_prefix: str = "",
+    record_ids: bool = False,
 ) -> Committer:
     if sink == "delta":
         from committers import DeltaCommitter
 
         assert delta_path is not None
-        return DeltaCommitter(delta_path, counter_tables(), dead_letters=DEAD_LETTERS, mode=mode)
+        return DeltaCommitter(
+            delta_path, counter_tables(record_ids), dead_letters=DEAD_LETTERS, mode=mode
+        )
     if sink == "redis":
         from committers import RedisCommitter
 
         assert redis_url is not None
         return RedisCommitter(
             redis_url,
-            counter_tables(),
+            counter_tables(record_ids),
             dead_letters=DEAD_LETTERS,
             mode=mode,
             key_prefix=redis_key_prefix,

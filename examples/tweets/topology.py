@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from examples.tweets.bolts import (
     DEAD_LETTERS,
     HASHTAGS,
+    TWEET_IDS,
     USERS,
     USERS_HASHTAGS,
+    CountIds,
     CountTags,
     ParseTweets,
 )
@@ -33,9 +35,12 @@ SINK_INPUTS = {
 }
 
 
-def build_topology(spout: AnySpout, committer: Committer | Mapping[str, Committer]) -> Topology:
+def build_topology(
+    spout: AnySpout, committer: Committer | Mapping[str, Committer], record_ids: bool = False
+) -> Topology:
     """Wire ``spout`` and ``committer`` around the parse and count bolts. The committer
-    must accept the inputs of ``SINK_INPUTS`` (see ``sinks.counter_tables``).
+    must accept the inputs of ``SINK_INPUTS`` (see ``sinks.counter_tables``), and with
+    ``record_ids`` also ``tweet_ids``, from a bolt counting each tweet under its id.
 
     A mapping of committers (``--sink both``) gives each the whole of every batch, in
     the mapping's order, each under its own name; a single one is named ``sink``.
@@ -47,6 +52,10 @@ def build_topology(spout: AnySpout, committer: Committer | Mapping[str, Committe
         .set_bolt("parse", ParseTweets(), input="spout")
         .set_bolt("count", CountTags(), input="parse")
     )
+    inputs = dict(SINK_INPUTS)
+    if record_ids:
+        builder = builder.set_bolt("ids", CountIds(), input="parse")
+        inputs[TWEET_IDS] = "ids"
     for name, each in committers.items():
-        builder = builder.set_committer(name, each, inputs=SINK_INPUTS)
+        builder = builder.set_committer(name, each, inputs=inputs)
     return builder.build()

@@ -4,9 +4,17 @@ the user's settings over everything."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from transactional.session import DEFAULTS, LOCAL_DEFAULTS, is_local, session_settings
+from transactional.session import (
+    DEFAULTS,
+    LOCAL_DEFAULTS,
+    executor_python,
+    is_local,
+    session_settings,
+)
 
 
 @pytest.mark.parametrize(
@@ -41,3 +49,18 @@ def test_the_users_settings_win_on_every_master() -> None:
         settings = session_settings(master, mine)
         assert settings["spark.sql.shuffle.partitions"] == "64"
         assert settings["spark.pyspark.python"] == "/opt/py/bin/python"
+
+
+def test_the_executors_python_comes_from_the_setting_on_every_master(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    given = {"spark.pyspark.python": "/opt/py/bin/python"}
+    for master in ("local[2]", "spark://10.0.0.1:7077"):
+        assert executor_python(master, session_settings(master, given)) == "/opt/py/bin/python"
+    # Not given: this interpreter on a local master; on a cluster, left to the user's
+    # environment (PYSPARK_PYTHON) or Spark's default.
+    assert executor_python("local[*]", session_settings("local[*]")) == sys.executable
+    assert executor_python("spark://10.0.0.1:7077", session_settings("spark://h:1")) is None
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3.11")
+    assert executor_python("local[*]", session_settings("local[*]")) == "/usr/bin/python3.11"
