@@ -18,11 +18,12 @@ from committers.redis_batch import ABSENT, RedisBatch, combined, script_payload
 from committers.redis_cluster import SlotOwner, connect, is_cluster, one_slot, slot_of
 from committers.redis_fields import collected_fields
 from committers.redis_read import RedisSnapshot, read_hashes, read_snapshot
+from committers.redis_reply import ReplyContext, held_text, script_outcome
 from committers.states import key_texts
 from committers.tables import CounterTable, Number
 from committers.values import parse_text
 from transactional.committer import CommitterContext, Rollback
-from transactional.errors import CommitError, ConfigurationError, ContractError, FencedError
+from transactional.errors import CommitError, ConfigurationError, ContractError
 from transactional.progress import kv
 from transactional.secrets import redact_url
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -55,15 +56,6 @@ COMMIT_SCRIPT = files("committers").joinpath("redis_commit.lua").read_text(encod
 _HELD_TXID = (
     "local v = redis.call('GET', KEYS[1]) if v then redis.call('SET', KEYS[1], v) end return v"
 )
-
-
-def held_text(stored_type: str) -> str:
-    """``"max:long"`` as ``"the max of long values"``; ``"long"`` as ``"sums of long
-    values"`` (a namespace's record of what a hash holds, ``CounterTable.stored_type``)."""
-    aggregate, _, value_type = stored_type.rpartition(":")
-    if not aggregate:
-        return f"sums of {value_type} values (value_type={value_type!r})"
-    return f"the {aggregate} of {value_type} values (aggregate={aggregate!r})"
 
 
 class RedisCommitter(CounterCommitter):
@@ -144,7 +136,7 @@ class RedisCommitter(CounterCommitter):
         self._replicas = 0
         self._script: Any = None
         self._tables = {table.name: table for table in self.counters.values()}
-        self._by_key = {key_prefix + name: name for name in self._tables}
+        self._by_key = {key_prefix + name: table for name, table in self._tables.items()}
 
     def _hash(self, table: str) -> str:
         """The Redis key of counter table ``table``'s hash."""
@@ -403,76 +395,9 @@ class RedisCommitter(CounterCommitter):
 
     def _outcome(self, txid: int, status: str, detail: str, token: int | None) -> CommitOutcome:
         """What the script's reply means: an outcome, or the error it reports."""
-        outcomes = {
-            "applied": CommitOutcome.APPLIED,
-            "reapplied": CommitOutcome.REAPPLIED,
-            "skipped": CommitOutcome.SKIPPED,
-        }
-        if status in outcomes:
-            return outcomes[status]
-        if status == "fenced":
-            raise FencedError(
-                f"Redis namespace {self.namespace!r} refused txid {txid}: it holds "
-                f"fence token {detail}, this runner's is {token}. Another runner has led "
-                "the topology since this one lost its leadership; nothing was written, "
-                "and this runner must stop. (If the state store was reset, reset this "
-                "namespace too: tokens start again with the store.)"
-            )
-        if status == "refused":
-            raise ContractError(self._refused_values(txid, json.loads(detail)))
-        if status == "valuetype":
-            name, held = json.loads(detail)
-            declared = held_text(self._tables[self._by_key[name]].stored_type)
-            raise ConfigurationError(
-                f"{self.who()}: Redis hash {name!r} holds {held_text(held)}, but its table "
-                f"declares {declared}; nothing was written for txid {txid}. Declare what "
-                "it holds, or use a new hash name"
-            )
-        raise CommitError(self._refusal(txid, status, detail))
-
-    def _refused_values(self, txid: int, refused: list[list[str]]) -> str:
-        problems = []
-        for name, encoded, why, base, inc in refused:
-            table = self._tables[self._by_key[name]]
-            key = dict(zip(table.keys, decode_key(encoded, len(table.keys)), strict=True))
-            stored = "nothing" if base is None else repr(base)
-            if why == "overflow":
-                problem = f"holds {stored}; adding {inc} goes beyond {table.value_type}"
-            else:
-                problem = f"holds {stored}, which is not a {table.value_type} value"
-            problems.append(f"hash {name!r} key {key} {problem}")
-        return (
-            f"{self.who()} refused txid {txid}: {'; '.join(problems)}. Nothing was written "
-            "(every value is checked before the first write). A sum beyond the type is not "
-            "stored wrapped or rounded: use a wider value_type for a new hash; a value "
-            "another writer put in the hash must be removed"
-        )
-
-    def _refusal(self, txid: int, status: str, detail: str) -> str:
-        if status == "split":
-            return (
-                f"commit of the group ending at txid {txid} refused: Redis namespace "
-                f"{self.namespace!r} holds txid {detail}, inside the group. A commit group "
-                "is written whole; was the state store reset?"
-            )
-        if status == "behind":
-            return (
-                f"opaque commit of txid {txid} refused: Redis namespace {self.namespace!r} "
-                f"already holds txid {detail}. The sink is ahead of the state store; was "
-                "the store reset or another topology given this namespace?"
-            )
-        if status == "mode":
-            return (
-                f"namespace {self.namespace!r} was committed in {detail} mode; this "
-                f"committer is in {self.mode.value} mode. Use a new namespace."
-            )
-        if status == "foreign":
-            return (
-                f"cannot undo txid {txid}: the tail of list {detail!r} is not the dead "
-                "letters it pushed. Another writer appends to it; give this committer "
-                "its own dead_letters_key."
-            )
-        return f"Redis refused txid {txid}: {detail}. Remove or rename the conflicting key."
+        assert self.namespace is not None
+        where = ReplyContext(self.who(), self.namespace, self.mode, self._by_key)
+        return script_outcome(where, txid, status, detail, token)
 
     def committed_txid(self) -> int | None:
         """The txid the namespace holds. With replicas to wait for, only once they
