@@ -15,7 +15,9 @@ refused (``FENCED_LEADER_EPOCH``) by the restarted broker for good.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -142,10 +144,22 @@ class KafkaOffsets:
                 isolation_level=isolation,
                 request_timeout=self.timeout_s,
             )
-            return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+            # Bounded here too: after a broker restart a future may never complete, and
+            # the driver would wait for it forever.
+            deadline = time.monotonic() + 2 * self.timeout_s
+            return {
+                tp.partition: int(f.result(timeout=max(0.0, deadline - time.monotonic())).offset)
+                for tp, f in futures.items()
+            }
         except KafkaException as e:
             self._failed(e)
             raise EmitError(f"{self.who}: offsets of {self.topic!r}: {e}") from e
+        except FutureTimeout as e:
+            self._failed(e)
+            raise EmitError(
+                f"{self.who}: offsets of {self.topic!r}: no answer from Kafka within "
+                f"{2 * self.timeout_s:g}s; the txid is retried with a new client"
+            ) from None
 
     def earliest(self, partitions: Iterable[int]) -> dict[int, int]:
         from confluent_kafka.admin import OffsetSpec
