@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.processes import DemoProcess, wait_session_gone
+from tests.processes import DemoProcess, redis_txid, wait_session_gone
 from tests.reference import Expected, expected_counts, input_files, lines_of
 from transactional.faults import CRASH_MARKER, FaultPoint
 from transactional.testing.cluster_servers import (
@@ -115,16 +115,9 @@ class Servers:
 
 def _sink_txid(servers: Servers, campaign: Campaign) -> int:
     """The txid the Redis sink holds (-1: not readable now, e.g. mid-failover)."""
-    import redis
-    import redis.cluster
-
-    key = f"{campaign.prefix}transactional:{campaign.topology_id}:redis:txid"
     try:
-        client = redis.cluster.RedisCluster.from_url(servers.redis.url, socket_timeout=2)
-        try:
-            return int(client.get(key) or 0)
-        finally:
-            client.close()
+        url, topology = servers.redis.url, campaign.topology_id
+        return redis_txid(url, "redis", topology, prefix=campaign.prefix, cluster=True)
     except Exception:
         return -1
 

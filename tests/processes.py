@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tests.reference import Expected, expected_counts
 
@@ -202,13 +202,26 @@ def store_group(state_dir: Path, topology_id: str = TOPOLOGY_ID) -> tuple[int, i
     return None if row is None else (int(row[0]), int(row[1]))
 
 
-def redis_txid(url: str, committer: str, topology_id: str = TOPOLOGY_ID) -> int:
-    """The last txid the Redis committer named ``committer`` applied (0: none)."""
+def redis_txid(
+    url: str,
+    committer: str,
+    topology_id: str = TOPOLOGY_ID,
+    prefix: str = "",
+    cluster: bool = False,
+) -> int:
+    """The last txid the Redis committer named ``committer`` applied (0: none), its keys
+    behind ``prefix`` (``cluster``: read through redis-py's Redis Cluster client)."""
     import redis
+    import redis.cluster
 
-    client = redis.Redis.from_url(url, socket_connect_timeout=5)
+    key = f"{prefix}transactional:{topology_id}:{committer}:txid"
+    client: Any = (
+        redis.cluster.RedisCluster.from_url(url, socket_connect_timeout=5)
+        if cluster
+        else redis.Redis.from_url(url, socket_connect_timeout=5)
+    )
     try:
-        return int(client.get(f"transactional:{topology_id}:{committer}:txid") or 0)
+        return int(client.get(key) or 0)
     finally:
         client.close()
 

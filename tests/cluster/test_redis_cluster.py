@@ -22,7 +22,7 @@ import redis.cluster
 from committers import CounterTable, RedisCommitter
 from committers.redis import RedisBatch
 from tests.observed import assert_exact, redis_contents
-from tests.processes import DemoProcess, generated_tweets
+from tests.processes import DemoProcess, generated_tweets, redis_txid
 from tests.reference import Expected
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError
@@ -178,9 +178,9 @@ def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
     return generated_tweets(tmp_path_factory.mktemp("input"), count=600, seed=9)
 
 
-def cluster_txid(client: redis.cluster.RedisCluster, topology: str = "tweets") -> int:
+def cluster_txid(url: str) -> int:
     try:
-        return int(client.get(f"{{tweets}}:transactional:{topology}:sink:txid") or 0)
+        return redis_txid(url, "sink", prefix="{tweets}:", cluster=True)
     except redis.RedisError:
         return 0  # mid-failover
 
@@ -202,18 +202,18 @@ def test_the_demo_counts_exactly_through_a_master_failover(
     ]  # fmt: skip
     run = DemoProcess(args, tmp_path / "run.log")
     deadline = time.monotonic() + 300
-    while cluster_txid(client) < 2:
+    while cluster_txid(cluster.url) < 2:
         assert run.poll() is None, run.tail()
         assert time.monotonic() < deadline, "nothing committed in time"
         time.sleep(0.05)
     master = cluster.master_of("{tweets}")
     master.stop()  # SIGKILL the master of every key the topology writes
-    at_kill = cluster_txid(client)
+    at_kill = cluster_txid(cluster.url)
     time.sleep(8)  # the failover happens while the run goes on
     master.start()
     assert run.wait(timeout=600) == 0, run.tail()
     cluster.wait_ok()
-    assert cluster_txid(client) > at_kill  # txids were still to come at the kill
+    assert cluster_txid(cluster.url) > at_kill  # txids were still to come at the kill
     # Commits failed while the slot had no master, and were retried.
     assert re.search(r"txid failed txid=\d+ phase=commit .*CommitError", run.log.read_text())
     assert_exact(redis_contents(cluster.url, "{tweets}:", cluster=True), expected)
