@@ -206,86 +206,91 @@ def run_campaign(
     run: DemoProcess | None = None
     fault = 0
     crash: tuple[FaultPoint, int] | None = None
-    while fault < settings.faults and not campaign.drained:
-        kind = rng.choice(PROCESS_KINDS[1:])  # a planned crash is decided at a run's start
-        if run is None:
-            held = max(_sink_txid(servers, campaign), 0)
-            crash = None
-            if rng.random() < 0.5:  # this run crashes at the next step in turn
-                step = STEPS[sum(campaign.steps.values()) % len(STEPS)]
-                # Txids up to held + max_pending may be stored already: a replay meets
-                # no metadata write, so that step is planned past them.
-                ahead = 3 if step is FaultPoint.AFTER_STORE_META else rng.randrange(3)
-                crash = (step, held + 1 + ahead)
-            run = _start(campaign, settings, args, work, crash and f"{crash[0]}:{crash[1]}")
-        since = max(_sink_txid(servers, campaign), 0)
-        if crash is not None:  # wait for the planned crash, or for the run to pass it
-            deadline = time.monotonic() + 600
-            while run.poll() is None and time.monotonic() < deadline:
-                if _sink_txid(servers, campaign) > crash[1] + 1:
-                    break
-                time.sleep(0.2)
-            if run.poll() is not None and CRASH_MARKER in run.output():
+    try:
+        while fault < settings.faults and not campaign.drained:
+            kind = rng.choice(PROCESS_KINDS[1:])  # a planned crash is decided at a run's start
+            if run is None:
+                held = max(_sink_txid(servers, campaign), 0)
+                crash = None
+                if rng.random() < 0.5:  # this run crashes at the next step in turn
+                    step = STEPS[sum(campaign.steps.values()) % len(STEPS)]
+                    # Txids up to held + max_pending may be stored already: a replay meets
+                    # no metadata write, so that step is planned past them.
+                    ahead = 3 if step is FaultPoint.AFTER_STORE_META else rng.randrange(3)
+                    crash = (step, held + 1 + ahead)
+                run = _start(campaign, settings, args, work, crash and f"{crash[0]}:{crash[1]}")
+            since = max(_sink_txid(servers, campaign), 0)
+            if crash is not None:  # wait for the planned crash, or for the run to pass it
+                deadline = time.monotonic() + 600
+                while run.poll() is None and time.monotonic() < deadline:
+                    if _sink_txid(servers, campaign) > crash[1] + 1:
+                        break
+                    time.sleep(0.2)
+                if run.poll() is not None and CRASH_MARKER in run.output():
+                    code = run.kill()
+                    wait_session_gone(run.pid)
+                    _finish(campaign, run, code)
+                    fault += 1
+                    campaign.faults["kill -9 at step"] += 1
+                    campaign.steps[crash[0].value] += 1
+                    say(f"{campaign.spout}: fault {fault}: kill -9 at {crash[0]}:{crash[1]}")
+                    run, crash = None, None
+                    continue
+                crash = None
+                if run.poll() is None:  # passed the txid without the step: kill it now
+                    kind = "kill -9 random"
+                else:
+                    code = run.kill()
+                    _finish(campaign, run, code)
+                    say(f"{campaign.spout}: run {campaign.runs} ended with {code} before its crash")
+                    run = None
+                    continue
+            elif not _progress(servers, campaign, run, since, timeout=600):
+                stuck = run.poll() is None  # no commit in 10 minutes: worth a look
                 code = run.kill()
                 wait_session_gone(run.pid)
                 _finish(campaign, run, code)
-                fault += 1
-                campaign.faults["kill -9 at step"] += 1
-                campaign.steps[crash[0].value] += 1
-                say(f"{campaign.spout}: fault {fault}: kill -9 at {crash[0]}:{crash[1]}")
-                run, crash = None, None
-                continue
-            crash = None
-            if run.poll() is None:  # passed the txid without the step: kill it now
-                kind = "kill -9 random"
-            else:
-                code = run.kill()
-                _finish(campaign, run, code)
-                say(f"{campaign.spout}: run {campaign.runs} ended with {code} before its crash")
+                what = "was stuck; killed" if stuck else f"ended with {code}"
+                say(f"{campaign.spout}: run {campaign.runs} {what} before a fault ({run.log})")
                 run = None
                 continue
-        elif not _progress(servers, campaign, run, since, timeout=600):
-            stuck = run.poll() is None  # no commit in 10 minutes: worth a look
-            code = run.kill()
-            wait_session_gone(run.pid)
+            else:
+                time.sleep(rng.uniform(0.0, 2.0))
+            if run.poll() is not None:  # it drained (or failed) meanwhile: no fault to count
+                _finish(campaign, run, run.kill())
+                run = None
+                continue
+            fault += 1
+            campaign.faults[kind] += 1
+            say(f"{campaign.spout}: fault {fault}: {kind} (run {campaign.runs})")
+            if kind == "kill -9 random":
+                code = run.kill()
+                wait_session_gone(run.pid)
+                _finish(campaign, run, code)
+                run = None
+            elif kind == "zk session expiry":
+                inject.zk_session_expiry(run)
+            elif kind == "zk restart":
+                inject.zk_restart(run)
+            elif kind == "redis failover":
+                inject.redis_failover(run, campaign.prefix)
+            elif kind == "redis restart":
+                inject.redis_restart(run, campaign.prefix)
+            else:
+                inject.worker_kill(run)
+        for _ in range(10):  # drain: the last run goes on; a failed one is started again
+            if campaign.drained:
+                break
+            if run is None:
+                run = _start(campaign, settings, args, work, None)
+            code = run.wait(timeout=1800)
             _finish(campaign, run, code)
-            what = "was stuck; killed" if stuck else f"ended with {code}"
-            say(f"{campaign.spout}: run {campaign.runs} {what} before a fault ({run.log})")
+            say(f"{campaign.spout}: run {campaign.runs} ended with {code}")
             run = None
-            continue
-        else:
-            time.sleep(rng.uniform(0.0, 2.0))
-        if run.poll() is not None:  # it drained (or failed) meanwhile: no fault to count
-            _finish(campaign, run, run.kill())
-            run = None
-            continue
-        fault += 1
-        campaign.faults[kind] += 1
-        say(f"{campaign.spout}: fault {fault}: {kind} (run {campaign.runs})")
-        if kind == "kill -9 random":
-            code = run.kill()
-            wait_session_gone(run.pid)
-            _finish(campaign, run, code)
-            run = None
-        elif kind == "zk session expiry":
-            inject.zk_session_expiry(run)
-        elif kind == "zk restart":
-            inject.zk_restart(run)
-        elif kind == "redis failover":
-            inject.redis_failover(run, campaign.prefix)
-        elif kind == "redis restart":
-            inject.redis_restart(run, campaign.prefix)
-        else:
-            inject.worker_kill(run)
-    for _ in range(10):  # drain: the last run goes on; a failed one is started again
-        if campaign.drained:
-            break
-        if run is None:
-            run = _start(campaign, settings, args, work, None)
-        code = run.wait(timeout=1800)
-        _finish(campaign, run, code)
-        say(f"{campaign.spout}: run {campaign.runs} ended with {code}")
-        run = None
+    except BaseException:  # the campaign failed: leave no run behind
+        if run is not None and run.poll() is None:
+            run.kill()
+        raise
 
 
 @dataclass(frozen=True)

@@ -241,7 +241,7 @@ class SparkMaster(_Server):
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             try:
-                self.workers_alive()
+                self.alive_workers()
                 return
             except OSError as exc:  # URLError and HTTPError are OSErrors
                 if time.monotonic() > deadline:
@@ -251,14 +251,18 @@ class SparkMaster(_Server):
                     ) from exc
                 time.sleep(0.2)
 
-    def workers_alive(self) -> int:
-        """Workers the master counts as alive (its JSON status page)."""
+    def alive_workers(self) -> set[tuple[str, int]]:
+        """The ``(host, port)`` of each worker the master counts as alive."""
         import json
         import urllib.request
 
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
             status = json.load(r)
-        return sum(1 for w in status.get("workers", []) if w.get("state") == "ALIVE")
+        return {
+            (w["host"], int(w["port"]))
+            for w in status.get("workers", [])
+            if w.get("state") == "ALIVE"
+        }
 
 
 class SparkWorker(_Server):
@@ -290,10 +294,11 @@ class SparkWorker(_Server):
 
     def start(self) -> None:
         self.env = _spark_env(self.dir)
-        alive = self.master.workers_alive()
         super().start()
+        # Wait for this worker by its address, not for one more worker alive: a worker
+        # SIGKILLed just before may still count as alive, or stop counting meanwhile.
         deadline = time.monotonic() + self.start_timeout_s
-        while self.master.workers_alive() <= alive:
+        while ("127.0.0.1", self.port) not in self.master.alive_workers():
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"the worker did not register with {self.master.url}; the end of its "
