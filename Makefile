@@ -68,7 +68,7 @@ cluster-test: deps venv
 # Spark standalone cluster on loopback, every spout kind, both sinks, SIGKILLs at every
 # protocol step, ZooKeeper session expiries and restarts, Redis failovers and restarts,
 # Spark worker kills, injected exceptions and bad records, checked record by record;
-# about 90 minutes on 2 cores; not part of `make test`. CHAOS="--quick" for a short one.
+# about an hour on 2 cores; not part of `make test`. CHAOS="--quick" for a short one.
 chaos: deps venv
 	$(BIN)/python -m tests.chaos $(CHAOS)
 
