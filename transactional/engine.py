@@ -3,6 +3,7 @@ machine can be unit-tested with in-memory frames and run on Spark in production.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,10 +65,16 @@ class SparkEngine:
     silently re-reading a changed source. (An eager checkpoint would cost a job of its
     own before the count.)
 
+    That job is a write to Spark's ``noop`` sink with the count and digests observed on
+    the way (``DataFrame.observe``): one job with no shuffle, where a count or a
+    ``groupBy`` would add a shuffle and, with adaptive execution, a second job. Observed
+    metrics come from a result stage, whose tasks' updates Spark applies once each.
+
     Digests cost no extra read of the source: the partitions are tagged, checkpointed
-    together, and that one aggregation gives each partition's count and
-    ``sum(xxhash64(row))``, summed so that it cannot overflow and does not depend on
-    row order.
+    together, and each partition's count and ``sum(xxhash64(row))`` are summed in that
+    same job, so that they cannot overflow and do not depend on row order. Past
+    ``OBSERVED_PARTITIONS`` partitions (a row would pay three conditional sums per
+    partition) they come from one ``groupBy`` on the tag instead.
     """
 
     def __init__(self, spark: SparkSession) -> None:
@@ -85,7 +92,7 @@ class SparkEngine:
             if partitions is not None:
                 union = union.drop(_PARTITION)
             batch = union.localCheckpoint(eager=False)
-            records = int(batch.count())
+            records = int(_observed(batch, [F.count(F.lit(1)).alias("n")])["n"])
             return Materialised(_few_tasks(batch, records), records)
         if partitions is None:
             partitions = len(frames)
@@ -94,27 +101,10 @@ class SparkEngine:
             tagged = frames[0].withColumn(_PARTITION, F.col(_PARTITION).cast("int"))
         tagged = tagged.localCheckpoint(eager=False)
         batch = tagged.drop(_PARTITION)
-        # sum(h) as two sums of longs: of the high 32 bits (signed) and of the low 32
-        # bits; each fits a long for 2^31 rows, and hi * 2^32 + lo is sum(h) exactly.
-        # (A decimal sum gives the same number, slower: Spark adds decimals as BigDecimal.)
-        h = _row_hash(batch)
-        rows = (
-            tagged.groupBy(_PARTITION)
-            .agg(
-                F.count(F.lit(1)).alias("n"),
-                F.sum(F.shiftright(h, 32)).alias("hi"),
-                F.sum(h.bitwiseAND(F.lit(_LOW32))).alias("lo"),
-            )
-            .collect()
-        )
-        found = {int(r[_PARTITION]): (int(r["n"]), str((r["hi"] << 32) + r["lo"])) for r in rows}
-        strays = sorted(set(found) - set(range(partitions)))
-        if strays:
-            raise ContractError(
-                f"the batch's one frame of {partitions} partitions holds rows tagged with "
-                f"partition {strays[0]} in {_PARTITION}: emit_partitions must tag each row "
-                f"with its partition, 0 to {partitions - 1}"
-            )
+        if partitions <= OBSERVED_PARTITIONS:
+            found = _observed_digests(tagged, _row_hash(batch), partitions)
+        else:
+            found = _grouped_digests(tagged, _row_hash(batch), partitions)
         digests = {p: found.get(p, (0, "0")) for p in range(partitions)}
         records = sum(n for n, _ in digests.values())
         return Materialised(_few_tasks(batch, records), records, digests)
@@ -186,6 +176,82 @@ def _few_tasks(batch: DataFrame, records: int) -> DataFrame:
     apiece on a small machine, where a whole small batch takes less (a narrow
     coalesce: no shuffle, the blocks are only grouped)."""
     return batch.coalesce(max(1, -(-records // ROWS_PER_TASK)))
+
+
+#: Up to this many partitions a batch's digests are observed in its one job; past it
+#: they come from a ``groupBy`` (a shuffle: a second job, but constant work per row).
+OBSERVED_PARTITIONS = 16
+
+
+def _observed(frame: DataFrame, metrics: list[Column]) -> dict[str, Any]:
+    """``metrics`` (aggregates) over ``frame``, observed while one job writes it to the
+    ``noop`` sink: every row is computed (and a lazy checkpoint stored), nothing kept."""
+    from pyspark.sql import Observation
+
+    observation = Observation(f"materialise-{uuid.uuid4().hex}")
+    frame.observe(observation, *metrics).write.format("noop").mode("overwrite").save()
+    return dict(observation.get)
+
+
+def _observed_digests(tagged: DataFrame, h: Column, partitions: int) -> dict[int, Digest]:
+    """Each partition's digest, as conditional sums observed in the materialising job.
+    sum(h) is two sums of longs: of the high 32 bits (signed) and of the low 32 bits;
+    each fits a long for 2^31 rows, and hi * 2^32 + lo is sum(h) exactly. (A decimal
+    sum gives the same number, slower: Spark adds decimals as BigDecimal.)"""
+    from pyspark.sql import functions as F
+
+    tag = F.col(_PARTITION)
+    metrics = []
+    for p in range(partitions):
+        mine = tag == p
+        metrics += [
+            F.count(F.when(mine, 1)).alias(f"n{p}"),
+            F.sum(F.when(mine, F.shiftright(h, 32))).alias(f"hi{p}"),
+            F.sum(F.when(mine, h.bitwiseAND(F.lit(_LOW32)))).alias(f"lo{p}"),
+        ]
+    stray = tag.isNull() | (tag < 0) | (tag >= partitions)
+    metrics += [
+        F.count(F.when(stray, 1)).alias("strays"),
+        F.min(F.when(stray, tag)).alias("stray"),
+    ]
+    got = _observed(tagged, metrics)
+    if got["strays"]:
+        _refuse_strays(partitions, got["stray"])
+    return {
+        p: (int(got[f"n{p}"]), str(((got[f"hi{p}"] or 0) << 32) + (got[f"lo{p}"] or 0)))
+        for p in range(partitions)
+        if got[f"n{p}"]
+    }
+
+
+def _grouped_digests(tagged: DataFrame, h: Column, partitions: int) -> dict[int, Digest]:
+    """Each partition's digest, from one aggregation by the partition tag, whose map
+    stage also materialises the checkpoint."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        tagged.groupBy(_PARTITION)
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum(F.shiftright(h, 32)).alias("hi"),
+            F.sum(h.bitwiseAND(F.lit(_LOW32))).alias("lo"),
+        )
+        .collect()
+    )
+    found = {r[_PARTITION]: (int(r["n"]), str((r["hi"] << 32) + r["lo"])) for r in rows}
+    strays = [p for p in found if p is None or not 0 <= p < partitions]
+    if strays:
+        _refuse_strays(partitions, min((p for p in strays if p is not None), default=None))
+    return found
+
+
+def _refuse_strays(partitions: int, stray: int | None) -> None:
+    which = f"partition {stray}" if stray is not None else "no partition"
+    raise ContractError(
+        f"the batch's one frame of {partitions} partitions holds rows tagged with "
+        f"{which} in {_PARTITION}: emit_partitions must tag each row with its partition, "
+        f"0 to {partitions - 1}"
+    )
 
 
 def _union(frames: Sequence[DataFrame]) -> DataFrame:

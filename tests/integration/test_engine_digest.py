@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from transactional.engine import ROWS_PER_TASK, SparkEngine, collect_arrow
+from transactional.engine import OBSERVED_PARTITIONS, ROWS_PER_TASK, SparkEngine, collect_arrow
+from transactional.errors import ContractError
+from transactional.spout import PARTITION_COLUMN
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +45,46 @@ def test_each_partition_digest_is_its_count_and_the_exact_sum_of_row_hashes(spar
     assert read.records == len(ROWS)
     assert read.digests == {0: python_sum(spark, first), 1: python_sum(spark, second)}
     assert read.batch.count() == len(ROWS) and "__transactional_partition" not in read.batch.columns
+
+
+@pytest.mark.parametrize("count", [2, OBSERVED_PARTITIONS + 1])
+def test_digests_of_one_tagged_frame_observed_or_grouped(spark: Any, count: int) -> None:
+    """Up to ``OBSERVED_PARTITIONS`` the digests are observed in the materialising job,
+    past it grouped by the tag: the same exact sums either way."""
+    engine = SparkEngine(spark)
+    parts = {p: ROWS[p::count] for p in range(count)}
+    tagged = [(*row, p) for p, rows in parts.items() for row in rows]
+    frame = spark.createDataFrame(tagged, f"{SCHEMA}, {PARTITION_COLUMN} long").repartition(3)
+    read = engine.materialise([frame], digest=True, partitions=count + 1)
+    want = {p: python_sum(spark, rows) for p, rows in parts.items()} | {count: (0, "0")}
+    assert read.digests == want and read.records == len(ROWS)
+
+
+@pytest.mark.parametrize("count", [2, OBSERVED_PARTITIONS + 1])
+@pytest.mark.parametrize("tag", [-1, "past", None])
+def test_a_row_tagged_with_no_partition_of_the_batch_is_refused(
+    spark: Any, count: int, tag: Any
+) -> None:
+    engine = SparkEngine(spark)
+    stray = count if tag == "past" else tag
+    rows = [(*row, i % count) for i, row in enumerate(ROWS[:50])] + [(*ROWS[60], stray)]
+    frame = spark.createDataFrame(rows, f"{SCHEMA}, {PARTITION_COLUMN} long")
+    which = "no partition" if stray is None else f"partition {stray}"
+    with pytest.raises(ContractError, match=f"tagged with {which} in "):
+        engine.materialise([frame], digest=True, partitions=count)
+
+
+def test_materialising_a_batch_of_few_partitions_is_one_job(spark: Any) -> None:
+    """The count and digests are observed while the rows are kept: one Spark job, where
+    a count or an aggregation would add a shuffle (two jobs with adaptive execution)."""
+    engine = SparkEngine(spark)
+    frames = [spark.createDataFrame(ROWS[:100], SCHEMA), spark.createDataFrame(ROWS[100:], SCHEMA)]
+    for digest in (True, False):
+        group = f"materialise-jobs-{digest}"
+        with engine.job_group(group):
+            read = engine.materialise(frames, digest=digest)
+        assert read.records == len(ROWS)
+        assert engine.jobs(group) == 1
 
 
 def test_the_digest_ignores_row_and_map_entry_order_but_not_values(spark: Any) -> None:
