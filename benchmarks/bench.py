@@ -100,24 +100,19 @@ def machine() -> str:
     )
 
 
-def measure(case: Case, repeat: int, progress: Callable[[str], None], warm_up: bool) -> Result:
-    result = Result(case.name, case.sink, note=case.note)
-    if warm_up:  # JIT, Delta's classes and caches, Python workers: once per sink
+def warm_up(cases: list[Case], progress: Callable[[str], None]) -> None:
+    """One untimed run of each case: the JIT of its code paths, Delta's classes and
+    caches, the Python workers."""
+    for case in cases:
         started = time.perf_counter()
         case.run()
         progress(f"warm-up {case.name} [{case.sink}]: {time.perf_counter() - started:.1f}s")
-    for i in range(repeat):
-        started = time.perf_counter()
-        result.records = case.run()
-        result.seconds.append(time.perf_counter() - started)
-        result.timings = list(case.timings)
-        progress(f"{case.name} [{case.sink}] run {i + 1}/{repeat}: {result.seconds[-1]:.1f}s")
-    return result
 
 
 def measure_paired(cases: list[Case], repeat: int, progress: Callable[[str], None]) -> list[Result]:
-    """Each repetition runs every case once, in turn, so that the machine's drift falls
-    on all of them alike."""
+    """Each repetition runs every case once, in turn, so that the machine's drift (a
+    shared machine slows down and speeds up by 10% or more within minutes) falls on all
+    of them alike instead of on whichever case ran during a slow spell."""
     results = [Result(c.name, c.sink, note=c.note) for c in cases]
     for i in range(repeat):
         for case, result in zip(cases, results, strict=True):
@@ -165,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         metavar="TEXT",
-        help="run only the cases whose name holds TEXT (e.g. 'max_pending=4'); the first "
-        "case run warms up",
+        help="run only the cases whose name holds TEXT (e.g. 'max_pending=4')",
     )
     args = parser.parse_args(argv)
     if args.quick:
@@ -216,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                 framework(**env, max_pending=4, auto=True),
             ]
             chosen = [c for c in cases if args.only is None or args.only in c.name]
-            for i, case in enumerate(chosen):
-                results.append(measure(case, args.repeat, progress, warm_up=i == 0))
+            warm_up(chosen, progress)
+            results += measure_paired(chosen, args.repeat, progress)
         longer: list[str] = []
         if args.auto_tweets and "redis" in args.sinks.split(",") and args.only is None:
             progress(f"dataset: {args.auto_tweets:,} tweets in {args.partitions} files")
@@ -292,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine()}.",
             f"Dataset: {args.tweets:,} generated tweets in {args.partitions} JSON Lines files; "
-            f"{args.repeat} timed runs per case after one warm-up; medians.",
+            f"{args.repeat} timed runs per case after a warm-up run of each, the cases taken in "
+            "turn in each repetition; medians.",
             f"Command: `{' '.join(['python -m benchmarks.bench', *(argv or sys.argv[1:])])}`",
             "",
             "## Throughput, exactly-once",
