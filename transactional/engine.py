@@ -4,7 +4,7 @@ machine can be unit-tested with in-memory frames and run on Spark in production.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -49,6 +49,10 @@ class Engine(Protocol):
     def collect(self, frames: Mapping[Any, Any]) -> dict[Any, Any]: ...
 
     def jobs(self, group: str) -> int | None: ...
+
+    def mark(self) -> int: ...
+
+    def release(self, frames: Iterable[Any], since: int) -> int: ...
 
 
 #: The low 32 bits of a long.
@@ -144,6 +148,36 @@ class SparkEngine:
         adaptive execution each shuffle's map stage is a job of its own."""
         ids = self.spark.sparkContext.statusTracker().getJobIdsForGroup(group)
         return len(ids) if ids else None
+
+    def mark(self) -> int:
+        """A mark before an attempt's frames are made: every RDD made after it has a
+        greater id (Spark numbers RDDs in order, across threads; taking a number costs
+        one)."""
+        return int(self.spark.sparkContext._jsc.sc().newRddId())
+
+    def release(self, frames: Iterable[DataFrame], since: int) -> int:
+        """Drop the kept blocks of every local checkpoint ``frames`` read that was made
+        after ``since`` (``mark``): the batch the attempt materialised and the bolts' own
+        checkpoints, once the attempt is over (committed or dropped). Left to Spark, they
+        stay until the driver's garbage collector lets the ``ContextCleaner`` see them
+        gone: a long run's memory store fills with txids long committed, spills them to
+        disk, and the collector marks them over and over. A checkpoint made before the
+        attempt (one a spout keeps across txids) is never touched. Returns how many were
+        released."""
+        released = set()
+        for frame in frames:
+            leaves = frame._jdf.queryExecution().analyzed().collectLeaves().iterator()
+            while leaves.hasNext():
+                leaf = leaves.next()
+                if leaf.getClass().getSimpleName() != "LogicalRDD":
+                    continue
+                rdd = leaf.rdd()
+                number = rdd.id()
+                if number <= since or number in released or not rdd.isLocallyCheckpointed():
+                    continue
+                rdd.unpersist(False)
+                released.add(number)
+        return len(released)
 
     def is_frame(self, value: object) -> bool:
         from pyspark.sql import DataFrame

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -36,7 +36,7 @@ from transactional.runtime.commit import CommitSequence
 from transactional.runtime.drivers import Batch, SpoutDriver, job_group
 from transactional.runtime.leadership import LeaderSession
 from transactional.runtime.machine import Machine
-from transactional.runtime.pipeline import Pipeline, describer
+from transactional.runtime.pipeline import Kept, Pipeline, describer
 from transactional.runtime.probes import Faults, Outcomes, Probe, RunStats
 from transactional.topology import Topology
 from transactional.types import CommitOutcome, TransactionAttempt
@@ -54,6 +54,7 @@ class Report:
     event: m.Event | None
     prepared: Sequence[Any] = ()
     digests: dict[int, Digest] | None = None
+    kept: Kept = field(default_factory=Kept)
     outcomes: Sequence[CommitOutcome] = ()
     crash: BaseException | None = None
 
@@ -89,6 +90,8 @@ class Executor:
         )
         self.reports: queue.Queue[Report] = queue.Queue()
         self._results: dict[TransactionAttempt, Report] = {}
+        #: What each processed attempt keeps in Spark until it is committed or dropped.
+        self._kept: dict[TransactionAttempt, Kept] = {}
         self._workers = ThreadPoolExecutor(self.machine.settings.max_pending, "txn-process")
         self._committer = ThreadPoolExecutor(1, "txn-commit")
         #: Names this run's Spark job groups (``drivers.job_group``).
@@ -120,8 +123,12 @@ class Executor:
         if report.event is None:
             return  # a wake-up
         event = report.event
-        if isinstance(event, m.Processed) and self.machine.is_current(event.attempt):
-            self._results[event.attempt] = report
+        if isinstance(event, m.Processed):
+            if self.machine.is_current(event.attempt):
+                self._results[event.attempt] = report
+                self._kept[event.attempt] = report.kept
+            else:  # superseded while processing: nothing will read it
+                self._release(report.kept)
         elif isinstance(event, m.Committed):
             for probe in self.probes:
                 probe.on_outcomes(event.attempt, report.outcomes)
@@ -234,6 +241,7 @@ class Executor:
 
     def _acknowledge(self, command: m.Acknowledge) -> None:
         txid = command.attempt.txid
+        self._release(self._kept.pop(command.attempt, Kept()))
         batch = self.driver.batches.pop(txid)
         try:
             self.faults.check(FaultPoint.AFTER_ADVANCE, command.attempt, command.number)
@@ -245,6 +253,7 @@ class Executor:
     def _cancel(self, attempt: TransactionAttempt, failed: bool) -> None:
         self._results.pop(attempt, None)
         quietly(lambda: self.engine.cancel(self._group(attempt)), "cancel job group")
+        self._release(self._kept.pop(attempt, Kept()))
         quietly(lambda: self.driver.drop(attempt.txid, failed), "spout fail")
 
     def _reacquire(self, error: LostLeadershipError) -> list[m.Event]:
@@ -311,7 +320,7 @@ class Executor:
         try:
             with self.engine.job_group(self._group(attempt)):
                 processed = self.pipeline.run(batch)
-            report = Report(processed.event, processed.prepared, processed.digests)
+            report = Report(processed.event, processed.prepared, processed.digests, processed.kept)
         except Exception as exc:  # reported to the coordinator thread, never lost
             report = Report(m.Failed(attempt, exc, m.Phase.PROCESS))
         except BaseException as exc:
@@ -347,6 +356,11 @@ class Executor:
             report = Report(None, crash=exc)
         self.reports.put(report)
 
+    def _release(self, kept: Kept) -> None:
+        """Drop what an attempt that is over kept in Spark (``Pipeline.run``); a failure
+        only leaves the blocks to Spark's own cleaner."""
+        quietly(lambda: kept.release(self.engine), "release kept blocks")
+
     def _group(self, attempt: TransactionAttempt) -> str:
         return job_group(attempt, self.run)
 
@@ -369,11 +383,27 @@ class Executor:
         self._committer.shutdown(wait=stopped, cancel_futures=True)
         if stopped and committing is not None:
             self._advance_finished_commit(self.machine.slots[committing].attempt)
+        if committing is None or stopped:  # no commit thread still reads a batch
+            self._release_left()
 
     def join(self) -> None:
-        """Wait for the worker and commit threads to stop."""
+        """Wait for the worker and commit threads to stop, then release what their
+        attempts kept in Spark."""
         self._workers.shutdown(wait=True)
         self._committer.shutdown(wait=True)
+        self._release_left()
+
+    def _release_left(self) -> None:
+        """Release every attempt's kept blocks: those processed and not committed, and
+        those a worker reported after the run stopped listening."""
+        while self._kept:
+            self._release(self._kept.popitem()[1])
+        while True:
+            try:
+                report = self.reports.get_nowait()
+            except queue.Empty:
+                return
+            self._release(report.kept)
 
     def _advance_finished_commit(self, attempt: TransactionAttempt) -> None:
         self.machine.stopping = True

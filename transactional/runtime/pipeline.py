@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from transactional import contracts
@@ -46,13 +46,28 @@ def describer(
 
 
 @dataclass(frozen=True)
+class Kept:
+    """What an attempt keeps in Spark until it is over: the frames it made (the
+    materialised batch, the bolts' streams, the committers' collected frames), whose
+    local checkpoints made after ``since`` (``Engine.mark``) ``Engine.release`` drops."""
+
+    frames: tuple[Any, ...] = ()
+    since: int = 0
+
+    def release(self, engine: Engine) -> int:
+        return engine.release(self.frames, self.since) if self.frames else 0
+
+
+@dataclass(frozen=True)
 class Result:
-    """A processed attempt: the event, each committer's prepared value and the digest of
-    each partition read (None: the determinism check is off)."""
+    """A processed attempt: the event, each committer's prepared value, the digest of
+    each partition read (None: the determinism check is off) and what it keeps in
+    Spark until it is committed or dropped."""
 
     event: Processed
     prepared: Sequence[Any]
     digests: dict[int, Digest] | None
+    kept: Kept = field(default_factory=Kept)
 
 
 @dataclass(eq=False)
@@ -66,45 +81,64 @@ class Pipeline:
     label: str = ""
 
     def run(self, batch: Batch) -> Result:
+        """The attempt's steps. What it kept in Spark is released here if a step fails,
+        else by the executor once the attempt is committed or dropped."""
+        made: list[Any] = []
+        since = self.engine.mark()
+        try:
+            return self._run(batch, made, since)
+        except BaseException:
+            Kept(tuple(made), since).release(self.engine)
+            raise
+
+    def _run(self, batch: Batch, made: list[Any], since: int) -> Result:
         attempt = batch.attempt
         step = describer(self.engine, self.label, attempt, batch.number)
         began = time.perf_counter()
         step("emit")
         frames, partitions = self.driver.frames(batch)
         read = self.engine.materialise(frames, self.driver.digests, partitions)
+        made.append(read.batch)
         self.measure(attempt, "emit", began)
         if read.records == 0 and not self.driver.spout.commit_empty_batches:
             # Committed only inside a recorded group: as ``None`` to every committer.
             empty = Processed(attempt, 0, empty=True, groupable=True)
-            return Result(empty, [None] * len(self.topology.committers), read.digests)
+            nothing = [None] * len(self.topology.committers)
+            return Result(empty, nothing, read.digests, Kept(tuple(made), since))
         began = time.perf_counter()
         step("process")
-        streams = self._bolts(attempt, read.batch)
+        streams = self._bolts(attempt, read.batch, made)
         self.faults.check(FaultPoint.PROCESS, attempt, batch.number)
         self.measure(attempt, "process", began)
         began = time.perf_counter()
         step("prepare")
-        prepared = self._prepare(attempt, streams)
+        prepared = self._prepare(attempt, streams, made)
         self.measure(attempt, "prepare", began)
         groupable = all(
             node.committer.groupable(p)
             for node, p in zip(self.topology.committers, prepared, strict=True)
         )
         processed = Processed(attempt, read.records, empty=False, groupable=groupable)
-        return Result(processed, prepared, read.digests)
+        return Result(processed, prepared, read.digests, Kept(tuple(made), since))
 
     def warm_up(self, frame: Any) -> int:
         """Run the spout's sample ``frame`` through the attempt's steps (materialise, as
         the driver does, with its digests; the bolts; every committer's prepare) as
         ``WARM_UP``, an attempt of txid 0, which no runner stores or commits. Returns the
         sample's records; the prepared results are dropped."""
-        read = self.engine.materialise([frame], self.driver.digests)
-        if read.records:
-            self._prepare(WARM_UP, self._bolts(WARM_UP, read.batch))
-        return read.records
+        made: list[Any] = []
+        since = self.engine.mark()
+        try:
+            read = self.engine.materialise([frame], self.driver.digests)
+            made.append(read.batch)
+            if read.records:
+                self._prepare(WARM_UP, self._bolts(WARM_UP, read.batch, made), made)
+            return read.records
+        finally:
+            Kept(tuple(made), since).release(self.engine)
 
     def _prepare(
-        self, attempt: TransactionAttempt, streams: dict[tuple[str, str], Any]
+        self, attempt: TransactionAttempt, streams: dict[tuple[str, str], Any], made: list[Any]
     ) -> list[Any]:
         """Every committer's ``collect_plan`` collected together, then each one's
         ``prepare_collected``; ``prepare`` for a committer that collects nothing."""
@@ -116,6 +150,7 @@ class Pipeline:
             plan = node.committer.collect_plan(attempt, given)
             plans.append(contracts.collect_plan(plan, self.engine.is_frame, who, attempt.txid))
         fused = {(n, name): frame for n, plan in enumerate(plans) for name, frame in plan.items()}
+        made.extend(fused.values())
         collected = self.engine.collect(fused) if fused else {}
         prepared = []
         for n, (node, given, plan) in enumerate(zip(nodes, inputs, plans, strict=True)):
@@ -126,7 +161,9 @@ class Pipeline:
             prepared.append(node.committer.prepare_collected(attempt, given, own))
         return prepared
 
-    def _bolts(self, attempt: TransactionAttempt, batch: Any) -> dict[tuple[str, str], Any]:
+    def _bolts(
+        self, attempt: TransactionAttempt, batch: Any, made: list[Any]
+    ) -> dict[tuple[str, str], Any]:
         is_frame = self.engine.is_frame
         txid = attempt.txid
         streams: dict[tuple[str, str], Any] = {(SPOUT, DEFAULT_STREAM): batch}
@@ -139,4 +176,5 @@ class Pipeline:
             out = contracts.bolt_streams(out, outputs, is_frame, who, "finish_batch", txid)
             for stream in outputs:
                 streams[(node.name, stream)] = out[stream]
+                made.append(out[stream])
         return streams

@@ -84,6 +84,13 @@ class InMemoryEngine:
     def jobs(self, group: str) -> int | None:
         return None
 
+    def mark(self) -> int:
+        return 0
+
+    def release(self, frames: Iterable[Any], since: int) -> int:
+        """In-memory batches are Python lists: nothing is kept beside them to release."""
+        return 0
+
     def is_frame(self, value: object) -> bool:
         return isinstance(value, list)
 

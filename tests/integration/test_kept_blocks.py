@@ -1,0 +1,136 @@
+"""What a txid keeps in Spark (its materialised batch, a bolt's own local checkpoint)
+is released once the txid is committed or its attempt dropped, and nothing made
+before the attempt (a checkpoint a spout keeps across txids) is touched. Checked
+against Spark's own list of persisted RDDs, on a real session and a real Redis sink."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from coordinators import SQLiteStateStore
+from tests.integration.topologies import BATCH, TOTAL, BucketBolt, RangeSpout, expected_counts
+from transactional import Bolt, RunnerConfig, TopologyBuilder, TransactionalRunner
+from transactional.errors import InjectedFault
+from transactional.faults import FaultPoint
+from transactional.types import TransactionAttempt
+
+pytestmark = pytest.mark.integration
+
+
+def persisted(spark: Any) -> set[int]:
+    """The ids of the RDDs the Spark context holds persisted now."""
+    ids = spark.sparkContext._jsc.sc().getPersistentRDDs().keySet().iterator()
+    found = set()
+    while ids.hasNext():
+        found.add(int(ids.next()))
+    return found
+
+
+class KeepingBolt(Bolt):
+    """Keeps its input with a lazy ``localCheckpoint`` (as the tweet bolts do) and
+    records the RDD each keep added to the context's persisted set."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.lock = threading.Lock()
+        self.kept: list[int] = []
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        with self.lock:
+            before = persisted(self.spark)
+            kept = batch.select("id").localCheckpoint(eager=False)
+            self.kept += sorted(persisted(self.spark) - before)
+        return kept
+
+
+class FailOnce:
+    """An exception at ``point`` on the first attempt of ``txid``."""
+
+    def __init__(self, point: FaultPoint, txid: int) -> None:
+        self.point, self.txid, self.failed = point, txid, 0
+
+    def check(self, point: FaultPoint, attempt: TransactionAttempt, number: int) -> None:
+        if point is self.point and attempt.txid == self.txid and number == 1:
+            self.failed += 1
+            raise InjectedFault(f"injected at {point.value} of txid {attempt.txid}")
+
+
+class SlicedSpout(RangeSpout):
+    """Every batch a slice of one frame kept (checkpointed eagerly) when the spout opens."""
+
+    def open(self, context: Any) -> None:
+        super().open(context)
+        before = persisted(self.spark)
+        self.base = self.spark.range(0, self.total, numPartitions=2).localCheckpoint(eager=True)
+        (self.base_rdd,) = persisted(self.spark) - before
+
+    def emit_batch(self, attempt: TransactionAttempt, meta: Any) -> DataFrame:
+        return self.base.where((F.col("id") >= meta.start) & (F.col("id") < meta.end))
+
+
+def run(spark: Any, url: str, path: Path, spout: RangeSpout, bolt: Bolt, faults: Any) -> Any:
+    from committers import CounterTable, RedisCommitter
+
+    redis.Redis.from_url(url).flushdb()
+    topology = (
+        TopologyBuilder()
+        .set_spout(spout)
+        .set_bolt("keep", bolt)
+        .set_bolt("bucket", BucketBolt(), "keep")
+        .set_committer(
+            "sink", RedisCommitter(url, {"default": CounterTable("buckets", ("key",))}), "bucket"
+        )
+        .build()
+    )
+    config = RunnerConfig(topology_id="kept", max_pending=2, backoff_initial_s=0.05)
+    runner = TransactionalRunner(
+        topology, SQLiteStateStore(path / "state.db"), spark, config, faults=faults
+    )
+    stats = runner.run(until_drained=True)
+    runner.join()  # an attempt dropped while processing may report after the run
+    return stats
+
+
+def buckets(url: str) -> dict[str, int]:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    return {k: int(v) for k, v in client.hgetall("buckets").items()}
+
+
+@pytest.mark.parametrize("point", [FaultPoint.PROCESS, FaultPoint.BEFORE_SINK_WRITE])
+def test_every_checkpoint_of_a_txid_is_released_when_it_is_committed_or_dropped(
+    spark: Any, redis_url: str, tmp_path: Path, point: FaultPoint
+) -> None:
+    before = persisted(spark)
+    bolt, faults = KeepingBolt(spark), FailOnce(point, 3)
+    stats = run(spark, redis_url, tmp_path, RangeSpout(), bolt, faults)
+
+    assert buckets(redis_url) == expected_counts()
+    assert stats.committed_txids == TOTAL // BATCH and faults.failed == 1
+    # A keep per attempt processed (the failed one and its retry both, and a txid
+    # after it dropped with it): all of them made by this run.
+    assert len(bolt.kept) >= TOTAL // BATCH + 1
+    assert not set(bolt.kept) & before
+    # Nothing the run made is still held: the bolt's keeps and the engine's batches.
+    assert persisted(spark) - before == set()
+
+
+def test_a_checkpoint_the_spout_made_before_the_txids_is_kept(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    spout, bolt = SlicedSpout(), KeepingBolt(spark)
+    stats = run(spark, redis_url, tmp_path, spout, bolt, FailOnce(FaultPoint.PROCESS, 2))
+
+    # Every txid read its slice of the spout's frame: had a release dropped its blocks,
+    # the next txid's read would fail (CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND) on every attempt.
+    assert buckets(redis_url) == expected_counts()
+    assert stats.committed_txids == TOTAL // BATCH
+    assert spout.base_rdd in persisted(spark)
+    assert not set(bolt.kept) & persisted(spark)
+    assert spout.base.count() == TOTAL
