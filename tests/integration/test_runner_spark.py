@@ -135,3 +135,35 @@ def test_the_transactional_command_runs_a_factory_and_reports_status(
     last = TOTAL // BATCH
     assert f"currtx={last + 1}" in status.stdout
     assert f"txid {last} (committed)" in status.stdout
+
+
+class SampledRangeSpout(RangeSpout):
+    """A range spout with a sample for the warm-up; counts how often it is asked."""
+
+    samples = 0
+
+    def sample_batch(self) -> Any:
+        SampledRangeSpout.samples += 1
+        return self.spark.range(0, 10, numPartitions=2)
+
+
+def test_the_warm_up_runs_once_per_spark_application_and_topology(
+    spark: Any, redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def run(topology_id: str) -> None:
+        redis.Redis.from_url(redis_url).flushdb()
+        config = RunnerConfig(topology_id=topology_id, max_pending=2)
+        store = SQLiteStateStore(tmp_path / f"{topology_id}-{SampledRangeSpout.samples}.db")
+        topology = build(spark, redis_url, SampledRangeSpout())
+        stats = TransactionalRunner(topology, store, spark, config).run(until_drained=True)
+        assert buckets(redis_url) == expected_counts()
+        assert stats.committed_txids == TOTAL // BATCH
+
+    SampledRangeSpout.samples = 0
+    with caplog.at_level("INFO", logger="transactional.runner"):
+        run("warm-once")
+        run("warm-once")  # the same topology again in this application: already warm
+        skipped = [r for r in caplog.records if "warm-up skipped" in r.getMessage()]
+        assert SampledRangeSpout.samples == 1 and len(skipped) == 1
+        run("warm-other")  # another topology is warmed for itself
+    assert SampledRangeSpout.samples == 2

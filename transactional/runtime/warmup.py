@@ -9,6 +9,13 @@ size's. So the runner first runs the spout's ``sample_batch`` through the same s
 as an attempt (materialise, bolts, every committer's ``prepare``) as txid 0, which is
 never stored or committed. Nothing it does touches the store or a sink.
 
+The warm-up runs once per Spark application and topology: a runner whose engine's
+Spark application already warmed a topology of the same id and the same component
+types in this process (a runner restarted in a notebook, a benchmark's repeated runs)
+has nothing left to warm and starts at txid 1 (``warmed``, ``mark_warmed``). A
+contract broken there is then met by txid 1, which stops the run as at once (a
+``ConfigurationError`` is never retried), after its metadata is stored.
+
 A ``ConfigurationError`` (a broken contract: a bolt returning something that is not a
 frame, a committer's input of the wrong type) stops the run here, before any txid is
 stored. Any other failure only costs the warm-up: it is logged, and the first txid
@@ -26,8 +33,48 @@ from typing import Any
 from transactional import contracts
 from transactional.errors import ConfigurationError
 from transactional.runtime.pipeline import Pipeline
+from transactional.topology import Topology
 
 log = logging.getLogger("transactional.runner")
+
+
+#: The (Spark application, topology) pairs warmed up in this process (``warmth``).
+_WARMED: set[tuple[str, ...]] = set()
+
+
+def warmth(engine: Any, topology: Topology, topology_id: str) -> tuple[str, ...] | None:
+    """What a warm-up warms: the engine's Spark application and the topology, by id and
+    by the type of each of its components, wired as they are. None for an engine that
+    is not on Spark (nothing is kept warm between its runs)."""
+    app = getattr(
+        getattr(getattr(engine, "spark", None), "sparkContext", None), "applicationId", None
+    )
+    if not isinstance(app, str):
+        return None
+
+    def named(component: object) -> str:
+        return f"{type(component).__module__}.{type(component).__qualname__}"
+
+    return (
+        app,
+        topology_id,
+        named(topology.spout),
+        *(f"{n.name}<-{n.input}:{named(n.bolt)}" for n in topology.bolts),
+        *(
+            f"{n.name}<-{sorted(n.inputs.items())}:{named(n.committer)}"
+            for n in topology.committers
+        ),
+    )
+
+
+def warmed(key: tuple[str, ...] | None) -> bool:
+    """Whether this process already warmed ``key`` (``warmth``) up."""
+    return key is not None and key in _WARMED
+
+
+def mark_warmed(key: tuple[str, ...] | None) -> None:
+    if key is not None:
+        _WARMED.add(key)
 
 
 def warm_up(
