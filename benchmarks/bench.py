@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import platform
 import shutil
 import sys
@@ -40,10 +41,19 @@ from benchmarks.growth import (
 )
 from benchmarks.overheads import overheads_section
 from benchmarks.redis_commit import commit_table
-from benchmarks.report import Result, longer_auto_section, profile, table, targets
+from benchmarks.report import (
+    Result,
+    cpu_table,
+    longer_auto_section,
+    profile,
+    table,
+    targets,
+)
 from committers.redis import STAGE_CHUNK
 from transactional.testing.servers import RedisServer, ZooKeeperServer
 
+#: The machine's cores, which the CPU figures are shares of.
+CORES = os.cpu_count() or 1
 WORK = Path(__file__).resolve().parent / ".work"
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 #: Hand-written reading of the figures (what was changed, why a target is missed),
@@ -81,8 +91,6 @@ def dataset(tweets: int, partitions: int) -> Path:
 
 
 def machine() -> str:
-    import os
-
     import pyspark
 
     cpu = "unknown CPU"
@@ -109,6 +117,23 @@ def warm_up(cases: list[Case], progress: Callable[[str], None]) -> None:
         progress(f"warm-up {case.name} [{case.sink}]: {time.perf_counter() - started:.1f}s")
 
 
+def cpu_seconds() -> float:
+    """Core-seconds of CPU used so far by this process and every process under it (Spark's
+    JVM, its Python workers, the Redis and ZooKeeper servers), the exited ones included
+    (reaped, they count in their parent's children times)."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            t = process.cpu_times()
+        except psutil.Error:  # ended meanwhile: its time moves to its parent's children
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
 def measure_paired(cases: list[Case], repeat: int, progress: Callable[[str], None]) -> list[Result]:
     """Each repetition runs every case once, in turn, so that the machine's drift (a
     shared machine slows down and speeds up by 10% or more within minutes) falls on all
@@ -116,9 +141,11 @@ def measure_paired(cases: list[Case], repeat: int, progress: Callable[[str], Non
     results = [Result(c.name, c.sink, note=c.note) for c in cases]
     for i in range(repeat):
         for case, result in zip(cases, results, strict=True):
+            cpu = cpu_seconds()
             started = time.perf_counter()
             result.records = case.run()
             result.seconds.append(time.perf_counter() - started)
+            result.cpu.append(cpu_seconds() - cpu)
             result.timings = list(case.timings)
             progress(
                 f"{case.name} [{case.sink}] paired run {i + 1}/{repeat}: {result.seconds[-1]:.1f}s"
@@ -297,13 +324,21 @@ def main(argv: list[str] | None = None) -> int:
             *figures,
             *[f"- {r.name} [{r.sink}]: {r.note}" for r in results if r.note],
             "",
+            "## CPU per run (medians)",
+            "",
+            *cpu_table(results, CORES),
+            "",
+            "CPU: core-seconds used by the benchmark's process and every process under it "
+            "(Spark's JVM and Python workers, the Redis server) during the run; cores busy: "
+            f"that over the run's wall time times the {CORES} cores.",
+            "",
             "## Where a framework txid's time goes (last timed run, medians per txid)",
             "",
             *profile(results),
             "",
             "## Targets",
             "",
-            *targets(results),
+            *targets(results, CORES),
             "",
             *longer,
             *growth,
