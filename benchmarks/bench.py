@@ -25,6 +25,7 @@ from typing import Any
 from benchmarks.cases import (
     Case,
     bare_spark,
+    batches_in_a_loop,
     framework,
     structured_streaming,
 )
@@ -230,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             cases = [
                 bare_spark(**env),
                 structured_streaming(**env),
+                batches_in_a_loop(**env),
                 framework(**env, max_pending=1),
                 framework(**env, max_pending=4),
                 framework(**env, max_pending=4, sequence=True),

@@ -105,6 +105,29 @@ def bare_spark(spark: Any, data: Path, sink: str, redis_url: str, work: Path, **
     return Case("bare spark (no guarantee)", sink, run, "all input in one batch, one write")
 
 
+#: The anchor that runs Structured Streaming's batches one after the other, bare.
+LOOP = "batches in a loop (no guarantee)"
+
+
+def batches_in_a_loop(
+    spark: Any, data: Path, sink: str, redis_url: str, work: Path, **_: Any
+) -> Case:
+    """Structured Streaming's batches (a file each) through the same bolts and committer,
+    one after the other, with nothing around them: no source offsets, no checkpoint, no
+    batch kept. The work of the batches themselves, which any scheduler of them does."""
+    total = count_lines(data)
+    files = sorted(f for f in data.iterdir() if f.is_file() and not f.name.startswith((".", "_")))
+
+    def run() -> int:
+        committer = _committer(sink, redis_url, _fresh(work), anchor=True)
+        _open(committer, spark, "bench-loop")
+        for txid, file in enumerate(files, start=1):
+            _commit_batch(committer, txid, _raw(spark.read.text(str(file))))
+        return total
+
+    return Case(LOOP, sink, run, "one file a batch, in order, each as one write; nothing else")
+
+
 def structured_streaming(
     spark: Any, data: Path, sink: str, redis_url: str, work: Path, **_: Any
 ) -> Case:
