@@ -94,6 +94,9 @@ class Executor:
         self._kept: dict[TransactionAttempt, Kept] = {}
         self._workers = ThreadPoolExecutor(self.machine.settings.max_pending, "txn-process")
         self._committer = ThreadPoolExecutor(1, "txn-commit")
+        #: Releases what finished attempts kept in Spark, off the coordinator thread
+        #: (walking a txid's plans and unpersisting takes 10 to 60 ms of py4j calls).
+        self._releaser = ThreadPoolExecutor(1, "txn-release")
         #: Names this run's Spark job groups (``drivers.job_group``).
         self.run = uuid.uuid4().hex[:8]
 
@@ -357,9 +360,16 @@ class Executor:
         self.reports.put(report)
 
     def _release(self, kept: Kept) -> None:
-        """Drop what an attempt that is over kept in Spark (``Pipeline.run``); a failure
-        only leaves the blocks to Spark's own cleaner."""
-        quietly(lambda: kept.release(self.engine), "release kept blocks")
+        """Drop what an attempt that is over kept in Spark (``Pipeline.run``), on the
+        release thread (here once it is shut down); a failure only leaves the blocks to
+        Spark's own cleaner."""
+        if not kept.frames:
+            return
+        release = partial(quietly, partial(kept.release, self.engine), "release kept blocks")
+        try:
+            self._releaser.submit(release)
+        except RuntimeError:  # shut down: the run is over
+            release()
 
     def _group(self, attempt: TransactionAttempt) -> str:
         return job_group(attempt, self.run)
@@ -385,6 +395,7 @@ class Executor:
             self._advance_finished_commit(self.machine.slots[committing].attempt)
         if committing is None or stopped:  # no commit thread still reads a batch
             self._release_left()
+        self._releaser.shutdown(wait=False)
 
     def join(self) -> None:
         """Wait for the worker and commit threads to stop, then release what their
@@ -392,6 +403,7 @@ class Executor:
         self._workers.shutdown(wait=True)
         self._committer.shutdown(wait=True)
         self._release_left()
+        self._releaser.shutdown(wait=True)
 
     def _release_left(self) -> None:
         """Release every attempt's kept blocks: those processed and not committed, and
