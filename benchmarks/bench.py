@@ -231,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             cases = [
                 bare_spark(**env),
                 structured_streaming(**env),
-                batches_in_a_loop(**env),
+                # The bound it gives matters where the target against Structured
+                # Streaming is close (Redis); on Delta its MERGEs would add 4 minutes.
+                *([batches_in_a_loop(**env)] if sink == "redis" else []),
                 framework(**env, max_pending=1),
                 framework(**env, max_pending=4),
                 framework(**env, max_pending=4, sequence=True),
