@@ -154,7 +154,7 @@ def draw_growth(results: Sequence[Growth], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     sinks = list(dict.fromkeys(r.sink for r in results))
-    fig, axes = plt.subplots(1, len(sinks), figsize=(6 * len(sinks), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(sinks), figsize=(7.5 * len(sinks), 4.5), squeeze=False)
     steps = [("emit_s", "emit"), ("process_s", "process"), ("prepare_s", "prepare")]
     steps.append(("commit_s", "commit"))
     for ax, sink in zip(axes[0], sinks, strict=True):
@@ -185,7 +185,7 @@ def draw_throughput(rates: Sequence[tuple[str, str, float]], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     sinks = list(dict.fromkeys(s for s, _, _ in rates))
-    fig, axes = plt.subplots(1, len(sinks), figsize=(6 * len(sinks), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(sinks), figsize=(7.5 * len(sinks), 4.5), squeeze=False)
     for ax, sink in zip(axes[0], sinks, strict=True):
         mine = [(case, rate) for s, case, rate in rates if s == sink]
         colours = [
