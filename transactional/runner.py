@@ -99,7 +99,7 @@ from transactional.runtime.probes import (
     TxTiming,
 )
 from transactional.runtime.status import Status
-from transactional.runtime.warmup import mark_warmed, warm_up, warmed, warmth
+from transactional.runtime.warmup import warm_up
 from transactional.spout import SpoutContext
 from transactional.store import StateStore, TopologyIdentity
 from transactional.topology import SPOUT, Topology
@@ -173,21 +173,15 @@ class TransactionalRunner:
         with nothing in flight and everything committed."""
         executor, opened = self._open()
         try:
-            warm = warmth(self.engine, self.topology, self.config.topology_id)
-            if self.config.warm_up and warmed(warm):
-                log.info(
-                    "warm-up skipped: this Spark application already warmed topology=%s",
-                    self.config.topology_id,
-                )
-            elif self.config.warm_up:
-                records = warm_up(
+            if self.config.warm_up:
+                warm_up(
                     executor.pipeline,
+                    self.topology,
+                    self.config.topology_id,
                     f"warm-up-run-{executor.run}",
                     self.config.attempt_timeout_s,
                     self._stop.is_set,
                 )
-                if records:
-                    mark_warmed(warm)
             executor.feed(opened)
             while not self._stop.is_set():
                 if executor.turn(until_drained):

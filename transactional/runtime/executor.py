@@ -34,9 +34,10 @@ from transactional.faults import FaultPoint
 from transactional.runtime import messages as m
 from transactional.runtime.commit import CommitSequence
 from transactional.runtime.drivers import Batch, SpoutDriver, job_group
+from transactional.runtime.kept import Kept, Releaser
 from transactional.runtime.leadership import LeaderSession
 from transactional.runtime.machine import Machine
-from transactional.runtime.pipeline import Kept, Pipeline, describer
+from transactional.runtime.pipeline import Pipeline, describer
 from transactional.runtime.probes import Faults, Outcomes, Probe, RunStats
 from transactional.topology import Topology
 from transactional.types import CommitOutcome, TransactionAttempt
@@ -91,12 +92,9 @@ class Executor:
         self.reports: queue.Queue[Report] = queue.Queue()
         self._results: dict[TransactionAttempt, Report] = {}
         #: What each processed attempt keeps in Spark until it is committed or dropped.
-        self._kept: dict[TransactionAttempt, Kept] = {}
+        self._kept = Releaser(self.engine)
         self._workers = ThreadPoolExecutor(self.machine.settings.max_pending, "txn-process")
         self._committer = ThreadPoolExecutor(1, "txn-commit")
-        #: Releases what finished attempts kept in Spark, off the coordinator thread
-        #: (walking a txid's plans and unpersisting takes 10 to 60 ms of py4j calls).
-        self._releaser = ThreadPoolExecutor(1, "txn-release")
         #: Names this run's Spark job groups (``drivers.job_group``).
         self.run = uuid.uuid4().hex[:8]
 
@@ -129,9 +127,9 @@ class Executor:
         if isinstance(event, m.Processed):
             if self.machine.is_current(event.attempt):
                 self._results[event.attempt] = report
-                self._kept[event.attempt] = report.kept
+                self._kept.keep(event.attempt, report.kept)
             else:  # superseded while processing: nothing will read it
-                self._release(report.kept)
+                self._kept.release(report.kept)
         elif isinstance(event, m.Committed):
             for probe in self.probes:
                 probe.on_outcomes(event.attempt, report.outcomes)
@@ -244,7 +242,7 @@ class Executor:
 
     def _acknowledge(self, command: m.Acknowledge) -> None:
         txid = command.attempt.txid
-        self._release(self._kept.pop(command.attempt, Kept()))
+        self._kept.drop(command.attempt)
         batch = self.driver.batches.pop(txid)
         try:
             self.faults.check(FaultPoint.AFTER_ADVANCE, command.attempt, command.number)
@@ -256,7 +254,7 @@ class Executor:
     def _cancel(self, attempt: TransactionAttempt, failed: bool) -> None:
         self._results.pop(attempt, None)
         quietly(lambda: self.engine.cancel(self._group(attempt)), "cancel job group")
-        self._release(self._kept.pop(attempt, Kept()))
+        self._kept.drop(attempt)
         quietly(lambda: self.driver.drop(attempt.txid, failed), "spout fail")
 
     def _reacquire(self, error: LostLeadershipError) -> list[m.Event]:
@@ -359,18 +357,6 @@ class Executor:
             report = Report(None, crash=exc)
         self.reports.put(report)
 
-    def _release(self, kept: Kept) -> None:
-        """Drop what an attempt that is over kept in Spark (``Pipeline.run``), on the
-        release thread (here once it is shut down); a failure only leaves the blocks to
-        Spark's own cleaner."""
-        if not kept.frames:
-            return
-        release = partial(quietly, partial(kept.release, self.engine), "release kept blocks")
-        try:
-            self._releaser.submit(release)
-        except RuntimeError:  # shut down: the run is over
-            release()
-
     def _group(self, attempt: TransactionAttempt) -> str:
         return job_group(attempt, self.run)
 
@@ -395,7 +381,7 @@ class Executor:
             self._advance_finished_commit(self.machine.slots[committing].attempt)
         if committing is None or stopped:  # no commit thread still reads a batch
             self._release_left()
-        self._releaser.shutdown(wait=False)
+        self._kept.shutdown(wait=False)
 
     def join(self) -> None:
         """Wait for the worker and commit threads to stop, then release what their
@@ -403,19 +389,18 @@ class Executor:
         self._workers.shutdown(wait=True)
         self._committer.shutdown(wait=True)
         self._release_left()
-        self._releaser.shutdown(wait=True)
+        self._kept.shutdown(wait=True)
 
     def _release_left(self) -> None:
         """Release every attempt's kept blocks: those processed and not committed, and
         those a worker reported after the run stopped listening."""
-        while self._kept:
-            self._release(self._kept.popitem()[1])
+        self._kept.release_all()
         while True:
             try:
                 report = self.reports.get_nowait()
             except queue.Empty:
                 return
-            self._release(report.kept)
+            self._kept.release(report.kept)
 
     def _advance_finished_commit(self, attempt: TransactionAttempt) -> None:
         self.machine.stopping = True

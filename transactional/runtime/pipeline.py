@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from transactional import contracts
@@ -21,6 +21,7 @@ from transactional.bolt import DEFAULT_STREAM
 from transactional.engine import Digest, Engine
 from transactional.faults import FaultPoint
 from transactional.runtime.drivers import Batch, SpoutDriver
+from transactional.runtime.kept import Kept
 from transactional.runtime.messages import Processed
 from transactional.runtime.probes import Faults
 from transactional.topology import SPOUT, Topology
@@ -43,19 +44,6 @@ def describer(
         engine.describe(f"{label} txid={attempt.txid} attempt={number} step={name}".strip())
 
     return step
-
-
-@dataclass(frozen=True)
-class Kept:
-    """What an attempt keeps in Spark until it is over: the frames it made (the
-    materialised batch, the bolts' streams, the committers' collected frames), whose
-    local checkpoints made after ``since`` (``Engine.mark``) ``Engine.release`` drops."""
-
-    frames: tuple[Any, ...] = ()
-    since: int = 0
-
-    def release(self, engine: Engine) -> int:
-        return engine.release(self.frames, self.since) if self.frames else 0
 
 
 @dataclass(frozen=True)
@@ -83,15 +71,16 @@ class Pipeline:
     def run(self, batch: Batch) -> Result:
         """The attempt's steps. What it kept in Spark is released here if a step fails,
         else by the executor once the attempt is committed or dropped."""
-        made: list[Any] = []
+        made: list[Any] = []  # every frame the steps make, as they make it
         since = self.engine.mark()
         try:
-            return self._run(batch, made, since)
+            result = self._run(batch, made)
         except BaseException:
             Kept(tuple(made), since).release(self.engine)
             raise
+        return replace(result, kept=Kept(tuple(made), since))
 
-    def _run(self, batch: Batch, made: list[Any], since: int) -> Result:
+    def _run(self, batch: Batch, made: list[Any]) -> Result:
         attempt = batch.attempt
         step = describer(self.engine, self.label, attempt, batch.number)
         began = time.perf_counter()
@@ -104,7 +93,7 @@ class Pipeline:
             # Committed only inside a recorded group: as ``None`` to every committer.
             empty = Processed(attempt, 0, empty=True, groupable=True)
             nothing = [None] * len(self.topology.committers)
-            return Result(empty, nothing, read.digests, Kept(tuple(made), since))
+            return Result(empty, nothing, read.digests)
         began = time.perf_counter()
         step("process")
         streams = self._bolts(attempt, read.batch, made)
@@ -119,7 +108,7 @@ class Pipeline:
             for node, p in zip(self.topology.committers, prepared, strict=True)
         )
         processed = Processed(attempt, read.records, empty=False, groupable=groupable)
-        return Result(processed, prepared, read.digests, Kept(tuple(made), since))
+        return Result(processed, prepared, read.digests)
 
     def warm_up(self, frame: Any) -> int:
         """Run the spout's sample ``frame`` through the attempt's steps (materialise, as

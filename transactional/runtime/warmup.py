@@ -12,7 +12,7 @@ never stored or committed. Nothing it does touches the store or a sink.
 The warm-up runs once per Spark application and topology: a runner whose engine's
 Spark application already warmed a topology of the same id and the same component
 types in this process (a runner restarted in a notebook, a benchmark's repeated runs)
-has nothing left to warm and starts at txid 1 (``warmed``, ``mark_warmed``). A
+has nothing left to warm and starts at txid 1 (``warm_up`` logs ``warm-up skipped``). A
 contract broken there is then met by txid 1, which stops the run as at once (a
 ``ConfigurationError`` is never retried), after its metadata is stored.
 
@@ -38,11 +38,11 @@ from transactional.topology import Topology
 log = logging.getLogger("transactional.runner")
 
 
-#: The (Spark application, topology) pairs warmed up in this process (``warmth``).
+#: The (Spark application, topology) pairs warmed up in this process (``_warmth``).
 _WARMED: set[tuple[str, ...]] = set()
 
 
-def warmth(engine: Any, topology: Topology, topology_id: str) -> tuple[str, ...] | None:
+def _warmth(engine: Any, topology: Topology, topology_id: str) -> tuple[str, ...] | None:
     """What a warm-up warms: the engine's Spark application and the topology, by id and
     by the type of each of its components, wired as they are. None for an engine that
     is not on Spark (nothing is kept warm between its runs)."""
@@ -67,26 +67,24 @@ def warmth(engine: Any, topology: Topology, topology_id: str) -> tuple[str, ...]
     )
 
 
-def warmed(key: tuple[str, ...] | None) -> bool:
-    """Whether this process already warmed ``key`` (``warmth``) up."""
-    return key is not None and key in _WARMED
-
-
-def mark_warmed(key: tuple[str, ...] | None) -> None:
-    if key is not None:
-        _WARMED.add(key)
-
-
 def warm_up(
     pipeline: Pipeline,
+    topology: Topology,
+    topology_id: str,
     group: str,
     timeout_s: float | None,
     stopping: Callable[[], bool],
 ) -> int | None:
-    """Run the spout's sample through ``pipeline`` in Spark job group ``group``, cancelled
-    after ``timeout_s``. Returns the sample's records, or None if there was no warm-up
-    (no sample, a stop asked for, or a failure other than a ``ConfigurationError``)."""
+    """Run the spout's sample through ``pipeline`` (``topology``'s) in Spark job group
+    ``group``, cancelled after ``timeout_s``, unless this Spark application already
+    warmed ``topology_id`` up. Returns the sample's records, or None if there was no
+    warm-up (already warm, no sample, a stop asked for, or a failure other than a
+    ``ConfigurationError``)."""
     spout, engine = pipeline.driver.spout, pipeline.engine
+    warmth = _warmth(engine, topology, topology_id)
+    if warmth is not None and warmth in _WARMED:
+        log.info("warm-up skipped: this Spark application already warmed topology=%s", topology_id)
+        return None
     began = time.perf_counter()
     timer = threading.Timer(timeout_s, engine.cancel, (group,)) if timeout_s else None
     try:
@@ -112,4 +110,6 @@ def warm_up(
         if timer is not None:
             timer.cancel()
     log.info("warm-up records=%d seconds=%.2f", records, time.perf_counter() - began)
+    if records and warmth is not None:
+        _WARMED.add(warmth)
     return records
