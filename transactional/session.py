@@ -39,6 +39,15 @@ def is_local(master: str) -> bool:
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 
+#: The JVM's options on a local master, where the driver is also the executor: Spark's
+#: logs as ``LOG4J2`` says, and the parallel (throughput) collector instead of G1. A
+#: batch's work allocates rows at a high rate and keeps few for long; G1's concurrent
+#: marking and remembered sets cost 15 to 20% of the CPU of the tweet benchmark on two
+#: cores, for the bare Spark job and Structured Streaming as for the framework, and its
+#: short pauses buy nothing a batch needs (benchmarks/analysis.md, tenth round). On a
+#: cluster the executors' JVM options are the user's (``spark.executor.extraJavaOptions``).
+LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
+
 #: Settings that are comma-separated lists, joined (not replaced) by ``merged``.
 LIST_SETTINGS = frozenset({"spark.jars", "spark.jars.packages", "spark.sql.extensions"})
 
@@ -58,9 +67,13 @@ def merged(*confs: Mapping[str, str]) -> dict[str, str]:
 
 def session_settings(master: str, conf: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings a session on ``master`` gets: ``DEFAULTS``, ``LOCAL_DEFAULTS`` on a
-    local master only, Spark's logs at WARN from the JVM's first line, then ``conf``."""
-    settings = {**DEFAULTS, **(LOCAL_DEFAULTS if is_local(master) else {})}
-    settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"
+    local master only, Spark's logs at WARN from the JVM's first line (and on a local
+    master ``LOCAL_JAVA_OPTIONS``), then ``conf``: a ``spark.driver.extraJavaOptions``
+    given there replaces all of ours (two collectors named would stop the JVM)."""
+    local = is_local(master)
+    settings = {**DEFAULTS, **(LOCAL_DEFAULTS if local else {})}
+    java = f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"
+    settings["spark.driver.extraJavaOptions"] = f"{java} {LOCAL_JAVA_OPTIONS}" if local else java
     settings.update(conf or {})
     return settings
 

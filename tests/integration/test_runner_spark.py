@@ -167,3 +167,11 @@ def test_the_warm_up_runs_once_per_spark_application_and_topology(
         assert SampledRangeSpout.samples == 1 and len(skipped) == 1
         run("warm-other")  # another topology is warmed for itself
     assert SampledRangeSpout.samples == 2
+
+
+def test_a_local_session_runs_the_parallel_collector(spark: Any) -> None:
+    """``create_spark_session`` on a local master starts the JVM with
+    ``LOCAL_JAVA_OPTIONS``: the parallel collector's beans are the JVM's, not G1's."""
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    names = {bean.getName() for bean in beans.getGarbageCollectorMXBeans()}
+    assert names == {"PS Scavenge", "PS MarkSweep"}

@@ -11,6 +11,7 @@ import pytest
 from transactional.session import (
     DEFAULTS,
     LOCAL_DEFAULTS,
+    LOG4J2,
     executor_python,
     is_local,
     session_settings,
@@ -41,6 +42,18 @@ def test_local_defaults_apply_to_a_local_master_only() -> None:
     cluster = session_settings("spark://127.0.0.1:7077")
     assert not set(LOCAL_DEFAULTS) & set(cluster)
     assert {k: cluster[k] for k in DEFAULTS} == dict(DEFAULTS)
+
+
+def test_a_local_jvm_runs_the_parallel_collector_and_a_users_options_replace_ours() -> None:
+    java = "spark.driver.extraJavaOptions"
+    local = session_settings("local[2]")[java].split()
+    cluster = session_settings("spark://127.0.0.1:7077")[java].split()
+    assert local == [f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}", "-XX:+UseParallelGC"]
+    assert cluster == [f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"]
+    # The user's own options replace ours whole: with both, -XX:+UseG1GC beside
+    # -XX:+UseParallelGC would stop the JVM at start ("multiple garbage collectors").
+    mine = {java: "-XX:+UseG1GC -Dmy.flag=1"}
+    assert session_settings("local[2]", mine)[java] == "-XX:+UseG1GC -Dmy.flag=1"
 
 
 def test_the_users_settings_win_on_every_master() -> None:
