@@ -92,7 +92,7 @@ class Executor:
         self.reports: queue.Queue[Report] = queue.Queue()
         self._results: dict[TransactionAttempt, Report] = {}
         #: What each processed attempt keeps in Spark until it is committed or dropped.
-        self._kept = Releaser(self.engine)
+        self._releaser = Releaser(self.engine)
         self._workers = ThreadPoolExecutor(self.machine.settings.max_pending, "txn-process")
         self._committer = ThreadPoolExecutor(1, "txn-commit")
         #: Names this run's Spark job groups (``drivers.job_group``).
@@ -127,9 +127,9 @@ class Executor:
         if isinstance(event, m.Processed):
             if self.machine.is_current(event.attempt):
                 self._results[event.attempt] = report
-                self._kept.keep(event.attempt, report.kept)
+                self._releaser.keep(event.attempt, report.kept)
             else:  # superseded while processing: nothing will read it
-                self._kept.release(report.kept)
+                self._releaser.release(report.kept)
         elif isinstance(event, m.Committed):
             for probe in self.probes:
                 probe.on_outcomes(event.attempt, report.outcomes)
@@ -242,7 +242,7 @@ class Executor:
 
     def _acknowledge(self, command: m.Acknowledge) -> None:
         txid = command.attempt.txid
-        self._kept.drop(command.attempt)
+        self._releaser.drop(command.attempt)
         batch = self.driver.batches.pop(txid)
         try:
             self.faults.check(FaultPoint.AFTER_ADVANCE, command.attempt, command.number)
@@ -254,7 +254,7 @@ class Executor:
     def _cancel(self, attempt: TransactionAttempt, failed: bool) -> None:
         self._results.pop(attempt, None)
         quietly(lambda: self.engine.cancel(self._group(attempt)), "cancel job group")
-        self._kept.drop(attempt)
+        self._releaser.drop(attempt)
         quietly(lambda: self.driver.drop(attempt.txid, failed), "spout fail")
 
     def _reacquire(self, error: LostLeadershipError) -> list[m.Event]:
@@ -381,7 +381,7 @@ class Executor:
             self._advance_finished_commit(self.machine.slots[committing].attempt)
         if committing is None or stopped:  # no commit thread still reads a batch
             self._release_left()
-        self._kept.shutdown(wait=False)
+        self._releaser.shutdown(wait=False)
 
     def join(self) -> None:
         """Wait for the worker and commit threads to stop, then release what their
@@ -389,18 +389,18 @@ class Executor:
         self._workers.shutdown(wait=True)
         self._committer.shutdown(wait=True)
         self._release_left()
-        self._kept.shutdown(wait=True)
+        self._releaser.shutdown(wait=True)
 
     def _release_left(self) -> None:
         """Release every attempt's kept blocks: those processed and not committed, and
         those a worker reported after the run stopped listening."""
-        self._kept.release_all()
+        self._releaser.release_all()
         while True:
             try:
                 report = self.reports.get_nowait()
             except queue.Empty:
                 return
-            self._kept.release(report.kept)
+            self._releaser.release(report.kept)
 
     def _advance_finished_commit(self, attempt: TransactionAttempt) -> None:
         self.machine.stopping = True
