@@ -6,6 +6,8 @@ message names a password."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -30,11 +32,18 @@ CREDENTIALS = f"alice:{SECRET}"
 ROOT = "/transactional/guarded"
 
 
-def client(hosts: str, credentials: str | None = None) -> KazooClient:
+@contextmanager
+def client(hosts: str, credentials: str | None = None) -> Iterator[KazooClient]:
+    """A started client, stopped and closed on the way out (a client left running keeps
+    its connection thread pinging for the rest of the test session)."""
     auth = [] if credentials is None else [("digest", credentials)]
     zk = KazooClient(hosts=hosts, auth_data=auth)
     zk.start(timeout=15)
-    return zk
+    try:
+        yield zk
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def led(hosts: str, credentials: str | None) -> ZooKeeperStateStore:
@@ -56,8 +65,7 @@ def tree(zk: KazooClient, path: str) -> list[str]:
 def assert_closed(hosts: str, credentials: str | None) -> None:
     """A client with ``credentials`` (None: none) can neither read nor change the
     topology: currtx, a txid's metadata, its partition metadata."""
-    other = client(hosts, credentials)
-    try:
+    with client(hosts, credentials) as other:
         currtx = f"{ROOT}/coordinator/currtx"
         meta = f"{ROOT}/coordinator/meta/{2:020d}"
         for attempt in (
@@ -70,9 +78,6 @@ def assert_closed(hosts: str, credentials: str | None) -> None:
         ):
             with pytest.raises(NoAuthError):
                 attempt()
-    finally:
-        other.stop()
-        other.close()
 
 
 def test_credentials_close_every_node_of_the_topology_to_other_clients(zk_hosts: str) -> None:
@@ -83,14 +88,14 @@ def test_credentials_close_every_node_of_the_topology_to_other_clients(zk_hosts:
         assert_closed(zk_hosts, f"mallory:{SECRET}")
         # Every node carries exactly "alice may do anything" (the digest ZooKeeper
         # computes from the credentials: kazoo's own function, not the store's).
-        owner = client(zk_hosts, CREDENTIALS)
         digest = make_digest_acl_credential("alice", SECRET)
-        for path in tree(owner, ROOT):
-            acls, _ = owner.get_acls(path)
-            assert [(a.id.scheme, a.id.id, a.perms) for a in acls] == [("digest", digest, 31)]
+        with client(zk_hosts, CREDENTIALS) as owner:
+            for path in tree(owner, ROOT):
+                acls, _ = owner.get_acls(path)
+                assert [(a.id.scheme, a.id.id, a.perms) for a in acls] == [("digest", digest, 31)]
         # The parent stays listable, and open to other topologies.
-        assert "guarded" in client(zk_hosts).get_children("/transactional")
-        owner.stop()
+        with client(zk_hosts) as anyone:
+            assert "guarded" in anyone.get_children("/transactional")
         # The store itself goes on as before.
         store.advance(2)
         assert store.read_state().currtx == 3
@@ -124,9 +129,8 @@ def test_opening_a_protected_topology_without_its_credentials_is_refused(
 
 def test_credentials_protect_a_topology_made_without_them(zk_hosts: str) -> None:
     led(zk_hosts, None).close()
-    anyone = client(zk_hosts)
-    assert anyone.get(f"{ROOT}/coordinator/currtx")[0] == b"2"  # open to everyone so far
-    anyone.stop()
+    with client(zk_hosts) as anyone:
+        assert anyone.get(f"{ROOT}/coordinator/currtx")[0] == b"2"  # open to everyone so far
     store = ZooKeeperStateStore(zk_hosts, credentials=CREDENTIALS)
     store.open("guarded")
     try:
