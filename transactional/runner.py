@@ -84,7 +84,7 @@ from transactional.errors import ConfigurationError
 from transactional.faults import FaultInjector
 from transactional.flow import AdaptiveBatchSize
 from transactional.runtime.drivers import DRIVERS
-from transactional.runtime.executor import Executor, quietly
+from transactional.runtime.executor import Executor
 from transactional.runtime.leadership import LeaderSession
 from transactional.runtime.machine import Machine
 from transactional.runtime.messages import Opened
@@ -98,6 +98,7 @@ from transactional.runtime.probes import (
     Timings,
     TxTiming,
 )
+from transactional.runtime.quiet import quietly
 from transactional.runtime.status import Status
 from transactional.runtime.warmup import warm_up
 from transactional.spout import SpoutContext

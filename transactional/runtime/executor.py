@@ -39,6 +39,7 @@ from transactional.runtime.leadership import LeaderSession
 from transactional.runtime.machine import Machine
 from transactional.runtime.pipeline import Pipeline, describer
 from transactional.runtime.probes import Faults, Outcomes, Probe, RunStats
+from transactional.runtime.quiet import quietly
 from transactional.topology import Topology
 from transactional.types import CommitOutcome, TransactionAttempt
 
@@ -419,12 +420,3 @@ class Executor:
                     log.warning("advance on stop failed txid=%d error=%r", attempt.txid, exc)
             if isinstance(event, m.Committed | m.Failed) and event.attempt == attempt:
                 return
-
-
-def quietly(fn: Callable[[], Any], what: str) -> Any:
-    """``fn()``, or None with a warning if it raised: for what must not fail a step."""
-    try:
-        return fn()
-    except Exception as exc:
-        log.warning("%s failed error=%r", what, exc)
-        return None

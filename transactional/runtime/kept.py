@@ -14,15 +14,14 @@ coordinator.
 
 from __future__ import annotations
 
-import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from transactional.engine import Engine
+from transactional.runtime.quiet import quietly
 from transactional.types import TransactionAttempt
-
-log = logging.getLogger("transactional.runner")
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class Kept:
     since: int = 0
 
     def release(self, engine: Engine) -> int:
-        return engine.release(self.frames, self.since) if self.frames else 0
+        return engine.release(self.frames, self.since)
 
 
 class Releaser:
@@ -74,7 +73,4 @@ class Releaser:
         self._thread.shutdown(wait=wait)
 
     def _release(self, kept: Kept) -> None:
-        try:
-            kept.release(self.engine)
-        except Exception as exc:
-            log.warning("release kept blocks failed error=%r", exc)
+        quietly(partial(kept.release, self.engine), "release kept blocks")
