@@ -7,21 +7,19 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import CounterCommitter, key_sums
 from committers.keys import decode_key, encode_key
 from committers.redis_batch import ABSENT, RedisBatch, combined, script_payload
-from committers.redis_cluster import SlotOwner, connect, is_cluster, one_slot, slot_of
+from committers.redis_cluster import SlotOwner, connect, is_cluster, one_slot
 from committers.redis_fields import collected_fields
-from committers.redis_read import RedisSnapshot, read_hashes, read_snapshot
+from committers.redis_read import RedisReads, RedisSnapshot
 from committers.redis_reply import ReplyContext, held_text, script_outcome
-from committers.states import key_texts
-from committers.tables import CounterTable, Number
-from committers.values import parse_text
+from committers.tables import CounterTable
 from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, ContractError
 from transactional.progress import kv
@@ -58,7 +56,7 @@ _HELD_TXID = (
 )
 
 
-class RedisCommitter(CounterCommitter):
+class RedisCommitter(RedisReads, CounterCommitter):
     """Adds counter increments into Redis hashes and appends dead letters to a list.
 
     Layout: hash ``CounterTable.name``; field = the key, encoded by
@@ -425,19 +423,6 @@ class RedisCommitter(CounterCommitter):
             ) from exc
         return None if value is None else int(value)
 
-    def sink_marker(self, topology_id: str, name: str) -> int | None:
-        import redis
-
-        key = f"{self.namespace or self.default_namespace(topology_id, name)}:txid"
-        try:
-            with self._reader(key) as client:
-                value = client.get(key)
-        except redis.RedisError as exc:
-            raise CommitError(
-                f"cannot read the committed txid from Redis at {redact_url(self.url)}: {exc}"
-            ) from exc
-        return None if value is None else int(value)  # type: ignore[arg-type]
-
     def rollback(self, topology_id: str, name: str, txid: int) -> Rollback:
         """Refused: Redis keeps no earlier versions of its hashes."""
         raise ConfigurationError(
@@ -446,67 +431,3 @@ class RedisCommitter(CounterCommitter):
             "changed. To process a range again into Redis, run the topology under a new "
             "topology id and namespace (with new hash names), from --start-from"
         )
-
-    # -- reading ----------------------------------------------------------------------
-
-    @contextmanager
-    def _reader(self, key: str) -> Iterator[redis.Redis]:
-        """The open committer's server, else a client of the server holding ``key``
-        (on a Redis Cluster, its slot's master), closed after."""
-        if self._client is not None or self._owner is not None:
-            yield self._server()
-            return
-        client = self._connect()
-        owner = None
-        try:
-            if is_cluster(client):
-                owner = SlotOwner(self.url, slot_of(key), self.socket_timeout)
-                yield owner.client()
-            else:
-                yield client
-        finally:
-            client.close()
-            if owner is not None:
-                owner.close()
-
-    def read(self, table: str) -> dict[tuple[str | None, ...], Number]:
-        """The current values of counter table ``table`` (its name), keyed by the key
-        columns' texts (None: null), each value as Python's exact type (int, float,
-        Decimal). One HGETALL: a consistent view of that hash. Needs no ``open``."""
-        if table not in self._tables:
-            raise ConfigurationError(f"no counter table {table!r}; have {sorted(self._tables)}")
-        with self._reader(self._hash(table)) as client:
-            return read_hashes(client, [self._tables[table]], self.key_prefix)[table]
-
-    def lookup(self, table: CounterTable, keys: list[tuple[Any, ...]]) -> list[Number | None]:
-        """One HMGET of the keys' fields (``committers.states.key_texts``)."""
-        import redis
-
-        fields = [encode_key(key_texts(key)) for key in keys]
-        try:
-            with self._reader(self._hash(table.name)) as client:
-                held: list[str | None] = client.hmget(self._hash(table.name), fields)  # type: ignore[assignment]
-        except redis.RedisError as exc:
-            raise CommitError(
-                f"cannot read Redis hash {table.name!r} at {redact_url(self.url)}: {exc}"
-            ) from exc
-        declared = table.declared
-        return [None if v is None else parse_text(v, declared) for v in held]
-
-    def read_all(self) -> RedisSnapshot:
-        """Every counter table, the dead letters and the committed txid, in one
-        MULTI/EXEC: all as of one committed txid. Needs ``open`` or a ``namespace``."""
-        if self.namespace is None:
-            raise ConfigurationError(
-                "RedisCommitter.read_all needs the namespace: open() the committer or pass "
-                "namespace= (default transactional:<topology id>:<committer name>)"
-            )
-        dead = self.dead_letters_key if self.dead_letters is not None else None
-        tables = list(self._tables.values())
-        with self._reader(self._key("txid")) as client:
-            return read_snapshot(client, tables, self._key("txid"), dead, self.key_prefix)
-
-    def dead_letter_count(self) -> int:
-        """How many dead letters the list holds (one LLEN). Needs no ``open``."""
-        with self._reader(self.dead_letters_key) as client:
-            return int(client.llen(self.dead_letters_key))  # type: ignore[arg-type]
