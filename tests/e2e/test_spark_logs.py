@@ -2,7 +2,10 @@
 does on purpose. Cancelling an attempt (Ctrl-C, a timeout, a superseded txid) while the
 engine materialises its batch ends Spark's ``noop`` write, which Spark logs at ERROR
 ("Data source write support NoopBatchWrite is aborting"); the cancel is the runner's
-own, and a real failure reaches the runner as the job's exception."""
+own, and a real failure reaches the runner as the job's exception. A task killed in the
+middle of that write adds three lines at ERROR ("Aborting task", "Aborting commit for
+partition ...", "Aborted commit ..."), dropped too; Spark's WARN for the lost task, which
+says why a failed task failed, stays."""
 
 from __future__ import annotations
 
@@ -63,3 +66,36 @@ def test_a_cancelled_materialising_job_logs_nothing_at_error() -> None:
     assert done.stdout.split() == ["cancelled"], done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if "level=ERROR" in line]
     assert errors == [], done.stderr[-3000:]
+
+
+# Logged through the session's own log4j, as Spark logs them: what a task killed
+# mid-write says (dropped), and lines like them that are not that (kept).
+LOGGED = textwrap.dedent(
+    """
+    from transactional.session import create_spark_session
+
+    spark = create_spark_session("local[1]")
+    manager = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager
+    utils = manager.getLogger("org.apache.spark.util.Utils")
+    task = manager.getLogger("org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask")
+    utils.error("Aborting task")
+    task.error("Aborting commit for partition 0 (task 4, attempt 0, stage 4.0)")
+    task.error("Aborted commit for partition 12 (task 40, attempt 1, stage 7.1)")
+    utils.error("Aborting task because the disk is full")
+    task.error("Commit denied for partition 0 (task 4, attempt 0, stage 4.0)")
+    spark.stop()
+    """
+)
+
+
+def test_the_lines_of_a_task_killed_mid_write_are_dropped_and_no_other() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", LOGGED], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    errors = [line.split(" ", 1)[1] for line in done.stderr.splitlines() if "level=ERROR" in line]
+    assert errors == [
+        "level=ERROR logger=Utils Aborting task because the disk is full",
+        "level=ERROR logger=DataWritingSparkTask Commit denied for partition 0 (task 4, "
+        "attempt 0, stage 4.0)",
+    ], done.stderr[-3000:]
