@@ -47,6 +47,22 @@ def test_each_partition_digest_is_its_count_and_the_exact_sum_of_row_hashes(spar
     assert read.batch.count() == len(ROWS) and "__transactional_partition" not in read.batch.columns
 
 
+def test_a_batch_of_one_frame_digests_as_that_partition_of_a_tagged_batch(spark: Any) -> None:
+    """One frame is digested without a tag, in the one materialising job, to the same
+    exact sums: a txid stored before (tagged) compares equal when it is replayed."""
+    engine = SparkEngine(spark)
+    frame = spark.createDataFrame(ROWS, SCHEMA)
+    with engine.job_group("one-frame"):
+        read = engine.materialise([frame], digest=True)
+    assert engine.jobs("one-frame") == 1
+    assert read.digests == {0: python_sum(spark, ROWS)} and read.records == len(ROWS)
+    tagged = engine.materialise([frame, spark.createDataFrame([], SCHEMA)], digest=True)
+    assert tagged.digests is not None and tagged.digests[0] == read.digests[0]
+    assert read.batch.columns == frame.columns
+    empty = engine.materialise([spark.createDataFrame([], SCHEMA)], digest=True)
+    assert empty.digests == {0: (0, "0")} and empty.records == 0
+
+
 @pytest.mark.parametrize("count", [2, OBSERVED_PARTITIONS + 1])
 def test_digests_of_one_tagged_frame_observed_or_grouped(spark: Any, count: int) -> None:
     """Up to ``OBSERVED_PARTITIONS`` the digests are observed in the materialising job,
