@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from committers import CounterTable, DeltaCommitter, RedisCommitter, decode_key, encode_key
 from committers.keys import exact_key_cast, key_text
+from committers.redis import GROUP_FIELDS, RedisBatch
 from committers.values import ValueType, exact_sum, value_text
 from transactional.errors import ConfigurationError
 
@@ -173,3 +174,20 @@ def test_input_names_are_the_counters_and_the_dead_letters() -> None:
     delta = DeltaCommitter("/tmp/unused", {"a": CounterTable("x", ("k",))})
     assert delta.input_names() == frozenset({"a"})
     assert delta.spark_conf()["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+
+
+def test_a_redis_batch_joins_a_commit_group_up_to_group_fields() -> None:
+    """Grouping saves a commit's fixed cost only: a batch past ``GROUP_FIELDS`` fields,
+    counted over all its hashes, commits alone."""
+    sink = RedisCommitter(
+        "redis://127.0.0.1:1/0", {"a": CounterTable("x", ("k",)), "b": CounterTable("y", ("k",))}
+    )
+    half = GROUP_FIELDS // 2
+
+    def batch(extra: int) -> RedisBatch:
+        x = {f"k{i}": 1 for i in range(half)}
+        y = {f"k{i}": 2 for i in range(GROUP_FIELDS - half + extra)}
+        return RedisBatch.of(7, {"x": x, "y": y}, ["dead letter"] * 5)
+
+    assert sink.groupable(batch(0)) and sink.groupable(RedisBatch.of(7, {}))
+    assert not sink.groupable(batch(1))
