@@ -232,39 +232,47 @@ def _observed(frame: DataFrame, metrics: list[Column]) -> dict[str, Any]:
     return dict(observation.get)
 
 
+def _digest_sums(h: Column, suffix: str = "", only: Column | None = None) -> list[Column]:
+    """The aggregates a digest is made of, over the rows ``only`` selects (all if None):
+    the row count and sum(h) as two sums of longs, of the high 32 bits (signed) and of
+    the low 32 bits; each fits a long for 2^31 rows, and hi * 2^32 + lo is sum(h)
+    exactly. (A decimal sum gives the same number, slower: Spark adds decimals as
+    BigDecimal.) Aliased ``n``, ``hi``, ``lo`` + ``suffix``."""
+    from pyspark.sql import functions as F
+
+    parts = [F.lit(1), F.shiftright(h, 32), h.bitwiseAND(F.lit(_LOW32))]
+    if only is not None:
+        parts = [F.when(only, part) for part in parts]
+    one, hi, lo = parts
+    return [
+        F.count(one).alias(f"n{suffix}"),
+        F.sum(hi).alias(f"hi{suffix}"),
+        F.sum(lo).alias(f"lo{suffix}"),
+    ]
+
+
+def _digest(got: Any, suffix: str = "") -> Digest:
+    """The digest from ``_digest_sums``' results (a row or a dict; a sum over no rows
+    is null)."""
+    hi, lo = got[f"hi{suffix}"] or 0, got[f"lo{suffix}"] or 0
+    return int(got[f"n{suffix}"]), str((hi << 32) + lo)
+
+
 def _observed_digest(batch: DataFrame, h: Column) -> Digest:
     """The digest of a batch of one partition, observed in the materialising job: no tag
     to store with each row or to test per partition (measured: a fifth of the
     materialising job's CPU on a 125,000-line batch)."""
-    from pyspark.sql import functions as F
-
-    got = _observed(
-        batch,
-        [
-            F.count(F.lit(1)).alias("n"),
-            F.sum(F.shiftright(h, 32)).alias("hi"),
-            F.sum(h.bitwiseAND(F.lit(_LOW32))).alias("lo"),
-        ],
-    )
-    return int(got["n"]), str(((got["hi"] or 0) << 32) + (got["lo"] or 0))
+    return _digest(_observed(batch, _digest_sums(h)))
 
 
 def _observed_digests(tagged: DataFrame, h: Column, partitions: int) -> dict[int, Digest]:
-    """Each partition's digest, as conditional sums observed in the materialising job.
-    sum(h) is two sums of longs: of the high 32 bits (signed) and of the low 32 bits;
-    each fits a long for 2^31 rows, and hi * 2^32 + lo is sum(h) exactly. (A decimal
-    sum gives the same number, slower: Spark adds decimals as BigDecimal.)"""
+    """Each partition's digest, as conditional sums observed in the materialising job."""
     from pyspark.sql import functions as F
 
     tag = F.col(_PARTITION)
     metrics = []
     for p in range(partitions):
-        mine = tag == p
-        metrics += [
-            F.count(F.when(mine, 1)).alias(f"n{p}"),
-            F.sum(F.when(mine, F.shiftright(h, 32))).alias(f"hi{p}"),
-            F.sum(F.when(mine, h.bitwiseAND(F.lit(_LOW32)))).alias(f"lo{p}"),
-        ]
+        metrics += _digest_sums(h, str(p), only=tag == p)
     stray = tag.isNull() | (tag < 0) | (tag >= partitions)
     metrics += [
         F.count(F.when(stray, 1)).alias("strays"),
@@ -273,28 +281,14 @@ def _observed_digests(tagged: DataFrame, h: Column, partitions: int) -> dict[int
     got = _observed(tagged, metrics)
     if got["strays"]:
         _refuse_strays(partitions, got["stray"])
-    return {
-        p: (int(got[f"n{p}"]), str(((got[f"hi{p}"] or 0) << 32) + (got[f"lo{p}"] or 0)))
-        for p in range(partitions)
-        if got[f"n{p}"]
-    }
+    return {p: _digest(got, str(p)) for p in range(partitions) if got[f"n{p}"]}
 
 
 def _grouped_digests(tagged: DataFrame, h: Column, partitions: int) -> dict[int, Digest]:
     """Each partition's digest, from one aggregation by the partition tag, whose map
     stage also materialises the checkpoint."""
-    from pyspark.sql import functions as F
-
-    rows = (
-        tagged.groupBy(_PARTITION)
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.sum(F.shiftright(h, 32)).alias("hi"),
-            F.sum(h.bitwiseAND(F.lit(_LOW32))).alias("lo"),
-        )
-        .collect()
-    )
-    found = {r[_PARTITION]: (int(r["n"]), str((r["hi"] << 32) + r["lo"])) for r in rows}
+    rows = tagged.groupBy(_PARTITION).agg(*_digest_sums(h)).collect()
+    found = {r[_PARTITION]: _digest(r) for r in rows}
     strays = [p for p in found if p is None or not 0 <= p < partitions]
     if strays:
         _refuse_strays(partitions, min((p for p in strays if p is not None), default=None))
