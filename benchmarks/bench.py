@@ -135,13 +135,24 @@ def cpu_seconds() -> float:
     return total
 
 
+def serpentine(count: int, repeat: int) -> list[list[int]]:
+    """The order of the cases in each repetition: forward, then backward, and so on.
+    A case run right after another comes out up to 10% faster or slower for that
+    alone (analysis.md, eleventh round); alternating the direction puts each case
+    after a different neighbour and, over an even number of repetitions, at each end
+    of the order as often, so no case keeps the position that favours it."""
+    forward = list(range(count))
+    return [forward if i % 2 == 0 else forward[::-1] for i in range(repeat)]
+
+
 def measure_paired(cases: list[Case], repeat: int, progress: Callable[[str], None]) -> list[Result]:
-    """Each repetition runs every case once, in turn, so that the machine's drift (a
-    shared machine slows down and speeds up by 10% or more within minutes) falls on all
-    of them alike instead of on whichever case ran during a slow spell."""
+    """Each repetition runs every case once, in turn (``serpentine`` order), so that
+    the machine's drift (a shared machine slows down and speeds up by 10% or more
+    within minutes) falls on all of them alike instead of on whichever case ran during
+    a slow spell."""
     results = [Result(c.name, c.sink, note=c.note) for c in cases]
-    for i in range(repeat):
-        for case, result in zip(cases, results, strict=True):
+    for i, order in enumerate(serpentine(len(cases), repeat)):
+        for case, result in ((cases[k], results[k]) for k in order):
             cpu = cpu_seconds()
             started = time.perf_counter()
             result.records = case.run()
@@ -158,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench", description=__doc__)
     parser.add_argument("--tweets", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=4)
     parser.add_argument("--sinks", default="redis,delta")
     parser.add_argument("--quick", action="store_true", help="100k tweets, one repetition")
     parser.add_argument("--no-overheads", action="store_true")
@@ -319,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine()}.",
             f"Dataset: {args.tweets:,} generated tweets in {args.partitions} JSON Lines files; "
             f"{args.repeat} timed runs per case after a warm-up run of each, the cases taken in "
-            "turn in each repetition; medians.",
+            "turn in each repetition, forward and backward alternately; medians.",
             f"Command: `{' '.join(['python -m benchmarks.bench', *(argv or sys.argv[1:])])}`",
             "",
             "## Throughput, exactly-once",
