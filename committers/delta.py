@@ -27,27 +27,23 @@ gives every table as of one committed txid.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import BAD_COLUMN, CounterCommitter
-from committers.delta_arrow import lookup
-from committers.delta_rewind import rollback, table_rollback
+from committers.delta_read import DeltaReads
 from committers.delta_rs import ArrowWrites
 from committers.delta_spark import DEAD_LETTERS_TABLE, SCOPED_CONF, SparkWrites, concat
 from committers.delta_sql import batch_overflow_error, batch_sums
 from committers.delta_tables import brief, delta_spark_conf, ensure_table, open_counter_table
 from committers.keys import exact_key_cast, supported, why_unsupported
 from committers.snapshot import (
-    ATTEMPT_SLOTS,
-    latest_marker,
     next_marker,
-    read_snapshot,
     table_root,
 )
 from committers.tables import CounterTable
-from transactional.committer import CommitterContext, Rollback
+from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, TransactionalError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
@@ -77,7 +73,7 @@ class DeltaBatch:
     dead_letters: pa.Table | DataFrame | None = None
 
 
-class DeltaCommitter(ArrowWrites, SparkWrites, CounterCommitter):
+class DeltaCommitter(DeltaReads, ArrowWrites, SparkWrites, CounterCommitter):
     """One Delta table per ``CounterTable`` at ``<path>/<name>``: key columns, ``count``
     (the declared ``value_type``: BIGINT, DOUBLE or DECIMAL(p,s)), plus ``prev`` (the
     same type) and ``txid`` in opaque mode; dead letters at ``<path>/dead_letters`` as
@@ -362,72 +358,3 @@ class DeltaCommitter(ArrowWrites, SparkWrites, CounterCommitter):
         if isinstance(rows, DataFrame):
             return self._dead_letters_with_spark(span, rows)
         return self._dead_letters_with_arrow(span, rows)
-
-    def lookup(self, table: CounterTable, keys: list[tuple[Any, ...]]) -> list[Any]:
-        """The keys' rows of the table's latest version, read by delta-rs (no Spark)."""
-        try:
-            return lookup(self.location(table.name), table, keys)
-        except (TransactionalError, ValueError):
-            raise
-        except Exception as exc:
-            raise CommitError(
-                f"cannot read Delta table {self.location(table.name)}: {brief(exc)}"
-            ) from exc
-
-    # -- reading the markers ---------------------------------------------------------
-
-    def recorded_version(self, table: str) -> int | None:
-        """The marker version this committer last wrote to ``table``, from a fresh
-        version of the table (``committers.snapshot.latest_marker``)."""
-        return latest_marker(self.location(table), self._app_id(table))
-
-    #: ``DeltaCommitter.snapshot(spark, path, topology_id, committer_name, tables,
-    #: txid=None, mode=None)``: every table in ``tables`` (counter table names,
-    #: ``"dead_letters"``) under ``path`` as of one committed txid of the committer
-    #: ``committer_name`` of ``topology_id`` (``committers.snapshot.read_snapshot``).
-    snapshot = staticmethod(read_snapshot)
-
-    def committed_txid(self) -> int | None:
-        """The lowest txid over all tables (None if a table holds none): tables commit
-        independently, so only a txid every table holds is fully committed."""
-        return self._held(self.recorded_version)
-
-    def sink_marker(self, topology_id: str, name: str) -> int | None:
-        from deltalake.exceptions import TableNotFoundError
-
-        suffix = ":opaque" if self.mode is CommitMode.OPAQUE else ""
-
-        def recorded(table: str) -> int | None:
-            try:
-                return latest_marker(self.location(table), f"{topology_id}:{name}:{table}{suffix}")
-            except TableNotFoundError:
-                return None  # never committed to
-
-        return self._held(recorded)
-
-    def rollback(self, topology_id: str, name: str, txid: int) -> Rollback:
-        """Every table (dead letters included) restored to its version holding ``txid``
-        (``committers.delta_rewind``); refused before anything is written when a table
-        has no such version."""
-        suffix = ":opaque" if self.mode is CommitMode.OPAQUE else ""
-        parts = []
-        for table in self._tables():
-            app_id = f"{topology_id}:{name}:{table}{suffix}"
-            parts.append(table_rollback(self.location(table), app_id, txid, self.mode))
-        return rollback(parts, txid)
-
-    def _held(self, recorded: Callable[[str], int | None]) -> int | None:
-        held: list[int] = []
-        for table in self._tables():
-            try:
-                version = recorded(table)
-            except Exception as exc:
-                raise CommitError(
-                    f"cannot read the txid marker of {self.location(table)}: {brief(exc)}"
-                ) from exc
-            if version is None:
-                return None
-            held.append(
-                version if self.mode is CommitMode.TRANSACTIONAL else version // ATTEMPT_SLOTS
-            )
-        return min(held)

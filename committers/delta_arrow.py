@@ -27,9 +27,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from committers.counters import combined_values
+from committers.delta_parquet import arrow_schema, encoded_keys, target_rows, with_stored, zero_of
 from committers.tables import CounterTable
 from committers.values import exact_sum, fsum
-from transactional.errors import CommitError, ConfigurationError
+from transactional.errors import CommitError
 from transactional.types import CommitMode
 
 if TYPE_CHECKING:
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
 #: The source column of an opaque MERGE saying what to do with the row.
 _OP = "transactional_op"
 _UPSERT, _DELETE = "u", "d"
-#: The position of a looked-up key in the caller's list (``lookup``).
-_ORDINAL = "__transactional_ordinal"
 
 
 class Unstorable(ValueError):
@@ -54,14 +53,6 @@ class Unstorable(ValueError):
 def quoted(column: str) -> str:
     """A column name as delta-rs's SQL reads it, whatever characters it holds."""
     return "`" + column.replace("`", "``") + "`"
-
-
-def arrow_writable(dt: DeltaTable) -> bool:
-    """Whether this path may write the table: one without deletion vectors or column
-    mapping (reader version 1), whose writer features delta-rs supports (writer version
-    up to 4). The committer's own tables are (1, 2); any other goes through Spark."""
-    protocol = dt.protocol()
-    return protocol.min_reader_version == 1 and protocol.min_writer_version <= 4
 
 
 def keys_match(keys: Sequence[str]) -> str:
@@ -149,14 +140,14 @@ def merge_counts(
     a new value does not fit the declared type."""
     from deltalake.transaction import CommitProperties, Transaction
 
-    schema = _arrow_schema(dt)
+    schema = arrow_schema(dt)
     keys = list(table.keys)
     sums = _empty_sums(schema, table) if sums is None else sums
     value = table.column
     source = _cast(sums.select([*keys, "inc"]), schema, {**{k: k for k in keys}, "inc": value})
     opaque = mode is CommitMode.OPAQUE
     first, txid = span
-    target = _target(dt, schema, table, source, first if opaque else None)
+    target = target_rows(dt, schema, table, source, first if opaque else None)
     if opaque:
         rows = _opaque_rows(table, source, target, first, txid)
     else:
@@ -195,7 +186,7 @@ def write_dead_letters(
     from deltalake import write_deltalake
     from deltalake.transaction import CommitProperties, Transaction
 
-    schema = _arrow_schema(dt)
+    schema = arrow_schema(dt)
     app_id, version = marker
     properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
     if rows is None:
@@ -207,71 +198,6 @@ def write_dead_letters(
         )
     else:
         write_deltalake(dt, data, mode="append", commit_properties=properties)
-
-
-def read_table(location: str, columns: Sequence[str]) -> pa.Table:
-    """``columns`` of the latest version of a table the committer wrote (no deletion
-    vectors, no column mapping: ``arrow_writable``), read as plain Parquet."""
-
-    dt = _readable(location)
-    return _files(dt, _arrow_schema(dt)).to_table(columns=columns)
-
-
-def lookup(location: str, table: CounterTable, keys: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """The values the latest version of ``table``'s Delta table at ``location`` holds
-    for ``keys`` (None: no row), in their order. Each key column's given values are
-    cast to the column's type (a text such as ``"2024-05-01"`` or ``"7"`` becomes the
-    date or the integer; a cast that cannot be made raises ``ValueError``)."""
-    import pyarrow as pa
-
-    dt = _readable(location)
-    schema = _arrow_schema(dt)
-    columns: dict[str, Any] = {}
-    for i, key in enumerate(table.keys):
-        given = [k[i] for k in keys]
-        target = schema.field(key).type
-        try:
-            columns[key] = pa.array(given).cast(target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError) as exc:
-            raise ValueError(
-                f"key column {key!r} of {location} is {target}: {given!r} cannot be read "
-                f"as that ({exc})"
-            ) from None
-    columns[_ORDINAL] = pa.array(range(len(keys)), pa.int64())
-    wanted = pa.table(columns)
-    target = _target(dt, schema, table, wanted, None)
-    # A left join keeps every row of ``wanted`` (a key asked twice is two), not their order.
-    joined = _joined(wanted, target, table.keys).sort_by(_ORDINAL)
-    return joined.column(f"t_{table.column}").to_pylist()
-
-
-def _readable(location: str) -> DeltaTable:
-    """The latest version of a table this module reads as plain Parquet
-    (``arrow_writable``), or why not."""
-    from deltalake import DeltaTable
-
-    dt = DeltaTable(location)
-    if not arrow_writable(dt):
-        raise ConfigurationError(
-            f"Delta table {location} uses table features this reader does not apply "
-            "(deletion vectors or column mapping): read it with Spark"
-        )
-    return dt
-
-
-def _files(dt: DeltaTable, schema: pa.Schema) -> Any:
-    """The snapshot's files as a pyarrow dataset of plain Parquet in the table's own
-    types. A filter given to its scan would be compared with the files' statistics,
-    which delta-rs writes as string_view: pyarrow cannot, so callers filter batches."""
-    import pyarrow.dataset as ds
-
-    return ds.dataset(dt.file_uris(), schema=schema, format="parquet")
-
-
-def _arrow_schema(dt: DeltaTable) -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema(dt.schema().to_arrow())
 
 
 def _cast(data: pa.Table, schema: pa.Schema, names: dict[str, str]) -> pa.Table:
@@ -287,90 +213,13 @@ def _cast(data: pa.Table, schema: pa.Schema, names: dict[str, str]) -> pa.Table:
     return data.cast(pa.schema(fields))
 
 
-# -- reading what the batch touches ----------------------------------------------------
-
-
-def _encoded_keys(data: pa.Table, keys: Sequence[str]) -> tuple[pa.Table, list[str]]:
-    """``data`` plus, per key, its value with nulls filled and an is-null flag: Arrow's
-    joins never match nulls, and a null key must match its own row."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    names = []
-    for i, key in enumerate(keys):
-        column = data.column(key)
-        filler = pa.scalar(_zero_of(column.type), column.type)
-        data = data.append_column(f"__k{i}", pc.fill_null(column, filler))
-        data = data.append_column(f"__n{i}", pc.is_null(column))
-        names += [f"__k{i}", f"__n{i}"]
-    return data, names
-
-
-def _zero_of(arrow_type: pa.DataType) -> Any:
-    import datetime
-    from decimal import Decimal
-
-    import pyarrow as pa
-
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return ""
-    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
-        return b""
-    if pa.types.is_boolean(arrow_type):
-        return False
-    if pa.types.is_decimal(arrow_type):
-        return Decimal(0)
-    if pa.types.is_date(arrow_type):
-        return datetime.date(1970, 1, 1)
-    if pa.types.is_floating(arrow_type):
-        return 0.0
-    return 0  # integers, and timestamps (their epoch)
-
-
-def _target(
-    dt: DeltaTable, schema: pa.Schema, table: CounterTable, source: pa.Table, own: int | None
-) -> pa.Table:
-    """The table's rows that may match a batch key (pruned on the first key column),
-    and with ``own`` (opaque) every row stamped ``own`` or above (written by an earlier
-    attempt of the txid or group starting at ``own``)."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    # The snapshot's files, filtered batch by batch as they are read (``_files``). The
-    # committer's tables have neither deletion vectors nor column mapping
-    # (``arrow_writable``), so their files hold exactly their rows.
-    columns = [*table.keys, table.column]
-    if own is not None:
-        columns += ["prev", "txid"]
-    dataset = _files(dt, schema)
-    first = table.keys[0]
-    condition = ds.field(first).isin(source.column(first).drop_null())
-    if source.column(first).null_count:
-        condition = condition | ds.field(first).is_null()
-    if own is not None:
-        condition = condition | (ds.field("txid") >= own)
-    batches = [
-        batch.filter(condition) for batch in dataset.to_batches(columns=columns, batch_size=1 << 16)
-    ]
-    return pa.Table.from_batches(batches, pa.schema([schema.field(c) for c in columns]))
-
-
-def _joined(source: pa.Table, target: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """Each batch key with what the table holds for it (``t_*`` columns, null: none)."""
-    left, names = _encoded_keys(source, keys)
-    right, _ = _encoded_keys(target, keys)
-    right = right.drop_columns(list(keys))
-    right = right.rename_columns([n if n in names else f"t_{n}" for n in right.column_names])
-    return left.join(right, names, join_type="left outer").drop_columns(names)
-
-
 # -- the new values ---------------------------------------------------------------------
 
 
 def _rows(table: CounterTable, source: pa.Table, target: pa.Table) -> pa.Table:
     """Transactional: ``(keys..., value)`` with the new value (``stored + inc`` for a
     sum)."""
-    joined = _joined(source, target, table.keys)
+    joined = with_stored(source, target, table.keys)
     base = joined.column(f"t_{table.column}")
     value = _added(table, joined, base)
     return joined.select(list(table.keys)).append_column(table.column, value)
@@ -386,7 +235,7 @@ def _opaque_rows(
     import pyarrow.compute as pc
 
     keys = list(table.keys)
-    joined = _joined(source, target, keys)
+    joined = with_stored(source, target, keys)
     held = joined.column("t_txid")
     ahead = pc.any(pc.greater(held, txid)).as_py()
     if ahead:
@@ -407,8 +256,8 @@ def _opaque_rows(
     mine = target.filter(pc.greater_equal(target.column("txid"), first))
     if mine.num_rows == 0:
         return upserts
-    enc_mine, names = _encoded_keys(mine, keys)
-    enc_source, _ = _encoded_keys(source.select(keys), keys)
+    enc_mine, names = encoded_keys(mine, keys)
+    enc_source, _ = encoded_keys(source.select(keys), keys)
     gone = enc_mine.join(enc_source.drop_columns(keys), names, join_type="left anti")
     gone = gone.drop_columns(names)
     created = pc.is_null(gone.column("prev"))
@@ -436,7 +285,7 @@ def _added(table: CounterTable, joined: pa.Table, base: pa.ChunkedArray) -> pa.C
         extreme = pc.min_element_wise if table.combine == "min" else pc.max_element_wise
         return extreme(base.cast(inc.type), inc, skip_nulls=True)
     declared = table.declared
-    start = pc.fill_null(base, pa.scalar(_zero_of(inc.type), inc.type))
+    start = pc.fill_null(base, pa.scalar(zero_of(inc.type), inc.type))
     try:
         if declared.kind == "double":
             total = pc.add(start, inc)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from committers.delta_arrow import arrow_writable
+from committers.delta_parquet import arrow_writable
 from committers.snapshot import ATTEMPT_SLOTS, latest_marker, local_dir, txid_markers
 from transactional.committer import Rollback
 from transactional.errors import ConfigurationError

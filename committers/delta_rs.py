@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from committers.delta_arrow import (
     Unstorable,
-    arrow_writable,
     combined_sums,
     merge_counts,
     write_dead_letters,
 )
+from committers.delta_parquet import arrow_writable
 from committers.delta_spark import DEAD_LETTERS_TABLE
 from committers.delta_sql import batch_overflow_error, merge_overflow_error
 from committers.snapshot import next_marker

@@ -19,6 +19,7 @@ from committers.redis_cluster import SlotOwner, connect, is_cluster, one_slot
 from committers.redis_fields import collected_fields
 from committers.redis_read import RedisReads, RedisSnapshot
 from committers.redis_reply import ReplyContext, held_text, script_outcome
+from committers.redis_send import run_script, stage, too_large
 from committers.tables import CounterTable
 from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, ContractError
@@ -38,11 +39,6 @@ log = logging.getLogger("committers.redis")
 #: The dead letters' frame in a collect plan (hash names cannot hold a space).
 _DEAD = "dead letters"
 
-#: A counter hash with more fields than this in one commit has them staged in Redis, in
-#: a list of JSON chunks of this many fields each, pipelined (``RedisCommitter._stage``),
-#: rather than in the script's argument: no request grows with the batch.
-STAGE_CHUNK = 10_000
-
 #: A batch of more fields than this (all its hashes together) commits alone, never in a
 #: group: the script's work is per field, grouped or not, so a group saves only each
 #: commit's fixed cost (a round trip and the runner's store write, about a millisecond),
@@ -52,17 +48,8 @@ STAGE_CHUNK = 10_000
 #: 0.29 s for one alone, and held the driver's main thread meanwhile).
 GROUP_FIELDS = 1_000
 
-#: Seconds a staging hash outlives a commit that died before deleting it.
-_STAGE_TTL = 24 * 3600
-
 #: The commit script: see its header for what it checks and writes.
 COMMIT_SCRIPT = files("committers").joinpath("redis_commit.lua").read_text(encoding="utf-8")
-
-#: The txid marker, written again as it is (a write, so that a ``WAIT`` after it covers
-#: every earlier write to the namespace: replication keeps the order of writes).
-_HELD_TXID = (
-    "local v = redis.call('GET', KEYS[1]) if v then redis.call('SET', KEYS[1], v) end return v"
-)
 
 
 class RedisCommitter(RedisReads, CounterCommitter):
@@ -337,11 +324,13 @@ class RedisCommitter(RedisReads, CounterCommitter):
         client = self._server()
         try:
             for counter in payload["counters"]:
-                if len(counter["f"]) > 2 * STAGE_CHUNK:
+                if too_large(counter["f"]):
                     staged.append(self._stage(client, counter.pop("f")))
                     keys.append(staged[-1])
                     counter["st"] = len(keys)
-            (status, detail), acked = self._run(client, keys, json.dumps(payload))
+            (status, detail), acked = run_script(
+                client, self._script, keys, json.dumps(payload), self._replicas, self.wait_timeout_s
+            )
         except redis.RedisError as exc:
             self._lost(exc)
             raise CommitError(
@@ -363,42 +352,11 @@ class RedisCommitter(RedisReads, CounterCommitter):
             )
         return outcome
 
-    def _run(self, client: redis.Redis, keys: list[str], payload: str) -> tuple[Any, int | None]:
-        """The script's reply, and how many replicas acknowledged it (None: not asked):
-        the script and ``WAIT`` pipelined on one connection, since ``WAIT`` counts the
-        replicas holding what *its* connection wrote."""
-        import redis
-
-        if not self._replicas:
-            return self._script(keys=keys, args=[payload], client=client), None
-        for _ in range(2):
-            try:
-                return self._waited(client, "EVALSHA", self._script.sha, len(keys), *keys, payload)
-            except redis.exceptions.NoScriptError:  # a new master, or SCRIPT FLUSH
-                client.script_load(COMMIT_SCRIPT)
-        raise CommitError("the Redis server dropped the commit script as soon as it was loaded")
-
-    def _waited(self, client: redis.Redis, *command: Any) -> tuple[Any, int]:
-        """``command``'s reply and the replicas that acknowledged it: the command and
-        ``WAIT`` pipelined on one connection."""
-        pipe = client.pipeline(transaction=False)
-        pipe.execute_command(*command)
-        pipe.execute_command("WAIT", self._replicas, max(1, int(self.wait_timeout_s * 1000)))
-        reply, acked = pipe.execute()
-        return reply, int(acked)
-
     def _stage(self, client: redis.Redis, fields: list[str]) -> str:
-        """Put one counter's ``[field, increment, ...]`` in a staging list of its own,
-        one JSON array of ``STAGE_CHUNK`` fields per element, pipelined; its key. (A
-        list of a few large strings costs Redis and redis-py far less than a hash of
-        one entry per field.)"""
+        """Stage one counter's ``[field, increment, ...]`` in a list of its own
+        (``committers.redis_send.stage``); its key."""
         key = self._key(f"stage:{uuid.uuid4().hex}")
-        pipe = client.pipeline(transaction=False)
-        step = 2 * STAGE_CHUNK
-        for i in range(0, len(fields), step):
-            pipe.rpush(key, json.dumps(fields[i : i + step]))
-        pipe.expire(key, _STAGE_TTL)
-        pipe.execute()
+        stage(client, key, fields)
         return key
 
     def _outcome(self, txid: int, status: str, detail: str, token: int | None) -> CommitOutcome:
@@ -406,32 +364,6 @@ class RedisCommitter(RedisReads, CounterCommitter):
         assert self.namespace is not None
         where = ReplyContext(self.who(), self.namespace, self.mode, self._by_key)
         return script_outcome(where, txid, status, detail, token)
-
-    def committed_txid(self) -> int | None:
-        """The txid the namespace holds. With replicas to wait for, only once they
-        acknowledged it (else a ``CommitError``): the runner reads this when a commit's
-        outcome is unknown, and must not take for done a txid a failover could lose."""
-        import redis
-
-        key = self._key("txid")
-        try:
-            if not self._replicas:
-                value = self._server().get(key)
-            else:
-                value, acked = self._waited(self._server(), "EVAL", _HELD_TXID, 1, key)
-                if value is not None and acked < self._replicas:
-                    raise CommitError(
-                        f"Redis namespace {self.namespace!r} holds txid {value}, but {acked} "
-                        f"of the {self._replicas} replica(s) it waits for acknowledged it "
-                        f"within {self.wait_timeout_s}s: not yet a txid that survives the "
-                        "loss of the master"
-                    )
-        except redis.RedisError as exc:
-            self._lost(exc)
-            raise CommitError(
-                f"cannot read the committed txid from Redis at {redact_url(self.url)}: {exc}"
-            ) from exc
-        return None if value is None else int(value)
 
     def rollback(self, topology_id: str, name: str, txid: int) -> Rollback:
         """Refused: Redis keeps no earlier versions of its hashes."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from committers.keys import decode_key, encode_key
 from committers.redis_cluster import SlotOwner, is_cluster, slot_of
+from committers.redis_send import waited
 from committers.states import key_texts
 from committers.tables import CounterTable, Number
 from committers.values import parse_text
@@ -23,6 +24,12 @@ if TYPE_CHECKING:
 __all__ = ["RedisReads", "RedisSnapshot", "read_hashes", "read_snapshot"]
 
 Values = dict[tuple[str | None, ...], Number]
+
+#: The txid marker, written again as it is (a write, so that a ``WAIT`` after it covers
+#: every earlier write to the namespace: replication keeps the order of writes).
+_HELD_TXID = (
+    "local v = redis.call('GET', KEYS[1]) if v then redis.call('SET', KEYS[1], v) end return v"
+)
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,37 @@ class RedisReads:
     _server: Callable[[], redis.Redis]
     _hash: Callable[[str], str]
     _key: Callable[[str], str]
+    _lost: Callable[[BaseException], None]
+    _replicas: int
+    wait_timeout_s: float
+
+    def committed_txid(self) -> int | None:
+        """The txid the namespace holds. With replicas to wait for, only once they
+        acknowledged it (else a ``CommitError``): the runner reads this when a commit's
+        outcome is unknown, and must not take for done a txid a failover could lose."""
+        import redis
+
+        key = self._key("txid")
+        try:
+            if not self._replicas:
+                value = self._server().get(key)
+            else:
+                value, acked = waited(
+                    self._server(), self._replicas, self.wait_timeout_s, "EVAL", _HELD_TXID, 1, key
+                )
+                if value is not None and acked < self._replicas:
+                    raise CommitError(
+                        f"Redis namespace {self.namespace!r} holds txid {value}, but {acked} "
+                        f"of the {self._replicas} replica(s) it waits for acknowledged it "
+                        f"within {self.wait_timeout_s}s: not yet a txid that survives the "
+                        "loss of the master"
+                    )
+        except redis.RedisError as exc:
+            self._lost(exc)
+            raise CommitError(
+                f"cannot read the committed txid from Redis at {redact_url(self.url)}: {exc}"
+            ) from exc
+        return None if value is None else int(value)
 
     def sink_marker(self, topology_id: str, name: str) -> int | None:
         import redis

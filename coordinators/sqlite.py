@@ -13,69 +13,20 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing
 from pathlib import Path
 from urllib.parse import quote
 
 from coordinators._fenced import FencedStore, checked_history, decode
 from coordinators._lockfile import LockFile
+from coordinators._sqlite import BUSY_TIMEOUT_MS, immediate, open_reader, open_writer, rollback
 from transactional.errors import (
     ConfigurationError,
     CoordinatorError,
     LostLeadershipError,
-    StoreUnavailableError,
     UnknownTopologyError,
 )
 from transactional.store import JsonValue, StoredState, TopologyIdentity
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS topology_identity (
-    topology_id TEXT PRIMARY KEY,
-    spout TEXT NOT NULL,
-    kind TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS currtx (
-    topology_id TEXT PRIMARY KEY,
-    txid INTEGER NOT NULL,
-    fence INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS coordinator_meta (
-    topology_id TEXT NOT NULL,
-    txid INTEGER NOT NULL,
-    meta TEXT NOT NULL,
-    PRIMARY KEY (topology_id, txid)
-);
-CREATE TABLE IF NOT EXISTS digest (
-    topology_id TEXT NOT NULL,
-    txid INTEGER NOT NULL,
-    digest TEXT NOT NULL,
-    PRIMARY KEY (topology_id, txid)
-);
-CREATE TABLE IF NOT EXISTS commit_group (
-    topology_id TEXT PRIMARY KEY,
-    first INTEGER NOT NULL,
-    last INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS runner_status (
-    topology_id TEXT PRIMARY KEY,
-    doc TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS rewind (
-    topology_id TEXT PRIMARY KEY,
-    txid INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS partition_meta (
-    topology_id TEXT NOT NULL,
-    txid INTEGER NOT NULL,
-    partition INTEGER NOT NULL,
-    meta TEXT NOT NULL,
-    PRIMARY KEY (topology_id, txid, partition)
-);
-"""
-
-# How long a writer waits for another connection's write transaction before failing.
-_BUSY_TIMEOUT_MS = 30_000
 
 
 class SQLiteStateStore(FencedStore):
@@ -115,55 +66,15 @@ class SQLiteStateStore(FencedStore):
         if read_only:
             self._open_read_only(topology_id)
             return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Autocommit mode: every write below opens its own BEGIN IMMEDIATE.
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            # WAL with synchronous=NORMAL may lose the last commits on power loss; an
-            # advance that is forgotten after its sinks committed would be replayed.
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreUnavailableError(
-                f"cannot open the SQLite state store {self.path}: {exc}; check that the "
-                "directory is writable and the file is an SQLite database"
-            ) from exc
-        self._conn = conn
+        self._conn = open_writer(self.path)
         self._topology_id = topology_id
 
     def _open_read_only(self, topology_id: str) -> None:
         known = self.topology_ids()  # raises if there is no such file
         if topology_id not in known:
             raise UnknownTopologyError(topology_id, f"the SQLite state store {self.path}", known)
-        self._conn = self._reader()
+        self._conn = open_reader(self.path)
         self._topology_id = topology_id
-
-    def _reader(self) -> sqlite3.Connection:
-        """A connection that cannot write, to a file that must exist."""
-        if not self.path.is_file():
-            raise ConfigurationError(
-                f"there is no SQLite state store at {self.path} (no such file); check "
-                "--state-dir: a run creates the store there"
-            )
-        # With no writer about (no WAL file), ``immutable`` keeps SQLite from creating its
-        # WAL index files beside the database: a look must leave the directory as it was.
-        idle = not self.path.with_name(self.path.name + "-wal").exists()
-        try:
-            conn = sqlite3.connect(
-                f"{self.path.resolve().as_uri()}?mode=ro{'&immutable=1' if idle else ''}",
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error as exc:
-            raise StoreUnavailableError(
-                f"cannot read the SQLite state store {self.path}: {exc}; is it an SQLite database?"
-            ) from exc
-        return conn
 
     def topology_ids(self) -> list[str]:
         if not self.path.is_file():
@@ -171,7 +82,7 @@ class SQLiteStateStore(FencedStore):
                 f"there is no SQLite state store at {self.path} (no such file); check "
                 "--state-dir: a run creates the store there"
             )
-        with closing(self._reader()) as conn:
+        with closing(open_reader(self.path)) as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             if "topology_identity" not in tables:
                 return []
@@ -187,30 +98,10 @@ class SQLiteStateStore(FencedStore):
             self._conn.close()
             self._conn = None
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction: it takes SQLite's write lock up front, so
-        what it reads cannot change before it commits."""
-        conn = self._connection()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreUnavailableError(f"cannot write the state store {self.path}: {exc}") from exc
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._rollback(conn)
-            raise CoordinatorError(f"cannot write the state store {self.path}: {exc}") from exc
-        except BaseException:
-            self._rollback(conn)
-            raise
-
-    @staticmethod
-    def _rollback(conn: sqlite3.Connection) -> None:
-        # Some errors (a full disk, say) make SQLite roll back by itself.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction on the store's connection
+        (``coordinators._sqlite.immediate``)."""
+        return immediate(self._connection(), self.path)
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -287,7 +178,7 @@ class SQLiteStateStore(FencedStore):
         try:
             # A connection of its own: a committer may call this from the commit thread
             # while the runner's thread is inside a write on the shared one.
-            with closing(sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000)) as conn:
+            with closing(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)) as conn:
                 row = conn.execute(
                     "SELECT fence FROM currtx WHERE topology_id = ?", (self._tid,)
                 ).fetchone()
@@ -348,7 +239,7 @@ class SQLiteStateStore(FencedStore):
             rewinding = self._rewinding(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            self._rollback(conn)
+            rollback(conn)
             raise CoordinatorError(f"cannot read the state store {self.path}: {exc}") from exc
         partitions: dict[int, dict[int, JsonValue]] = {}
         for txid, partition, meta in parts:

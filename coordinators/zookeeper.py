@@ -26,7 +26,6 @@ unknown, and the caller re-reads the state once it leads again.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -35,17 +34,13 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.exceptions import (
-    BadVersionError,
-    ConnectionLoss,
     KazooException,
     NodeExistsError,
     NoNodeError,
-    SessionExpiredError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from coordinators import _zk
+from coordinators import _zk, _zk_leader
 from coordinators._fenced import FencedStore, checked_history, decode, encode, encode_group
 from coordinators._zk import node
 from transactional.errors import (
@@ -58,8 +53,6 @@ from transactional.errors import (
 from transactional.store import JsonValue, StoredState, TopologyIdentity
 
 _ROOT = "/transactional"
-# Re-check the leader node this often while waiting, in case a watch is lost with a session.
-_WAIT_SLICE_SECONDS = 1.0
 
 
 def _data(value: JsonValue, what: str) -> bytes:
@@ -194,8 +187,6 @@ class ZooKeeperStateStore(FencedStore):
                 self._session_lost = True
 
     def publish_status(self, document: JsonValue) -> None:
-        from kazoo.exceptions import NoNodeError
-
         value = json.dumps(document).encode()
         try:
             self._zk.set(self._path("status"), value)
@@ -203,8 +194,6 @@ class ZooKeeperStateStore(FencedStore):
             self._zk.create(self._path("status"), value)
 
     def read_status(self) -> JsonValue | None:
-        from kazoo.exceptions import NoNodeError
-
         try:
             data, _ = self._zk.get(self._path("status"))
         except NoNodeError:
@@ -230,41 +219,10 @@ class ZooKeeperStateStore(FencedStore):
     def acquire_leadership(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         leader = self._path("leader")
-        _zk.wait_connected(self._zk, self.hosts, deadline)
-        changed = threading.Event()
-
-        def on_change(_event: object) -> None:
-            changed.set()
-
         try:
-            while True:
-                try:
-                    self._zk.create(leader, self.runner_id.encode(), ephemeral=True)
-                    break
-                except NodeExistsError:
-                    pass
-                except (ConnectionLoss, SessionExpiredError):
-                    self._ride_out(deadline)  # a create that did apply is found below
-                    continue
-                changed.clear()
-                try:
-                    holder, stat = self._zk.get(leader, watch=on_change)
-                except NoNodeError:
-                    continue
-                except (ConnectionLoss, SessionExpiredError):
-                    self._ride_out(deadline)
-                    continue
-                if stat.ephemeralOwner == self._current_session():
-                    break  # ours already, from an earlier call on this session
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise LostLeadershipError(
-                        f"another runner holds topology {self._topology_id!r} (node {leader} "
-                        f"holds runner {holder.decode(errors='replace')}); stop it or wait for "
-                        "it to finish, or use another --topology-id"
-                    )
-                changed.wait(min(_WAIT_SLICE_SECONDS, remaining or _WAIT_SLICE_SECONDS))
-            self._session_id = self._current_session()
+            self._session_id = _zk_leader.elect(
+                self._zk, self.hosts, leader, self.runner_id, deadline, str(self._topology_id)
+            )
             with self._flags:
                 self._session_lost = False
         except KazooException as exc:
@@ -275,18 +233,8 @@ class ZooKeeperStateStore(FencedStore):
             self._give_up_leader_node()
             raise CoordinatorError(f"cannot take the fence of {leader}: {exc!r}") from exc
 
-    def _ride_out(self, deadline: float | None) -> None:
-        """A standby waits through a connection blip (or a new session) rather than
-        fail: leadership may come up meanwhile."""
-        time.sleep(0.05)
-        _zk.wait_connected(self._zk, self.hosts, deadline)
-
     def fence_token(self) -> int | None:
         return self._token if self._fence is not None else None
-
-    def _current_session(self) -> int | None:
-        client_id = self._zk.client_id
-        return None if client_id is None else int(client_id[0])
 
     def _give_up_leader_node(self) -> None:
         """Delete our leader node now rather than when the session ends, so that a
@@ -294,24 +242,12 @@ class ZooKeeperStateStore(FencedStore):
         _zk.delete_own(self._zk, self._path("leader"), self._session_id, self.session_timeout)
 
     def _take_fence(self) -> None:
-        """Rewrite currtx to bump its version: any write prepared against the version
-        an earlier leader saw is refused from now on."""
+        """Bump the version of currtx (``_zk_leader.take_fence``) and take it as ours."""
         currtx = self._path("coordinator", "currtx")
-        while True:
-            try:
-                data, stat = self._zk.get(currtx)
-            except NoNodeError:
-                with contextlib.suppress(NodeExistsError):
-                    self._zk.create(currtx, _data(1, "currtx"))
-                continue
-            try:
-                stat = self._zk.set(currtx, data, version=stat.version)
-            except BadVersionError:
-                continue
-            self._fence = self._token = stat.version
-            self._currtx = int(decode(data))
-            self._metas = None  # an earlier leader may have written since we last looked
-            return
+        version, data = _zk_leader.take_fence(self._zk, currtx, _data(1, "currtx"))
+        self._fence = self._token = version
+        self._currtx = int(decode(data))
+        self._metas = None  # an earlier leader may have written since we last looked
 
     def check_leadership(self) -> None:
         """Kazoo's listener records a lost session; a suspended connection shows in the
@@ -327,13 +263,10 @@ class ZooKeeperStateStore(FencedStore):
                 f"the ZooKeeper session of this runner is {'lost' if lost else 'interrupted'}, "
                 f"so another runner may lead topology {self._topology_id!r}; stop this runner"
             )
-        # Both reads in flight at once: one round trip, not two.
-        leader = client.exists_async(self._path("leader"))
-        currtx = client.exists_async(self._path("coordinator", "currtx"))
+        paths = [self._path("leader"), self._path("coordinator", "currtx")]
         try:
-            leader_stat = leader.get(timeout=self.session_timeout)
-            currtx_stat = currtx.get(timeout=self.session_timeout)
-        except (KazooException, KazooTimeoutError) as exc:
+            leader_stat, currtx_stat = _zk_leader.stats(client, paths, self.session_timeout)
+        except _zk_leader.ERRORS as exc:
             raise LostLeadershipError(f"cannot verify leadership in ZooKeeper: {exc!r}") from exc
         if leader_stat is None or leader_stat.ephemeralOwner != self._session_id:
             raise LostLeadershipError(

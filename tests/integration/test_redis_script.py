@@ -15,7 +15,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import committers.redis
+import committers.redis_send
 from committers import CounterTable, RedisCommitter
 from committers.redis import RedisBatch
 from transactional.committer import CommitterContext
@@ -75,8 +75,8 @@ def test_commits_and_replays_match_a_python_model(
 ) -> None:
     client.flushdb()
     rng = random.Random(seed)
-    chunk = committers.redis.STAGE_CHUNK
-    committers.redis.STAGE_CHUNK = 150 if staged else chunk  # staged above 300 fields
+    chunk = committers.redis_send.STAGE_CHUNK
+    committers.redis_send.STAGE_CHUNK = 150 if staged else chunk  # staged above 300 fields
     sink = opened(redis_url, mode)
     try:
         model: dict[str, int] = {}
@@ -103,7 +103,7 @@ def test_commits_and_replays_match_a_python_model(
             assert client.hgetall("h") == {f: str(v) for f, v in model.items()}
             assert not client.keys("ns:stage:*")
     finally:
-        committers.redis.STAGE_CHUNK = chunk
+        committers.redis_send.STAGE_CHUNK = chunk
         sink.close()
 
 

@@ -124,7 +124,7 @@ class FileInput(SourceBase):
                     f"{self.who}: {self.path} holds no Parquet file to take the schema from: "
                     "pass schema= or start once a file exists"
                 )
-            self.schema = self._parquet_schema(names[0])
+            self.schema = parquet.schema_of(self.who, self.resolve(names[0]))
         self._at_open = {name: self.size(name) for name in names}
         self._check_start(names)
 
@@ -258,7 +258,7 @@ class FileInput(SourceBase):
             if (
                 self.format != "parquet"
                 and offset
-                and not _at_line_start(self.resolve(name), offset)
+                and not lines.at_line_start(self.resolve(name), offset)
             ):
                 raise ConfigurationError(
                     f"{self.who}: start offset {offset} of {name!r} is not the start of a "
@@ -277,9 +277,9 @@ class FileInput(SourceBase):
         ``split`` bytes or rows (default: the source's)."""
         ranges = [r for r in ranges if r[2]]
         if self.format == "parquet":
-            return self._read_parquet(
-                [(name, offset, length, -1) for name, offset, length in ranges], split
-            )
+            assert self.schema is not None
+            rows = [(self.resolve(name), offset, length, -1) for name, offset, length in ranges]
+            return parquet.read_frame(self.spark, self.schema, rows, split or self.split_rows)
         return self._parsed(self._read_text(ranges, split, finished))
 
     def read_partitions(self, ranges: Mapping[int, tuple[str, int, int]]) -> DataFrame:
@@ -289,11 +289,11 @@ class FileInput(SourceBase):
         evaluation per partition."""
         tasks = self.spark.sparkContext.defaultParallelism
         if self.format == "parquet":
-            return self._read_parquet(
-                [(name, o, n, p) for p, (name, o, n) in sorted(ranges.items()) if n],
-                None,
-                tasks,
-            )
+            assert self.schema is not None
+            tagged = [
+                (self.resolve(name), o, n, p) for p, (name, o, n) in sorted(ranges.items()) if n
+            ]
+            return parquet.read_frame(self.spark, self.schema, tagged, self.split_rows, tasks)
         rows = [
             (partition, *row)
             for partition, named in sorted(ranges.items())
@@ -324,34 +324,6 @@ class FileInput(SourceBase):
         if self.schema is None:
             return records
         return parse.parsed(records, self.format, self.schema, self.options, keep)
-
-    def _read_parquet(
-        self,
-        ranges: Sequence[tuple[str, int, int, int]],
-        split: int | None,
-        tasks: int | None = None,
-    ) -> DataFrame:
-        assert self.schema is not None
-        schema = parquet.arrow_schema(self.schema)
-        shipped = schema.serialize().to_pybytes()
-        rows = [
-            row
-            for name, offset, count, partition in ranges
-            for row in parquet.splits(
-                self.resolve(name), offset, count, split or self.split_rows, shipped, partition
-            )
-        ]
-        output = self.schema
-        if tasks is not None:  # tagged: emit_partitions
-            from pyspark.sql.types import IntegerType, StructField, StructType
-
-            output = StructType([*output.fields, StructField(PARTITION_COLUMN, IntegerType())])
-        return split_frame(
-            self.spark, rows, parquet.SPLIT_SCHEMA, parquet.read_splits, tasks, output
-        )
-
-    def _parquet_schema(self, name: str) -> StructType:
-        return parquet.schema_of(self.who, self.resolve(name))
 
     def _check_parquet(self, name: str) -> None:
         """Checked before the first range of a file is decided; a file whose size and
@@ -416,9 +388,3 @@ class FileInput(SourceBase):
             if length
             for row in lines.file_splits(self.resolve(name), offset, length, split_bytes)
         ]
-
-
-def _at_line_start(path: str, offset: int) -> bool:
-    with open(path, "rb") as f:
-        f.seek(offset - 1)
-        return f.read(1) == b"\n"

@@ -223,3 +223,10 @@ def read_text_files(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """
     uris = [f"file://{p}" for p in paths]
     return text_records(spark.read.option("lineSep", "\n").text(uris), "value")
+
+
+def at_line_start(path: str, offset: int) -> bool:
+    """Whether byte ``offset`` (> 0) of the file at ``path`` follows a newline."""
+    with open(path, "rb") as f:
+        f.seek(offset - 1)
+        return f.read(1) == b"\n"

@@ -11,16 +11,18 @@ them by reference and runs them in executor processes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transactional.errors import ConfigurationError, EmitError, SourceSchemaError
+from transactional.sources.base import split_frame
 from transactional.spout import PARTITION_COLUMN
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 #: The columns of a split row: the file, its rows ``[lo, hi)``, the Arrow schema of
@@ -130,3 +132,27 @@ def read_splits(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 tag = pa.array([row["partition"]] * table.num_rows, pa.int32())
                 table = table.append_column(PARTITION_COLUMN, tag)
             yield from table.to_batches()
+
+
+def read_frame(
+    spark: SparkSession,
+    schema: StructType,
+    ranges: Sequence[tuple[str, int, int, int]],
+    split_rows: int,
+    tasks: int | None = None,
+) -> DataFrame:
+    """A lazy frame of the ``(path, first row, rows, partition)`` ranges, a task per
+    ``split_rows`` rows, in ``schema``'s columns; with ``tasks`` (``emit_partitions``)
+    spread over that many tasks and each row tagged with its partition."""
+    shipped = arrow_schema(schema).serialize().to_pybytes()
+    rows = [
+        row
+        for path, offset, count, partition in ranges
+        for row in splits(path, offset, count, split_rows, shipped, partition)
+    ]
+    output = schema
+    if tasks is not None:
+        from pyspark.sql.types import IntegerType, StructField, StructType
+
+        output = StructType([*output.fields, StructField(PARTITION_COLUMN, IntegerType())])
+    return split_frame(spark, rows, SPLIT_SCHEMA, read_splits, tasks, output)

@@ -38,8 +38,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
-
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.secrets import redact_url
 from transactional.sources.base import SourceBase, parse_start, split_frame
@@ -52,13 +50,20 @@ from transactional.sources.stream_entries import (
     parse_id,
     read_stream_splits,
 )
+from transactional.sources.stream_ranges import (
+    COUNT_BLOCK,
+    SCRIPTS,
+    Decided,
+    StreamRange,
+    lost_before,
+)
 from transactional.spout import (
     PARTITION_COLUMN,
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
     SpoutContext,
 )
-from transactional.types import BatchMetadata, TransactionAttempt
+from transactional.types import TransactionAttempt
 
 if TYPE_CHECKING:
     import redis
@@ -72,58 +77,6 @@ __all__ = [
 ]
 
 StreamStart = Literal["earliest", "latest"] | Mapping[str, str] | datetime
-
-#: The next ``ARGV[2]`` entries after ``ARGV[1]`` (exclusive): their count, first and
-#: last ids, read inside Redis so that only three values cross the network.
-_NEXT = """
-local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
-local n = #entries
-if n == 0 then return {0, false, false} end
-return {n, entries[1][1], entries[n][1]}
-"""
-#: A new range and the stream's counts in one atomic step: what ``_NEXT`` returns,
-#: then ``entries-added``, ``length``, ``max-deleted-entry-id`` and the first entry's id
-#: (false: none) as ``XINFO STREAM`` says at that moment, so that no trim can fall
-#: between the counts a loss is judged by and the range they judge.
-_DECIDE = """
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-local added, length, deleted, first = 0, 0, '0-0', false
-for i = 1, #info, 2 do
-  local k, v = info[i], info[i + 1]
-  if k == 'entries-added' then added = v
-  elseif k == 'length' then length = v
-  elseif k == 'max-deleted-entry-id' then deleted = v
-  elseif k == 'first-entry' and v then first = v[1] end
-end
-local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
-local n = #entries
-local last = false
-if n > 0 then last = entries[n][1] end
-return {n, last, added, length, deleted, first}
-"""
-#: Entries counted per script call when counting a stream's tail.
-_COUNT_BLOCK = 100_000
-#: How many entries ``(ARGV[1], ARGV[2]]`` holds now.
-_COUNT = """
-if ARGV[1] == ARGV[2] then return 0 end
-return #redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], ARGV[2])
-"""
-
-
-class StreamRange(BatchMetadata):
-    """The ``count`` entries of one stream after id ``after`` up to id ``last``
-    (``last == after`` for an empty range); ``position``: how many entries the stream
-    had ever been given up to ``last`` (Redis's ``entries-added`` count at that id), by
-    which entries trimmed before they were read are counted. ``lost`` (opaque spout
-    only): entries lost before this range, -1 when Redis cannot tell how many (an
-    ``XDEL``); ``lost_note`` says which."""
-
-    after: str
-    last: str
-    count: int = Field(ge=0)
-    position: int = Field(default=0, ge=0)
-    lost: int = Field(default=0, ge=-1)
-    lost_note: str | None = None
 
 
 class _Streams(SourceBase):
@@ -198,9 +151,7 @@ class _Streams(SourceBase):
                 self.url, socket_connect_timeout=5, socket_timeout=30
             )
             self._scripts = {
-                "next": self._client.register_script(_NEXT),
-                "decide": self._client.register_script(_DECIDE),
-                "count": self._client.register_script(_COUNT),
+                name: self._client.register_script(script) for name, script in SCRIPTS.items()
             }
         return self._client
 
@@ -307,38 +258,16 @@ class _Streams(SourceBase):
         after, position = (last.last, last.position) if last else self.starting(partition)
         wanted = self.next_batch_size()
         self.client  # noqa: B018 - registers the scripts
-        count, end_id, added, length, deleted_id, first = self._scripts["decide"](
-            keys=[stream], args=[after, wanted]
-        )
-        count, added, length = int(count), int(added), int(length)
-        end = entry_id(end_id) if end_id else None
-        first_id = entry_id(first) if first else None
-        deleted = entry_id(deleted_id)
-        lost, note = 0, None
-        if parse_id(deleted) > parse_id(after) and (
-            count < wanted or end is None or parse_id(deleted) <= parse_id(end)
-        ):
-            lost = -1
-            note = (
-                f"entries of stream {stream!r} after {after} were deleted (XDEL) before "
-                f"they were read, the last of them {deleted}"
-            )
-        elif (first_id is None or parse_id(first_id) > parse_id(after)) and (
-            added - length > position
-        ):
-            lost = added - length - position
-            note = (
-                f"{lost} entries of stream {stream!r} after {after} were trimmed before they "
-                "were read"
-            )
-        last_id = end or after
+        d = Decided.of(self._scripts["decide"](keys=[stream], args=[after, wanted]))
+        lost, note = lost_before(stream, after, position, wanted, d)
+        last_id = d.end or after
         if lost == -1:
-            now = max(0, added - self._held_after(stream, last_id))
+            now = max(0, d.added - self._held_after(stream, last_id))
         else:
-            now = position + lost + count
-        self._behind[partition] = max(0, added - now)
+            now = position + lost + d.count
+        self._behind[partition] = max(0, d.added - now)
         return StreamRange(
-            after=after, last=last_id, count=count, position=now, lost=lost, lost_note=note
+            after=after, last=last_id, count=d.count, position=now, lost=lost, lost_note=note
         )
 
     def _next(self, stream: str, after: str, n: int) -> tuple[int, str | None, str | None]:
@@ -352,9 +281,9 @@ class _Streams(SourceBase):
         time (no script runs long enough to stall it)."""
         total, at = 0, bound
         while True:
-            count, _first, last = self._next(stream, at, _COUNT_BLOCK)
+            count, _first, last = self._next(stream, at, COUNT_BLOCK)
             total += count
-            if count < _COUNT_BLOCK or last is None:
+            if count < COUNT_BLOCK or last is None:
                 return total
             at = last
 

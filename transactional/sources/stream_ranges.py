@@ -1,0 +1,126 @@
+"""The bookkeeping of a Redis Streams spout's ranges: what a range is (``StreamRange``),
+the scripts that decide and check one inside Redis, and how entries lost before they
+were read are counted (``lost_before``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from transactional.sources.stream_entries import entry_id, parse_id
+from transactional.types import BatchMetadata
+
+__all__ = ["COUNT_BLOCK", "SCRIPTS", "Decided", "StreamRange", "lost_before"]
+
+#: The next ``ARGV[2]`` entries after ``ARGV[1]`` (exclusive): their count, first and
+#: last ids, read inside Redis so that only three values cross the network.
+NEXT = """
+local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+local n = #entries
+if n == 0 then return {0, false, false} end
+return {n, entries[1][1], entries[n][1]}
+"""
+#: A new range and the stream's counts in one atomic step: what ``NEXT`` returns,
+#: then ``entries-added``, ``length``, ``max-deleted-entry-id`` and the first entry's id
+#: (false: none) as ``XINFO STREAM`` says at that moment, so that no trim can fall
+#: between the counts a loss is judged by and the range they judge.
+DECIDE = """
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local added, length, deleted, first = 0, 0, '0-0', false
+for i = 1, #info, 2 do
+  local k, v = info[i], info[i + 1]
+  if k == 'entries-added' then added = v
+  elseif k == 'length' then length = v
+  elseif k == 'max-deleted-entry-id' then deleted = v
+  elseif k == 'first-entry' and v then first = v[1] end
+end
+local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+local n = #entries
+local last = false
+if n > 0 then last = entries[n][1] end
+return {n, last, added, length, deleted, first}
+"""
+#: Entries counted per script call when counting a stream's tail.
+COUNT_BLOCK = 100_000
+#: How many entries ``(ARGV[1], ARGV[2]]`` holds now.
+COUNT = """
+if ARGV[1] == ARGV[2] then return 0 end
+return #redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], ARGV[2])
+"""
+
+
+class StreamRange(BatchMetadata):
+    """The ``count`` entries of one stream after id ``after`` up to id ``last``
+    (``last == after`` for an empty range); ``position``: how many entries the stream
+    had ever been given up to ``last`` (Redis's ``entries-added`` count at that id), by
+    which entries trimmed before they were read are counted. ``lost`` (opaque spout
+    only): entries lost before this range, -1 when Redis cannot tell how many (an
+    ``XDEL``); ``lost_note`` says which."""
+
+    after: str
+    last: str
+    count: int = Field(ge=0)
+    position: int = Field(default=0, ge=0)
+    lost: int = Field(default=0, ge=-1)
+    lost_note: str | None = None
+
+
+#: The scripts a spout registers, by name.
+SCRIPTS = {"next": NEXT, "decide": DECIDE, "count": COUNT}
+
+
+@dataclass(frozen=True)
+class Decided:
+    """``DECIDE``'s reply: the next range (``count`` entries up to id ``end``, None:
+    none) and the stream's counts at that moment (``XINFO STREAM``: ``entries-added``,
+    ``length``, ``max-deleted-entry-id``, the first entry's id, None: empty)."""
+
+    count: int
+    end: str | None
+    added: int
+    length: int
+    deleted: str
+    first: str | None
+
+    @classmethod
+    def of(cls, reply: list[Any]) -> Decided:
+        count, end, added, length, deleted, first = reply
+        return cls(
+            count=int(count),
+            end=entry_id(end) if end else None,
+            added=int(added),
+            length=int(length),
+            deleted=entry_id(deleted),
+            first=entry_id(first) if first else None,
+        )
+
+
+def lost_before(
+    stream: str, after: str, position: int, wanted: int, d: Decided
+) -> tuple[int, str | None]:
+    """Entries of ``stream`` lost after id ``after`` before they were read, and what
+    to tell of it, given the range decided after it (``d``, of ``wanted`` entries) and
+    ``position``, how many entries the stream had been given up to ``after``: deleted
+    by ``XDEL`` (``max-deleted-entry-id`` beyond ``after`` and not beyond the range: -1,
+    Redis cannot tell how many), or trimmed (the stream's first entry is beyond
+    ``after`` and it had been given more entries before it than ``position``: that
+    many); else 0."""
+    lost, note = 0, None
+    if parse_id(d.deleted) > parse_id(after) and (
+        d.count < wanted or d.end is None or parse_id(d.deleted) <= parse_id(d.end)
+    ):
+        lost = -1
+        note = (
+            f"entries of stream {stream!r} after {after} were deleted (XDEL) before "
+            f"they were read, the last of them {d.deleted}"
+        )
+    elif (d.first is None or parse_id(d.first) > parse_id(after)) and (
+        d.added - d.length > position
+    ):
+        lost = d.added - d.length - position
+        note = (
+            f"{lost} entries of stream {stream!r} after {after} were trimmed before they were read"
+        )
+    return lost, note
