@@ -18,6 +18,7 @@ tweet, and each distinct (user, hashtag) pair of a tweet counts once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -53,9 +54,9 @@ TWEET_IDS = "tweet_ids"
 #: The spout columns the parse bolt reads (``transactional.sources.text.RECORD_SCHEMA``) and their types.
 RECORD_COLUMNS = {"raw": "string", "error": "string"}
 
-#: ASCII whitespace, as a Java regex. Python's str.split() would also split on Unicode
-#: spaces, which is not the rule.
-WHITESPACE = r"[ \t\n\r\x0B\f]+"
+#: ASCII whitespace, as the inside of a Java regex character class. Python's str.split()
+#: would also split on Unicode spaces, which is not the rule.
+WHITESPACE = r" \t\n\r\x0B\f"
 
 
 def _in_array(raw: Column) -> Column:
@@ -90,15 +91,21 @@ def _parse(raw: Column, in_array: Column) -> Column:
 
 
 def _reason(error: Column, value: Column) -> Column:
+    # A VARIANT casts to a struct only from an object (a JSON null gives NULL); with no
+    # field asked for, the cast reads none, where ``schema_of_variant(value)`` would
+    # describe the whole value (a sixth of the parse bolt's work: analysis.md,
+    # fourteenth round).
+    is_object = F.try_variant_get(value, "$", "struct<>").isNotNull()
+    # Integers of any width report BIGINT; an integer beyond 64 bits is a DECIMAL. A
+    # missing field gives NULL, which ``eqNullSafe`` compares as false.
     id_type = F.schema_of_variant(F.variant_get(value, "$.id", "variant"))
     text_type = F.schema_of_variant(F.variant_get(value, "$.text", "variant"))
     return (
         F.when(error.isNotNull(), error)
         .when(value.isNull(), F.lit("not valid JSON"))
-        # Integers of any width report BIGINT; an integer beyond 64 bits is a DECIMAL.
-        .when(~F.schema_of_variant(value).startswith("OBJECT<"), F.lit("not a JSON object"))
-        .when(id_type.isNull() | (id_type != "BIGINT"), F.lit("id missing or not an integer"))
-        .when(text_type.isNull() | (text_type != "STRING"), F.lit("text missing or not a string"))
+        .when(~is_object, F.lit("not a JSON object"))
+        .when(~id_type.eqNullSafe("BIGINT"), F.lit("id missing or not an integer"))
+        .when(~text_type.eqNullSafe("STRING"), F.lit("text missing or not a string"))
     )
 
 
@@ -181,10 +188,13 @@ def _check_records(batch: DataFrame) -> None:
 
 
 def _tokens(prefix: str) -> Column:
-    tokens = F.split(F.col("text"), WHITESPACE)
-    return F.array_distinct(
-        F.filter(tokens, lambda t: t.startswith(prefix) & (F.char_length(t) >= 2))
-    )
+    """The distinct tokens of ``text`` that start with ``prefix`` and have at least one
+    more character. One regex scan finds them: ``prefix`` where no non-whitespace
+    character precedes it (a token's start), then the rest of the token; each match is
+    a whole token, as a split on whitespace would give it. (Splitting into every token
+    and filtering them cost half as much again: analysis.md, fourteenth round.)"""
+    token = rf"(?<![^{WHITESPACE}]){re.escape(prefix)}[^{WHITESPACE}]+"
+    return F.array_distinct(F.regexp_extract_all(F.col("text"), F.lit(token), 0))
 
 
 @dataclass(frozen=True)

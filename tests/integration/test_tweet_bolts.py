@@ -42,6 +42,12 @@ HAND_WRITTEN: list[tuple[bytes, str | None]] = [
     (b'{"id": 1, "text": "a"}, null]', "not valid JSON"),
     (b'{"id": 3, "text": "[link] #tag]"}', None),
     (b'{"id": 4, "text": "a", "more": [1, [2]]}', None),
+    # Tokens: only a whole token counts, by ASCII whitespace alone ("a#b", "x@y" are
+    # not tags; a no-break space and U+3000 are part of a token); "#" or "@" alone is
+    # not a tag, "##" and "#@u" are; a tag may end the text or be followed by \x0b;
+    # an emoji (a surrogate pair in JSON) is one character.
+    (b'{"id": 8, "text": "a#b x@y #\u00a0nb @\u3000w # @ ## #@u\u000b@@ @u\\f#t#t"}', None),
+    (b'{"id": 9, "text": "\\t#first\\r\\n@\ud83d\ude00 #\ud83d\ude00x #last"}', None),
     (b"[{}]", "not a JSON object"),
     (b" \t ", "not valid JSON"),
     (b'{"id": 1, "text": "a"}, "b": 2', "not valid JSON"),
