@@ -77,11 +77,6 @@ class SQLiteStateStore(FencedStore):
         self._topology_id = topology_id
 
     def topology_ids(self) -> list[str]:
-        if not self.path.is_file():
-            raise ConfigurationError(
-                f"there is no SQLite state store at {self.path} (no such file); check "
-                "--state-dir: a run creates the store there"
-            )
         with closing(open_reader(self.path)) as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             if "topology_identity" not in tables:
