@@ -74,12 +74,13 @@ class SparkEngine:
     ``groupBy`` would add a shuffle and, with adaptive execution, a second job. Observed
     metrics come from a result stage, whose tasks' updates Spark applies once each.
 
-    Digests cost no extra read of the source: the partitions are tagged, checkpointed
-    together, and each partition's count and ``sum(xxhash64(row))`` are summed in that
-    same job, so that they cannot overflow and do not depend on row order (a batch of
-    one frame, one partition, needs no tag: its sums are observed untagged). Past
-    ``OBSERVED_PARTITIONS`` partitions (a row would pay three conditional sums per
-    partition) they come from one ``groupBy`` on the tag instead.
+    Digests cost no extra read of the source: each partition's count and
+    ``sum(xxhash64(row))`` are summed so that they cannot overflow and do not depend on
+    row order. A batch of one frame, one partition, needs no tag: its sums are observed
+    untagged in that one job. A batch of several is tagged, and its digests come from
+    one ``groupBy`` on the tag, whose map stage stores the rows: two jobs, but one hash
+    update a row, where observing three conditional sums per partition cost more from
+    two partitions on (benchmarks/analysis.md, fifteenth round).
     """
 
     def __init__(self, spark: SparkSession) -> None:
@@ -110,10 +111,7 @@ class SparkEngine:
             tagged = frames[0].withColumn(_PARTITION, F.col(_PARTITION).cast("int"))
         tagged = tagged.localCheckpoint(eager=False)
         batch = tagged.drop(_PARTITION)
-        if partitions <= OBSERVED_PARTITIONS:
-            found = _observed_digests(tagged, _row_hash(batch), partitions)
-        else:
-            found = _grouped_digests(tagged, _row_hash(batch), partitions)
+        found = _grouped_digests(tagged, _row_hash(batch), partitions)
         digests = {p: found.get(p, (0, "0")) for p in range(partitions)}
         records = sum(n for n, _ in digests.values())
         return Materialised(_few_tasks(batch, records), records, digests)
@@ -217,11 +215,6 @@ def _few_tasks(batch: DataFrame, records: int) -> DataFrame:
     return batch.coalesce(max(1, -(-records // ROWS_PER_TASK)))
 
 
-#: Up to this many partitions a batch's digests are observed in its one job; past it
-#: they come from a ``groupBy`` (a shuffle: a second job, but constant work per row).
-OBSERVED_PARTITIONS = 16
-
-
 def _observed(frame: DataFrame, metrics: list[Column]) -> dict[str, Any]:
     """``metrics`` (aggregates) over ``frame``, observed while one job writes it to the
     ``noop`` sink: every row is computed (and a lazy checkpoint stored), nothing kept."""
@@ -263,25 +256,6 @@ def _observed_digest(batch: DataFrame, h: Column) -> Digest:
     to store with each row or to test per partition (measured: a fifth of the
     materialising job's CPU on a 125,000-line batch)."""
     return _digest(_observed(batch, _digest_sums(h)))
-
-
-def _observed_digests(tagged: DataFrame, h: Column, partitions: int) -> dict[int, Digest]:
-    """Each partition's digest, as conditional sums observed in the materialising job."""
-    from pyspark.sql import functions as F
-
-    tag = F.col(_PARTITION)
-    metrics = []
-    for p in range(partitions):
-        metrics += _digest_sums(h, str(p), only=tag == p)
-    stray = tag.isNull() | (tag < 0) | (tag >= partitions)
-    metrics += [
-        F.count(F.when(stray, 1)).alias("strays"),
-        F.min(F.when(stray, tag)).alias("stray"),
-    ]
-    got = _observed(tagged, metrics)
-    if got["strays"]:
-        _refuse_strays(partitions, got["stray"])
-    return {p: _digest(got, str(p)) for p in range(partitions) if got[f"n{p}"]}
 
 
 def _grouped_digests(tagged: DataFrame, h: Column, partitions: int) -> dict[int, Digest]:

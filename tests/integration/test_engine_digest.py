@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from transactional.engine import OBSERVED_PARTITIONS, ROWS_PER_TASK, SparkEngine, collect_arrow
+from transactional.engine import ROWS_PER_TASK, SparkEngine, collect_arrow
 from transactional.errors import ContractError
 from transactional.spout import PARTITION_COLUMN
 
@@ -63,10 +63,10 @@ def test_a_batch_of_one_frame_digests_as_that_partition_of_a_tagged_batch(spark:
     assert empty.digests == {0: (0, "0")} and empty.records == 0
 
 
-@pytest.mark.parametrize("count", [2, OBSERVED_PARTITIONS + 1])
-def test_digests_of_one_tagged_frame_observed_or_grouped(spark: Any, count: int) -> None:
-    """Up to ``OBSERVED_PARTITIONS`` the digests are observed in the materialising job,
-    past it grouped by the tag: the same exact sums either way."""
+@pytest.mark.parametrize("count", [1, 2, 17])
+def test_digests_of_one_tagged_frame_are_grouped_by_the_tag(spark: Any, count: int) -> None:
+    """The digests of a tagged frame come from a ``groupBy`` on the tag: each
+    partition's exact sums, whatever Spark's own partitioning of the rows."""
     engine = SparkEngine(spark)
     parts = {p: ROWS[p::count] for p in range(count)}
     tagged = [(*row, p) for p, rows in parts.items() for row in rows]
@@ -76,7 +76,7 @@ def test_digests_of_one_tagged_frame_observed_or_grouped(spark: Any, count: int)
     assert read.digests == want and read.records == len(ROWS)
 
 
-@pytest.mark.parametrize("count", [2, OBSERVED_PARTITIONS + 1])
+@pytest.mark.parametrize("count", [1, 2, 17])
 @pytest.mark.parametrize("tag", [-1, "past", None])
 def test_a_row_tagged_with_no_partition_of_the_batch_is_refused(
     spark: Any, count: int, tag: Any
@@ -90,17 +90,19 @@ def test_a_row_tagged_with_no_partition_of_the_batch_is_refused(
         engine.materialise([frame], digest=True, partitions=count)
 
 
-def test_materialising_a_batch_of_few_partitions_is_one_job(spark: Any) -> None:
-    """The count and digests are observed while the rows are kept: one Spark job, where
-    a count or an aggregation would add a shuffle (two jobs with adaptive execution)."""
+def test_materialising_reads_the_batch_once(spark: Any) -> None:
+    """The count (and a single frame's digest) is observed while the rows are kept: one
+    Spark job, where a count would add a shuffle. Several frames' digests come from
+    one aggregation by the tag: its map stage keeps the rows, then the result stage
+    (two jobs with adaptive execution)."""
     engine = SparkEngine(spark)
     frames = [spark.createDataFrame(ROWS[:100], SCHEMA), spark.createDataFrame(ROWS[100:], SCHEMA)]
-    for digest in (True, False):
-        group = f"materialise-jobs-{digest}"
+    for given, digest, jobs in ((frames, False, 1), (frames[:1], True, 1), (frames, True, 2)):
+        group = f"materialise-jobs-{len(given)}-{digest}"
         with engine.job_group(group):
-            read = engine.materialise(frames, digest=digest)
-        assert read.records == len(ROWS)
-        assert engine.jobs(group) == 1
+            read = engine.materialise(given, digest=digest)
+        assert read.records == sum(f.count() for f in given)
+        assert engine.jobs(group) == jobs
 
 
 def test_the_digest_ignores_row_and_map_entry_order_but_not_values(spark: Any) -> None:
