@@ -63,24 +63,24 @@ _PARTITION = PARTITION_COLUMN
 
 
 class SparkEngine:
-    """Materialises with a lazy ``localCheckpoint``: the one job that counts the batch
-    (or digests it) also stores its rows, every later job of the attempt reads those
+    """Materialises with a lazy ``localCheckpoint``: the job that counts the batch (or
+    digests it) also stores its rows, every later job of the attempt reads those
     blocks, and the lineage is cut, so a lost block fails the attempt instead of
     silently re-reading a changed source. (An eager checkpoint would cost a job of its
     own before the count.)
 
-    That job is a write to Spark's ``noop`` sink with the count and digests observed on
-    the way (``DataFrame.observe``): one job with no shuffle, where a count or a
-    ``groupBy`` would add a shuffle and, with adaptive execution, a second job. Observed
-    metrics come from a result stage, whose tasks' updates Spark applies once each.
+    The count, and the digest of a batch of one frame, are observed while one job
+    writes the batch to Spark's ``noop`` sink (``DataFrame.observe``): no shuffle, where
+    a count would add one and, with adaptive execution, a second job. Observed metrics
+    come from a result stage, whose tasks' updates Spark applies once each.
 
     Digests cost no extra read of the source: each partition's count and
     ``sum(xxhash64(row))`` are summed so that they cannot overflow and do not depend on
-    row order. A batch of one frame, one partition, needs no tag: its sums are observed
-    untagged in that one job. A batch of several is tagged, and its digests come from
-    one ``groupBy`` on the tag, whose map stage stores the rows: two jobs, but one hash
-    update a row, where observing three conditional sums per partition cost more from
-    two partitions on (benchmarks/analysis.md, fifteenth round).
+    row order. A batch of one frame, one partition, needs no tag. A batch of several is
+    tagged, and its digests come from one ``groupBy`` on the tag, whose map stage
+    stores the rows: two jobs, but one hash update a row, where observing three
+    conditional sums per partition cost more from two partitions on
+    (benchmarks/analysis.md, fifteenth round).
     """
 
     def __init__(self, spark: SparkSession) -> None:
@@ -225,30 +225,25 @@ def _observed(frame: DataFrame, metrics: list[Column]) -> dict[str, Any]:
     return dict(observation.get)
 
 
-def _digest_sums(h: Column, suffix: str = "", only: Column | None = None) -> list[Column]:
-    """The aggregates a digest is made of, over the rows ``only`` selects (all if None):
-    the row count and sum(h) as two sums of longs, of the high 32 bits (signed) and of
-    the low 32 bits; each fits a long for 2^31 rows, and hi * 2^32 + lo is sum(h)
-    exactly. (A decimal sum gives the same number, slower: Spark adds decimals as
-    BigDecimal.) Aliased ``n``, ``hi``, ``lo`` + ``suffix``."""
+def _digest_sums(h: Column) -> list[Column]:
+    """The aggregates a digest is made of: the row count and sum(h) as two sums of
+    longs, of the high 32 bits (signed) and of the low 32 bits; each fits a long for
+    2^31 rows, and hi * 2^32 + lo is sum(h) exactly. (A decimal sum gives the same
+    number, slower: Spark adds decimals as BigDecimal.) Aliased ``n``, ``hi``, ``lo``."""
     from pyspark.sql import functions as F
 
-    parts = [F.lit(1), F.shiftright(h, 32), h.bitwiseAND(F.lit(_LOW32))]
-    if only is not None:
-        parts = [F.when(only, part) for part in parts]
-    one, hi, lo = parts
     return [
-        F.count(one).alias(f"n{suffix}"),
-        F.sum(hi).alias(f"hi{suffix}"),
-        F.sum(lo).alias(f"lo{suffix}"),
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.shiftright(h, 32)).alias("hi"),
+        F.sum(h.bitwiseAND(F.lit(_LOW32))).alias("lo"),
     ]
 
 
-def _digest(got: Any, suffix: str = "") -> Digest:
+def _digest(got: Any) -> Digest:
     """The digest from ``_digest_sums``' results (a row or a dict; a sum over no rows
     is null)."""
-    hi, lo = got[f"hi{suffix}"] or 0, got[f"lo{suffix}"] or 0
-    return int(got[f"n{suffix}"]), str((hi << 32) + lo)
+    hi, lo = got["hi"] or 0, got["lo"] or 0
+    return int(got["n"]), str((hi << 32) + lo)
 
 
 def _observed_digest(batch: DataFrame, h: Column) -> Digest:
