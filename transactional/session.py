@@ -11,12 +11,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: The fair scheduler's pools: ``transactional.engine.FIRST_POOL`` for the oldest
+#: attempt being processed and every commit, Spark's default pool for the rest.
+SCHEDULER_POOLS = Path(__file__).with_name("scheduler.xml")
+
 #: Defaults on every master: no console progress bars (the runner shows its own), Arrow
-#: between the JVM and Python, adaptive execution.
+#: between the JVM and Python, adaptive execution, and the fair scheduler with
+#: ``SCHEDULER_POOLS``, so that the runner can put the oldest txid's jobs first.
 DEFAULTS: Mapping[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.scheduler.mode": "FAIR",
+    "spark.scheduler.allocation.file": SCHEDULER_POOLS.as_uri(),
 }
 
 #: Defaults for a local runner only (``local``, ``local[N]``, ``local[*]``): no UI, few

@@ -90,7 +90,7 @@ def test_a_row_tagged_with_no_partition_of_the_batch_is_refused(
         engine.materialise([frame], digest=True, partitions=count)
 
 
-def test_materialising_reads_the_batch_once(spark: Any) -> None:
+def test_materialising_runs_one_job_or_two_when_grouped(spark: Any) -> None:
     """The count (and a single frame's digest) is observed while the rows are kept: one
     Spark job, where a count would add a shuffle. Several frames' digests come from
     one aggregation by the tag: its map stage keeps the rows, then the result stage

@@ -452,3 +452,18 @@ def test_each_step_of_each_attempt_describes_its_spark_jobs() -> None:
         *attempt(3, 1),
     ]
     assert committer.counts == Counter(data)
+
+
+def test_only_the_processing_of_an_attempt_tells_the_engine_its_txid() -> None:
+    """The engine puts the jobs of the oldest txid being processed first; a commit's
+    jobs (no txid given) always go first, being what every later txid waits for."""
+    committer = MemoryCommitter()
+    runner = make_runner(ListTransactionalSpout(records(30), 10), committer, max_pending=1)
+    engine = runner.engine
+    runner.run(until_drained=True)
+    begun = [
+        (int(group.split("-")[1]), txid)
+        for group, txid in engine.ranks
+        if group.startswith("txid-")
+    ]
+    assert begun == [(1, 1), (1, None), (2, 2), (2, None), (3, 3), (3, None)]

@@ -320,7 +320,7 @@ class Executor:
         """Worker thread: build the batch, read it once, run the bolts and ``prepare``."""
         attempt = batch.attempt
         try:
-            with self.engine.job_group(self._group(attempt)):
+            with self.engine.job_group(self._group(attempt), attempt.txid):
                 processed = self.pipeline.run(batch)
             report = Report(processed.event, processed.prepared, processed.digests, processed.kept)
         except Exception as exc:  # reported to the coordinator thread, never lost

@@ -45,6 +45,9 @@ class InMemoryEngine:
         self._local = threading.local()
         self.cancelled: list[str] = []
         self.groups: list[str] = []
+        #: Each job group's txid as ``job_group`` was given it (None: a commit's, the
+        #: warm-up's), in the order they began.
+        self.ranks: list[tuple[str, int | None]] = []
         self.descriptions: list[str] = []
 
     def materialise(
@@ -64,9 +67,10 @@ class InMemoryEngine:
         return Materialised(batch, len(batch), digests)
 
     @contextmanager
-    def job_group(self, group: str) -> Iterator[None]:
+    def job_group(self, group: str, txid: int | None = None) -> Iterator[None]:
         self._local.group = group
         self.groups.append(group)
+        self.ranks.append((group, txid))
         try:
             yield
         finally:
