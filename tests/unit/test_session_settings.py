@@ -5,9 +5,13 @@ the user's settings over everything."""
 from __future__ import annotations
 
 import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
+from transactional.engine import FIRST_POOL
 from transactional.session import (
     DEFAULTS,
     LOCAL_DEFAULTS,
@@ -77,3 +81,18 @@ def test_the_executors_python_comes_from_the_setting_on_every_master(
     assert executor_python("spark://10.0.0.1:7077", session_settings("spark://h:1")) is None
     monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3.11")
     assert executor_python("local[*]", session_settings("local[*]")) == "/usr/bin/python3.11"
+
+
+@pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
+def test_every_master_runs_the_fair_scheduler_with_the_first_pool(master: str) -> None:
+    """The pool file is the packaged one, given as a file URI (a bare path would be
+    looked up on a cluster's default file system), and gives the engine's pool a
+    minimum share above any machine's cores, so that it is always served first."""
+    settings = session_settings(master)
+    assert settings["spark.scheduler.mode"] == "FAIR"
+    uri = urlparse(settings["spark.scheduler.allocation.file"])
+    assert uri.scheme == "file"
+    pools = {pool.get("name"): pool for pool in ET.parse(Path(uri.path)).getroot().iter("pool")}
+    assert list(pools) == [FIRST_POOL]
+    assert int(pools[FIRST_POOL].findtext("minShare", "0")) >= 100_000
+    assert pools[FIRST_POOL].findtext("schedulingMode") == "FIFO"
