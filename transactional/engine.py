@@ -141,7 +141,7 @@ class SparkEngine:
         Why: attempts processed side by side, their jobs queued in one line, share the
         cores and end together, then commit one after the other while the cores idle.
         The oldest first ends each attempt in turn, its commit beside the next one's
-        work: 12.0 s against 13.7 s a run of the tweet benchmark (analysis.md,
+        work: 11.7 s against 12.3 s a run of the tweet benchmark (analysis.md,
         sixteenth round)."""
         sc = self.spark.sparkContext
         sc.setJobGroup(group, group, interruptOnCancel=True)
