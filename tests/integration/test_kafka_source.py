@@ -10,6 +10,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -427,3 +428,24 @@ def test_the_readme_kafka_example_counts_every_page_once(
     bad = [json.loads(v) for v in client.lrange("dead_letters", 0, -1)]
     assert [(b["raw"], b["reason"]) for b in bad] == [("caf\\xe9", "invalid UTF-8")]
     client.close()
+
+
+def test_a_broker_whose_cluster_id_starts_with_a_dash_formats_and_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One random id in 64 starts with "-" (the first six bits 62, "-" in URL-safe base64);
+    # the storage tool used to take it for an option and refuse to format.
+    from transactional.testing import servers
+
+    monkeypatch.setattr(servers.uuid, "uuid4", lambda: uuid.UUID(bytes=b"\xf8" + bytes(15)))
+    server = KafkaServer()
+    try:
+        meta = (server.dir / "log" / "meta.properties").read_text().splitlines()
+        assert "cluster.id=-" + "A" * 21 in meta
+        server.start()
+        topic = new_topic(server, 2)
+        produce(server, topic, {0: [b"a"], 1: [b"b", b"c"]})
+        offsets = KafkaOffsets("test", server.bootstrap_servers, topic, "read_committed", {}, 10.0)
+        assert offsets.latest([0, 1]) == {0: 1, 1: 2}
+    finally:
+        server.close()

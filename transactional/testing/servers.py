@@ -234,7 +234,11 @@ class KafkaServer(_Server):
             "log.flush.interval.messages=1\n"
         )
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        self._java("kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self.config))
+        # One id in 64 starts with "-": given as a separate argument, the tool would take
+        # it for an option and refuse to format.
+        self._java(
+            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", str(self.config)
+        )
 
     @property
     def bootstrap_servers(self) -> str:
