@@ -62,8 +62,14 @@ _LOW32 = 0xFFFFFFFF
 #: (``SparkEngine.job_group``). ``transactional.session`` defines it, in ``FAIR`` mode,
 #: with a minimum share no application reaches, so its tasks always go first.
 FIRST_POOL = "transactional-first"
-#: A job group's rank when it is no attempt being processed (a commit): always first.
-_ALWAYS_FIRST = -1
+#: The calling thread's Spark properties a job group sets; leaving the group gives them
+#: back the values they had (a user's own pool or group on the warm-up's thread).
+_GROUP_PROPERTIES = (
+    "spark.jobGroup.id",
+    "spark.job.description",
+    "spark.job.interruptOnCancel",
+    "spark.scheduler.pool",
+)
 
 #: The partition tag carried through the checkpoint when digests are asked for (the
 #: spouts' ``PARTITION_COLUMN``: a spout's one frame of all partitions comes tagged).
@@ -97,7 +103,9 @@ class SparkEngine:
         self.first_pool = pool_defined(spark, FIRST_POOL)
         self._lock = threading.Lock()
         self._processing: dict[int, int] = {}  # txid -> job groups processing it
-        self._local = threading.local()  # rank: the calling thread's job group's
+        #: The calling thread's job group: ``in_group`` and the ``txid`` it processes
+        #: (None: a commit or the warm-up).
+        self._local = threading.local()
 
     def materialise(
         self, frames: Sequence[DataFrame], digest: bool, partitions: int | None = None
@@ -144,34 +152,35 @@ class SparkEngine:
         work: 11.7 s against 12.3 s a run of the tweet benchmark (analysis.md,
         sixteenth round)."""
         sc = self.spark.sparkContext
+        before = {key: sc.getLocalProperty(key) for key in _GROUP_PROPERTIES}
         sc.setJobGroup(group, group, interruptOnCancel=True)
         if txid is not None:
             with self._lock:
                 self._processing[txid] = self._processing.get(txid, 0) + 1
-        self._local.rank = _ALWAYS_FIRST if txid is None else txid
+        self._local.in_group, self._local.txid = True, txid
         self._place()
         try:
             yield
         finally:
-            self._local.rank = None
+            self._local.in_group, self._local.txid = False, None
             if txid is not None:
                 with self._lock:
                     left = self._processing.pop(txid) - 1
                     if left:
                         self._processing[txid] = left
-            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-            sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
-            sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+            for key, value in before.items():
+                sc.setLocalProperty(key, value)  # type: ignore[arg-type]
 
     def _place(self) -> None:
         """Put the calling thread's next jobs in ``FIRST_POOL`` or in the default pool,
-        by its job group's rank now (called before each job: the oldest attempt being
-        processed changes as attempts end)."""
-        rank = getattr(self._local, "rank", None)
-        if self.first_pool is None or rank is None:
+        by its job group's txid now (called before each job: the oldest attempt being
+        processed changes as attempts end). Outside a group, or on a session without the
+        pool, the thread's pool is left as it is."""
+        if self.first_pool is None or not getattr(self._local, "in_group", False):
             return
+        txid = self._local.txid
         with self._lock:
-            first = rank == _ALWAYS_FIRST or rank == min(self._processing, default=rank)
+            first = txid is None or txid == min(self._processing, default=txid)
         pool = self.first_pool if first else None
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)  # type: ignore[arg-type]
 

@@ -67,7 +67,30 @@ def test_materialising_is_placed_too_and_leaving_the_group_clears_the_pool(spark
         engine.materialise([spark.range(100)], digest=True)
         assert sc.getLocalProperty("spark.scheduler.pool") == FIRST_POOL
     assert sc.getLocalProperty("spark.scheduler.pool") is None
+    assert sc.getLocalProperty("spark.jobGroup.id") is None
     assert pools_of(spark, "pools-materialise-3") == [FIRST_POOL]
+
+
+def test_leaving_a_group_gives_the_thread_its_own_pool_and_group_back(spark: Any) -> None:
+    """The warm-up's group runs on the caller's thread: a user's own pool and job group
+    there hold again once it ends, on a session with the pool and on one without."""
+    sc = spark.sparkContext
+    for first_pool in (FIRST_POOL, None):
+        engine = SparkEngine(spark)
+        engine.first_pool = first_pool
+        sc.setJobGroup("users-group", "the user's jobs")
+        sc.setLocalProperty("spark.scheduler.pool", "users-pool")
+        try:
+            with engine.job_group(f"pools-warm-{first_pool}"):
+                expected = "users-pool" if first_pool is None else FIRST_POOL
+                assert sc.getLocalProperty("spark.scheduler.pool") == expected
+                assert sc.getLocalProperty("spark.jobGroup.id") == f"pools-warm-{first_pool}"
+            assert sc.getLocalProperty("spark.scheduler.pool") == "users-pool"
+            assert sc.getLocalProperty("spark.jobGroup.id") == "users-group"
+            assert sc.getLocalProperty("spark.job.description") == "the user's jobs"
+        finally:
+            for key in ("spark.scheduler.pool", "spark.jobGroup.id", "spark.job.description"):
+                sc.setLocalProperty(key, None)
 
 
 def test_without_the_pool_every_job_stays_in_the_default_pool(spark: Any) -> None:

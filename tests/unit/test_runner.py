@@ -463,7 +463,7 @@ def test_only_the_processing_of_an_attempt_tells_the_engine_its_txid() -> None:
     runner.run(until_drained=True)
     begun = [
         (int(group.split("-")[1]), txid)
-        for group, txid in engine.ranks
+        for group, txid in engine.group_txids
         if group.startswith("txid-")
     ]
     assert begun == [(1, 1), (1, None), (2, 2), (2, None), (3, 3), (3, None)]

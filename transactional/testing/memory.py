@@ -47,7 +47,7 @@ class InMemoryEngine:
         self.groups: list[str] = []
         #: Each job group's txid as ``job_group`` was given it (None: a commit's, the
         #: warm-up's), in the order they began.
-        self.ranks: list[tuple[str, int | None]] = []
+        self.group_txids: list[tuple[str, int | None]] = []
         self.descriptions: list[str] = []
 
     def materialise(
@@ -70,7 +70,7 @@ class InMemoryEngine:
     def job_group(self, group: str, txid: int | None = None) -> Iterator[None]:
         self._local.group = group
         self.groups.append(group)
-        self.ranks.append((group, txid))
+        self.group_txids.append((group, txid))
         try:
             yield
         finally:
