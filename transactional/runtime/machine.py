@@ -21,7 +21,8 @@ it is *pinned*: until it is advanced past, the next commit is exactly that group
 holds the group's last txid holds all of it. After ``Opened`` with no recorded group
 from ``currtx``, the pin is ``currtx`` alone (an earlier run may have committed it
 alone). A pinned group's txid that comes out empty on replay is committed in its group,
-not retracted.
+not retracted. (The group rules are in ``groups``; what a failure does, in
+``failures``: both parts of ``Machine``.)
 
 The invariants of DESIGN.md section 4 are asserted after every step
 (``invariants.check_invariants``): at most ``max_pending`` txids in flight, all inside the window;
@@ -39,19 +40,16 @@ from typing import Any
 
 from transactional.config import RunnerConfig
 from transactional.errors import (
-    AttemptTimeoutError,
-    ConfigurationError,
     FencedError,
     LostLeadershipError,
 )
+from transactional.runtime.failures import FailureRules
 from transactional.runtime.groups import CommitGroups
 from transactional.runtime.invariants import check_invariants
 from transactional.runtime.messages import (
     Acknowledge,
     Advance,
     Advanced,
-    Backoff,
-    Cancel,
     Command,
     Commit,
     CommitBegan,
@@ -81,7 +79,7 @@ from transactional.types import TransactionAttempt
 
 
 @dataclass
-class Machine(CommitGroups):
+class Machine(CommitGroups, FailureRules):
     #: The runner's configuration; the machine reads its limits, timeouts and back-off.
     settings: RunnerConfig
     currtx: int = 1
@@ -341,19 +339,6 @@ class Machine(CommitGroups):
         more = tuple((s.attempt, s.number) for s in members[1:])
         out.append(Commit(first.attempt, first.number, more))
 
-    def _check_timeouts(self, now: float, out: list[Command]) -> None:
-        for slot in sorted(self.slots.values(), key=lambda s: s.txid):
-            if slot.deadline is not None and now >= slot.deadline:
-                committing = slot.state is SlotState.COMMITTING
-                phase = Phase.COMMIT if committing else Phase.PROCESS
-                error = AttemptTimeoutError(
-                    f"txid {slot.txid} attempt {slot.attempt.attempt_id} exceeded "
-                    f"{self.settings.attempt_timeout_s}s in {phase}; its Spark jobs were "
-                    "cancelled"
-                )
-                self._fail(slot.txid, error, phase, now, out)
-                return
-
     # ------------------------------------------------------------------ helpers
 
     def _current(self, attempt: TransactionAttempt, state: SlotState | None) -> Slot | None:
@@ -371,31 +356,6 @@ class Machine(CommitGroups):
         self.not_ready = True
         self.poll_at = now + self.poll_interval
         self.poll_interval = min(self.settings.poll_max_s, self.poll_interval * 2)
-
-    def _fail(
-        self, txid: int, error: Exception, phase: Phase, now: float, out: list[Command]
-    ) -> None:
-        self.failures[txid] += 1
-        failures = self.failures[txid]
-        self.counts.failures += 1
-        self._drop_from(txid, out, failed=True)
-        self.next_txid = min(self.next_txid, txid)
-        self.not_ready = False
-        if isinstance(error, ConfigurationError):  # the same on every attempt
-            out.append(Halt(HaltReason.CONFIGURATION, error, txid, phase, failures))
-        elif failures >= self.settings.max_attempts:
-            out.append(Halt(HaltReason.POISON, error, txid, phase, failures))
-        else:
-            self.retry_at = now + self.settings.backoff(failures)
-            out.append(Backoff(txid, error, phase, failures, self.retry_at))
-
-    def _drop_from(self, txid: int, out: list[Command], failed: bool) -> None:
-        """Drop ``txid`` and every in-flight txid above it (step 5; step 7 drops all)."""
-        for t in sorted(t for t in self.slots if t >= txid):
-            slot = self.slots.pop(t)
-            if self.committing == t:
-                self.committing = None
-            out.append(Cancel(slot.attempt, failed))
 
 
 #: Commands whose outcome is the next event the machine hears (or that end the run).
