@@ -24,16 +24,15 @@ from typing import Any
 
 from transactional.engine import Digest, Engine
 from transactional.errors import (
-    BatchConfigurationError,
     CoordinatorError,
     LostLeadershipError,
-    PoisonBatchError,
     TransactionalError,
 )
 from transactional.faults import FaultPoint
 from transactional.runtime import messages as m
 from transactional.runtime.commit import CommitSequence
 from transactional.runtime.drivers import Batch, SpoutDriver, job_group
+from transactional.runtime.halts import halt_error
 from transactional.runtime.kept import Kept, Releaser
 from transactional.runtime.leadership import LeaderSession
 from transactional.runtime.machine import Machine
@@ -173,7 +172,13 @@ class Executor:
             case m.Reacquire(error):
                 return self._reacquire(error)
             case m.Halt():
-                raise self._halt_error(command)
+                raise halt_error(
+                    command,
+                    self.session.topology_id,
+                    self.machine.counts.reelections,
+                    self.machine.settings.max_reelections,
+                    self.driver.stored_meta,
+                )
         return []
 
     def _start(
@@ -284,35 +289,6 @@ class Executor:
             self.session.token,
         )
         return [m.Opened(state.currtx, stored, state.group)]
-
-    def _halt_error(self, halt: m.Halt) -> BaseException:
-        error = halt.error
-        if halt.reason is m.HaltReason.DEPOSED:
-            log.error(
-                "deposed: another runner leads topology=%s; a write of this runner was "
-                "refused and it stops without writing anything more: %s",
-                self.session.topology_id,
-                error,
-            )
-            return error
-        if halt.reason is m.HaltReason.REELECTIONS:
-            settings = self.machine.settings
-            lost = LostLeadershipError(
-                f"lost the leadership of topology {self.session.topology_id!r} "
-                f"{self.machine.counts.reelections} times in this run (max_reelections="
-                f"{settings.max_reelections}); last: {error}. Check the state store's health"
-            )
-            lost.__cause__ = error
-            return lost
-        assert halt.txid is not None and halt.phase is not None
-        assert isinstance(error, Exception)
-        meta = self.driver.stored_meta(halt.txid)
-        if halt.reason is m.HaltReason.CONFIGURATION:
-            stop: BaseException = BatchConfigurationError(halt.txid, meta, error, halt.phase)
-        else:
-            stop = PoisonBatchError(halt.txid, meta, error, halt.failures)
-        stop.__cause__ = error
-        return stop
 
     # ------------------------------------------------------------------ threads
 
