@@ -30,7 +30,6 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from kazoo.exceptions import (
@@ -43,6 +42,7 @@ from kazoo.protocol.states import KazooState
 from coordinators import _zk, _zk_leader
 from coordinators._fenced import FencedStore, checked_history, decode, encode, encode_group
 from coordinators._zk import node
+from coordinators._zk_nodes import TxidNodes
 from transactional.errors import (
     ConfigurationError,
     CoordinatorError,
@@ -92,11 +92,9 @@ class ZooKeeperStateStore(FencedStore):
         self._token: int | None = None  # version of currtx when we took the fence
         self._session_id: int | None = None  # the session that owns our leader node
         self._currtx = 1  # the value of currtx at version self._fence
-        # txid nodes that exist, so that advance knows what to delete without listing.
-        self._metas: set[int] | None = None
-        self._partitions: dict[int, set[int]] = {}
-        self._digests: set[int] = set()
-        self._group: tuple[int, int] | None = None  # valid while self._metas is not None
+        # The txid nodes that exist (None: to be read from the tree before a write).
+        self._nodes: TxidNodes | None = None
+        self._group: tuple[int, int] | None = None  # valid while self._nodes is not None
         self._rewinding: int | None = None  # likewise
 
     def _path(self, *parts: str) -> str:
@@ -247,7 +245,7 @@ class ZooKeeperStateStore(FencedStore):
         version, data = _zk_leader.take_fence(self._zk, currtx, _data(1, "currtx"))
         self._fence = self._token = version
         self._currtx = int(decode(data))
-        self._metas = None  # an earlier leader may have written since we last looked
+        self._nodes = None  # an earlier leader may have written since we last looked
 
     def check_leadership(self) -> None:
         """Kazoo's listener records a lost session; a suspended connection shows in the
@@ -285,93 +283,74 @@ class ZooKeeperStateStore(FencedStore):
             raise CoordinatorError(
                 f"cannot read the state of {self._path()} from ZooKeeper: {exc!r}"
             ) from exc
-        self._metas = set(state.metas) | set(state.kept)
-        self._partitions = index
-        self._digests = set(state.digests)
+        self._nodes = TxidNodes(set(state.metas) | set(state.kept), index, set(state.digests))
         self._group = state.group
         self._rewinding = state.rewinding
         return state
 
-    def _index(self) -> tuple[set[int], dict[int, set[int]]]:
-        if self._metas is None:
+    def _txid_nodes(self) -> TxidNodes:
+        if self._nodes is None:
             self.read_state()
-        assert self._metas is not None
-        return self._metas, self._partitions
+        assert self._nodes is not None
+        return self._nodes
 
     def _commit(self, tx: Any, what: str, on_exists: str = "") -> list[Any]:
         try:
             return _zk.commit(self._zk, tx, what, self.session_timeout, self._taken_over, on_exists)
         except BaseException:
-            self._metas = None  # the write may have applied, or the index disagrees: reload
+            self._nodes = None  # the write may have applied, or the nodes disagree: reload
             raise
 
     def _write_start(self, fence: int, txid: int, meta: str, parts: dict[int, str]) -> None:
         self._check_start(txid, self._currtx)
-        metas, index = self._index()
+        nodes = self._txid_nodes()
         tx = self._zk.transaction()
         tx.check(self._path("coordinator", "currtx"), fence)
         tx.create(self._path("coordinator", "meta", node(txid)), meta.encode())
         for p, value in parts.items():
-            if p not in index:
+            if p not in nodes.partitions:
                 tx.create(self._path("partition", str(p)))
             tx.create(self._path("partition", str(p), node(txid)), value.encode())
         exists = self._already_stored(f"metadata of txid {txid}")
         self._commit(tx, f"starting txid {txid}", on_exists=exists)
-        metas.add(txid)
-        for p in parts:
-            index.setdefault(p, set()).add(txid)
+        nodes.metas.add(txid)
+        nodes.add_parts(txid, parts)
 
     def _write_advance(self, fence: int, txid: int, parts: dict[int, str], first: int) -> None:
-        metas, index = self._index()
+        nodes = self._txid_nodes()
         self._check_advance(txid, self._currtx, first, self._group)
         tx = self._zk.transaction()
         # Checks the fence and moves currtx in one operation.
         tx.set_data(self._path("coordinator", "currtx"), _data(txid + 1, "currtx"), fence)
         for p, value in parts.items():
             path = self._path("partition", str(p), node(txid))
-            if p not in index:
+            if p not in nodes.partitions:
                 tx.create(self._path("partition", str(p)))
-            if txid in index.get(p, ()):
+            if txid in nodes.partitions.get(p, ()):
                 tx.set_data(path, value.encode())
             else:
                 tx.create(path, value.encode())
-        done = {t for t in self._digests if t <= txid}
         below = self._kept_below(txid)
-        self._delete(tx, lambda t: t < below, done)
+        kept_metas, kept_digests = (lambda t: t < below), (lambda t: t <= txid)
+        nodes.delete(tx, self._path, kept_metas, kept_digests)
         results = self._commit(tx, f"advancing past txid {txid}")
         self._fence = results[0].version
         self._currtx = txid + 1
-        self._digests -= done
-        metas.difference_update({t for t in metas if t < below})
-        for p in parts:
-            index.setdefault(p, set()).add(txid)
-        for txids in index.values():
-            txids.difference_update({t for t in txids if t < below})
-
-    def _delete(self, tx: Any, chosen: Callable[[int], bool], digests: set[int]) -> None:
-        """Add to ``tx`` the deletion of the metadata of every ``chosen`` txid, and of
-        the digests of ``digests``."""
-        metas, index = self._index()
-        for t in sorted(filter(chosen, metas)):
-            tx.delete(self._path("coordinator", "meta", node(t)))
-        for p, txids in sorted(index.items()):
-            for t in sorted(filter(chosen, txids)):
-                tx.delete(self._path("partition", str(p), node(t)))
-        for t in sorted(digests):
-            tx.delete(self._path("coordinator", "digest", node(t)))
+        nodes.add_parts(txid, parts)
+        nodes.forget(kept_metas, kept_digests)
 
     def _write_digest(self, fence: int, txid: int, digest: str) -> None:
-        metas, _ = self._index()
-        self._check_digest(txid, self._currtx, txid in metas)
+        nodes = self._txid_nodes()
+        self._check_digest(txid, self._currtx, txid in nodes.metas)
         tx = self._zk.transaction()
         tx.check(self._path("coordinator", "currtx"), fence)
         tx.create(self._path("coordinator", "digest", node(txid)), digest.encode())
         exists = self._already_stored(f"the digest of txid {txid}")
         self._commit(tx, f"recording the digest of txid {txid}", on_exists=exists)
-        self._digests.add(txid)
+        nodes.digests.add(txid)
 
     def _write_group(self, fence: int, first: int, last: int) -> None:
-        metas, _ = self._index()
+        metas = self._txid_nodes().metas
         started = all(t in metas for t in range(first, last + 1))
         self._check_group(first, last, self._currtx, started, self._group)
         tx = self._zk.transaction()
@@ -381,20 +360,21 @@ class ZooKeeperStateStore(FencedStore):
         self._group = (first, last)
 
     def _write_retract(self, fence: int, txid: int) -> None:
-        metas, index = self._index()
+        nodes = self._txid_nodes()
         self._check_retract(txid, self._currtx, self._group)
         tx = self._zk.transaction()
         tx.check(self._path("coordinator", "currtx"), fence)
-        self._delete(tx, lambda t: t >= txid, {t for t in self._digests if t >= txid})
+
+        def retracted(t: int) -> bool:
+            return t >= txid
+
+        nodes.delete(tx, self._path, retracted)
         self._commit(tx, f"retracting txids from {txid}")
-        metas.difference_update({t for t in metas if t >= txid})
-        for txids in index.values():
-            txids.difference_update({t for t in txids if t >= txid})
-        self._digests = {t for t in self._digests if t < txid}
+        nodes.forget(retracted)
 
     def _write_rewind(self, fence: int, txid: int, finish: bool) -> None:
-        metas, index = self._index()
-        kept = {t for t in metas if t < self._currtx}
+        nodes = self._txid_nodes()
+        kept = {t for t in nodes.metas if t < self._currtx}
         self._check_rewind(txid, self._currtx, kept, self._rewinding, finish)
         tx = self._zk.transaction()
         if not finish:
@@ -404,15 +384,16 @@ class ZooKeeperStateStore(FencedStore):
             self._rewinding = txid
             return
         tx.set_data(self._path("coordinator", "currtx"), _data(txid + 1, "currtx"), fence)
-        self._delete(tx, lambda t: t > txid, {t for t in self._digests if t > txid})
+
+        def undone(t: int) -> bool:
+            return t > txid
+
+        nodes.delete(tx, self._path, undone)
         tx.set_data(self._path("coordinator", "group"), b"")
         tx.set_data(self._path("coordinator", "rewind"), b"")
         results = self._commit(tx, f"rewinding to txid {txid}")
         self._fence = results[0].version
         self._currtx = txid + 1
-        metas.difference_update({t for t in metas if t > txid})
-        for txids in index.values():
-            txids.difference_update({t for t in txids if t > txid})
-        self._digests = {t for t in self._digests if t <= txid}
+        nodes.forget(undone)
         self._group = None
         self._rewinding = None
