@@ -158,27 +158,28 @@ def cpu_bound(results: list[Result], sink: str, cores: int) -> list[str]:
         f"{best.busy(cores):.0%} of the cores busy; with all of them busy at that CPU it "
         f"would reach {at_full:.2f}x Structured Streaming."
     ]
-    if loop is not None and loop.cpu and own < loop.cpu_median:
+    if loop is None or not loop.cpu:
+        return lines
+    work = loop.cpu_median
+    said = (
+        f"- {sink}: the batches' own work ({LOOP}: the same files through the same "
+        f"bolts and committer, one after the other, nothing else) took {work:.1f} core-s"
+    )
+    if own < work:
         lines.append(
-            f"- {sink}: the batches' own work ({LOOP}: the same files through the same "
-            f"bolts and committer, one after the other, nothing else) took "
-            f"{loop.cpu_median:.1f} core-s, and the framework's best case {own:.1f}: "
-            f"{loop.cpu_median - own:.1f} less, so in this run the loop's CPU is no floor "
-            "for a runner of these batches."
+            f"{said}, and the framework's best case {own:.1f}: {work - own:.1f} less, so "
+            "in this run the loop's CPU is no floor for a runner of these batches."
         )
-    elif loop is not None and loop.cpu:
-        work = loop.cpu_median
+    else:
         lines.append(
-            f"- {sink}: the batches' own work ({LOOP}: the same files through the same "
-            f"bolts and committer, one after the other, nothing else) took {work:.1f} core-s. "
-            f"No way of running those batches can end before that work spread over the "
-            f"{cores} cores ({work / cores:.1f} s): at most {ss.median * cores / work:.2f}x "
-            f"Structured Streaming with every core busy all the time, "
-            f"{ss.median * cores * best.busy(cores) / work:.2f}x at the framework's "
-            f"{best.busy(cores):.0%}, and that with exactly-once costing no CPU at all "
-            f"(the framework's best case used {own - work:+.1f} core-s against the loop: "
-            "each batch kept and digested for replays, the store's writes, the runner, "
-            "less what overlapping the batches saves)."
+            f"{said}. No way of running those batches can end before that work spread "
+            f"over the {cores} cores ({work / cores:.1f} s): at most "
+            f"{ss.median * cores / work:.2f}x Structured Streaming with every core busy all "
+            f"the time, {ss.median * cores * best.busy(cores) / work:.2f}x at the "
+            f"framework's {best.busy(cores):.0%}, and that with exactly-once costing no CPU "
+            f"at all (the framework's best case used {own - work:+.1f} core-s against the "
+            "loop: each batch kept and digested for replays, the store's writes, the "
+            "runner, less what overlapping the batches saves)."
         )
     return lines
 

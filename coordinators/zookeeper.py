@@ -331,13 +331,13 @@ class ZooKeeperStateStore(FencedStore):
             else:
                 tx.create(path, value.encode())
         below = self._kept_below(txid)
-        kept_metas, kept_digests = (lambda t: t < below), (lambda t: t <= txid)
-        nodes.delete(tx, self._path, kept_metas, kept_digests)
+        old_metas, done_digests = (lambda t: t < below), (lambda t: t <= txid)
+        nodes.delete(tx, self._path, old_metas, done_digests)
         results = self._commit(tx, f"advancing past txid {txid}")
         self._fence = results[0].version
         self._currtx = txid + 1
         nodes.add_parts(txid, parts)
-        nodes.forget(kept_metas, kept_digests)
+        nodes.forget(old_metas, done_digests)
 
     def _write_digest(self, fence: int, txid: int, digest: str) -> None:
         nodes = self._txid_nodes()

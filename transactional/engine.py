@@ -153,6 +153,7 @@ class SparkEngine:
         sixteenth round)."""
         sc = self.spark.sparkContext
         before = {key: sc.getLocalProperty(key) for key in _GROUP_PROPERTIES}
+        outer = getattr(self._local, "in_group", False), getattr(self._local, "txid", None)
         sc.setJobGroup(group, group, interruptOnCancel=True)
         if txid is not None:
             with self._lock:
@@ -162,7 +163,7 @@ class SparkEngine:
         try:
             yield
         finally:
-            self._local.in_group, self._local.txid = False, None
+            self._local.in_group, self._local.txid = outer
             if txid is not None:
                 with self._lock:
                     left = self._processing.pop(txid) - 1
