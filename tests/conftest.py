@@ -3,12 +3,46 @@ ZooKeeper chroot, Redis database keys prefix, Kafka topics and Delta directory."
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from transactional.errors import ConfigurationError
 from transactional.testing.servers import KafkaServer, RedisServer, ZooKeeperServer
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Resolve the jars the selected tests load before the first of them runs, where the
+    line a first resolution prints (``transactional.jars``: a one-time download of a
+    minute or two) shows: pytest keeps what a fixture or a test's child process prints
+    until a test fails, and the suite would seem to hang in silence. Resolved already:
+    nothing to do, nothing said. A failure is left to the fixture, which reports it."""
+    if session.config.option.collectonly:
+        return
+    from committers.delta_tables import delta_spark_conf
+    from transactional.jars import resolved_jars
+    from transactional.sources.kafka import kafka_spark_conf
+    from transactional.testing.servers import KAFKA_BROKER
+
+    names = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    # e2e and cluster tests run the demo and the CLI as processes, Delta their default sink.
+    demos = any(item.get_closest_marker(m) for item in session.items for m in ("e2e", "cluster"))
+    wanted: list[Callable[[], object]] = []
+    if "spark" in names or demos:
+        wanted.append(delta_spark_conf)
+    if "spark" in names or "kafka" in names:
+        wanted.append(kafka_spark_conf)
+    if "kafka" in names:
+        wanted.append(lambda: resolved_jars([KAFKA_BROKER]))
+    capture = session.config.pluginmanager.getplugin("capturemanager")
+    for resolve in wanted:
+        with (
+            capture.global_and_fixture_disabled() if capture else contextlib.nullcontext(),
+            contextlib.suppress(ConfigurationError),
+        ):
+            resolve()
 
 
 @pytest.fixture(scope="session")

@@ -123,8 +123,12 @@ def _resolve(packages: Sequence[str], ivy: Path, repository: str, manifest: Path
     settings.write_text(_IVY_SETTINGS.format(root=repository))
     log = ivy / "resolve.log"
     manifest.unlink(missing_ok=True)
+    # Before the child starts, and flushed: a resolution downloads tens of MB (Delta's
+    # jars ~90 MB, Spark's Kafka reader ~65 MB) in a minute or two, and a first run that
+    # says nothing meanwhile looks hung.
     print(
-        f"resolving {', '.join(packages)} from {repository} (first run; log: {log})",
+        f"resolving {', '.join(packages)} from {repository}: a one-time download that may "
+        f"take a minute or two (log: {log})",
         file=sys.stderr,
         flush=True,
     )

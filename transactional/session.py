@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -108,16 +110,125 @@ def create_spark_session(
     """Create (or reuse) the session. ``conf`` wins over the defaults; a committer that
     needs Spark extensions (Delta) supplies them through it. On a cluster master only
     ``DEFAULTS`` apply: the executors' Python (``spark.pyspark.python`` or
-    ``PYSPARK_PYTHON``), memory and partitions are the user's to set."""
+    ``PYSPARK_PYTHON``), memory and partitions are the user's to set. The driver's JVM,
+    when this starts it, writes its stderr through ``STDERR_FILTER`` (see there)."""
     from pyspark.sql import SparkSession
 
     settings = session_settings(master, conf)
     python = executor_python(master, settings)
     if python is not None:
         os.environ["PYSPARK_PYTHON"] = python
-    builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in settings.items():
+    # What ``builder.master(...).appName(...).config(...)`` would hold, in that order.
+    options = {"spark.master": master, "spark.app.name": app_name, **settings}
+    _start_driver_jvm(options)
+    builder = SparkSession.builder
+    for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+#: The line the JVM prints first, on every run: left out of this process's stderr.
+INCUBATOR_WARNING = "WARNING: Using incubator modules: jdk.incubator.vector"
+
+#: Between the driver's JVM and this process's stderr: a process that passes every byte
+#: through as it comes, except ``INCUBATOR_WARNING`` the first time it is a whole line.
+#:
+#: Why the line is there: Spark's launcher puts ``--add-modules=jdk.incubator.vector`` on
+#: the command line of every JVM it starts (``JavaModuleOptions`` in spark-launcher, which
+#: ``SparkSubmitCommandBuilder`` adds to the driver's options in client mode, whatever the
+#: master; ``SparkContext`` adds the same options to the executors' ``extraJavaOptions``),
+#: and the JVM's module system prints the warning for every incubator module it resolves
+#: (``jdk.internal.module.ModuleBootstrap``, straight to ``System.err``). Neither has a
+#: switch: no Spark setting, launcher option or environment variable leaves the module
+#: out (``spark.driver.extraJavaOptions``, ``SPARK_SUBMIT_OPTS`` only add options, and a
+#: module once added cannot be taken away), and no JVM flag silences that warning.
+#:
+#: Why the module stays: in Spark 4.2 only netlib's ``VectorBLAS`` uses it (the
+#: ``blas-3.2.0.jar`` that PySpark ships; no other class in its jars, nor Delta's or
+#: Kafka's, refers to ``jdk.incubator.vector``). That is the pure-Java BLAS MLlib takes
+#: when no native BLAS is installed (``spark.ml`` and ``spark.mllib`` linear algebra,
+#: breeze, GraphX's SVD++). The runner never calls it, but a user's bolt may use
+#: ``pyspark.ml``; without the module its BLAS would fall back to the slower scalar Java
+#: one. So the JVM keeps the module and the line is taken out of its stderr instead.
+#:
+#: Why a process and not a thread of this one: it carries the JVM's stderr for as long as
+#: anything writes to it (the JVM and the Python workers it forks inherit it), so what
+#: the JVM says after this process has exited (its shutdown, once the driver is gone)
+#: still shows; and it does not take turns with the driver for this process's GIL. It
+#: imports nothing of the project (``transactional.stderr_filter``): ~10 MB, started
+#: while the JVM starts. Removing the line, not hiding Spark's other output: every other
+#: byte passes unchanged, at once (only a line that so far reads as the start of that
+#: warning waits for its next bytes).
+STDERR_FILTER = Path(__file__).with_name("stderr_filter.py")
+
+#: Filters kept referenced while they run (a ``Popen`` collected while its process
+#: still runs warns).
+_filters: list[subprocess.Popen[bytes]] = []
+
+
+def _start_driver_jvm(options: Mapping[str, str]) -> None:
+    """Start the driver's JVM as ``SparkSession.builder.getOrCreate`` would (PySpark's
+    ``launch_gateway``, given the builder's options as ``--conf``, which is where the
+    driver's memory and Java options take effect), but with its stderr through
+    ``STDERR_FILTER``, and make the session's ``SparkContext`` on it. On a local master
+    and on a cluster alike (``spark://...``): the driver's JVM starts on this machine. The
+    executors' copies of the line go to their own stderr (the workers' ``work``
+    directories), not to this run's output.
+
+    Nothing is started where the builder would start nothing either: a JVM already
+    there (an earlier session of this process; a driver that ``spark-submit`` started,
+    ``PYSPARK_GATEWAY_PORT``), or Spark Connect. Nor when the filter itself cannot start
+    (no stderr, no interpreter to run it): the builder then starts the JVM as before."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+            return
+        if _connect_mode(options):
+            return
+        if not sys.executable:
+            return
+        try:
+            # Its stdout is this process's fd 2, the stderr the JVM would have inherited.
+            stderr_filter = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(STDERR_FILTER), INCUBATOR_WARNING],
+                stdin=subprocess.PIPE,
+                stdout=2,
+            )
+        except OSError:
+            return
+        _filters.append(stderr_filter)
+        assert stderr_filter.stdin is not None
+        conf = SparkConf()
+        for key, value in options.items():
+            conf.set(key, value)
+        try:
+            # The JVM gets its own copy of the pipe and this process keeps none: the
+            # filter ends when the JVM and its children have all closed theirs.
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": stderr_filter.stdin})
+        except Exception:
+            stderr_filter.stdin.close()
+            # The JVM exited: what it said before it did shows before the traceback.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                stderr_filter.wait(timeout=5)
+            raise
+        finally:
+            stderr_filter.stdin.close()
+        SparkContext(conf=conf, gateway=gateway)
+
+
+def _connect_mode(options: Mapping[str, str]) -> bool:
+    """Whether the builder would make a Spark Connect session (no local JVM of ours)."""
+    from pyspark.util import default_api_mode, is_remote_only
+
+    mode = options.get("spark.api.mode", os.environ.get("SPARK_API_MODE", "")).lower()
+    return (
+        is_remote_only()
+        or "spark.remote" in options
+        or "SPARK_REMOTE" in os.environ
+        or "SPARK_CONNECT_MODE_ENABLED" in os.environ
+        or (mode if mode in ("classic", "connect") else default_api_mode()) == "connect"
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,8 @@ def test_a_package_resolves_with_one_line_and_its_report_in_the_log(tmp_path: Pa
     # slf4j-api has no dependencies (its POM on Maven Central): one jar, nothing else.
     assert jars == ["org.slf4j_slf4j-api-2.0.13.jar"]
     assert err.splitlines() == [
-        f"resolving org.slf4j:slf4j-api:2.0.13 from {CENTRAL} "
-        f"(first run; log: {tmp_path / 'resolve.log'})"
+        f"resolving org.slf4j:slf4j-api:2.0.13 from {CENTRAL}: a one-time download that "
+        f"may take a minute or two (log: {tmp_path / 'resolve.log'})"
     ]
     assert (tmp_path / "jars" / "org.slf4j_slf4j-api-2.0.13.jar").stat().st_size > 10_000
     log = (tmp_path / "resolve.log").read_text()
@@ -53,6 +54,72 @@ def test_a_package_resolves_with_one_line_and_its_report_in_the_log(tmp_path: Pa
     assert "repos.spark-packages.org" not in log  # Maven Central only: no unreachable hosts
     again = finish(resolve("org.slf4j:slf4j-api:2.0.13", tmp_path))
     assert again == (0, jars, "")  # resolved once: silent from then on
+
+
+# resolved_jars with the start of the resolution (its child process) marked on stderr,
+# written to the file descriptor itself: a line printed before it but left in Python's
+# buffer would come out after it.
+RESOLVE_MARKED = (
+    "import json, os, sys\n"
+    "import transactional.jars as jars\n"
+    "real_run = jars.subprocess.run\n"
+    "def run(*args, **kwargs):\n"
+    "    os.write(2, b'<the resolution starts>\\n')\n"
+    "    return real_run(*args, **kwargs)\n"
+    "jars.subprocess.run = run\n"
+    "found = jars.resolved_jars(sys.argv[1].split(','), sys.argv[2], sys.argv[3])\n"
+    "print(json.dumps([str(jar) for jar in found]))\n"
+)
+
+
+def local_repository(root: Path) -> str:
+    """A Maven repository on disk holding org.example.local:tiny:1.0 (a POM and a jar,
+    no dependencies): a resolution without the network."""
+    directory = root / "org" / "example" / "local" / "tiny" / "1.0"
+    directory.mkdir(parents=True)
+    (directory / "tiny-1.0.pom").write_text(
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>org.example.local</groupId><artifactId>tiny</artifactId>"
+        "<version>1.0</version><packaging>jar</packaging></project>\n"
+    )
+    with zipfile.ZipFile(directory / "tiny-1.0.jar", "w") as jar:
+        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+    return root.as_uri() + "/"
+
+
+def test_the_line_comes_before_the_resolution_starts_and_only_the_first_time(
+    tmp_path: Path,
+) -> None:
+    repository = local_repository(tmp_path / "repository")
+    ivy = tmp_path / "ivy"
+
+    def resolve_marked() -> tuple[int, list[str], str]:
+        return finish(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    RESOLVE_MARKED,
+                    "org.example.local:tiny:1.0",
+                    str(ivy),
+                    repository,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+
+    code, jars, err = resolve_marked()
+    assert (code, jars) == (0, ["org.example.local_tiny-1.0.jar"]), err
+    assert err.splitlines() == [
+        f"resolving org.example.local:tiny:1.0 from {repository}: a one-time download that "
+        f"may take a minute or two (log: {ivy / 'resolve.log'})",
+        "<the resolution starts>",
+    ]
+    assert "org.example.local#tiny;1.0" in (ivy / "resolve.log").read_text()
+    # Resolved: the second call neither resolves nor says anything.
+    assert resolve_marked() == (0, jars, "")
 
 
 def test_an_upgrade_loads_the_new_version_only(tmp_path: Path) -> None:
