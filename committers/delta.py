@@ -45,6 +45,7 @@ from committers.snapshot import (
 from committers.tables import CounterTable
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, TransactionalError
+from transactional.preflight import check_writable_dir
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 if TYPE_CHECKING:
@@ -133,6 +134,9 @@ class DeltaCommitter(DeltaReads, ArrowWrites, SparkWrites, CounterCommitter):
         self._sessions: dict[str, Any] = {}  # table -> its own session (see SCOPED_CONF)
 
     # -- set-up ---------------------------------------------------------------------
+
+    def preflight(self) -> None:
+        check_writable_dir(self.path, "the Delta tables' directory")
 
     def spark_conf(self) -> dict[str, str]:
         """Delta's jars and SQL extensions (``delta_spark_conf``)."""

@@ -23,6 +23,7 @@ from committers.redis_send import run_script, stage, too_large
 from committers.tables import CounterTable
 from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, ContractError
+from transactional.preflight import SECONDS, check_redis
 from transactional.progress import kv
 from transactional.secrets import redact_url
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -165,6 +166,10 @@ class RedisCommitter(RedisReads, CounterCommitter):
         """After a Redis error: on a cluster, look for the slot's master again."""
         if self._owner is not None:
             self._owner.failed(exc)
+
+    def preflight(self) -> None:
+        """One PING, with a few seconds to connect (a cluster answers it on any node)."""
+        check_redis(connect(self.url, min(self.socket_timeout, SECONDS)), self.url)
 
     def open(self, context: CommitterContext) -> None:
         """Connect and check the namespace was written in this mode (an opaque replay

@@ -173,9 +173,13 @@ class StateReader:
             try:
                 keys.append(decode_key(text, len(columns)))
             except ValueError as exc:
+                escape = "(escape ':' and '\\' with '\\')"
+                how = (
+                    "give the value as it is ('\\' written '\\\\', '\\N' for a null)"
+                    if len(columns) == 1
+                    else f"give {len(columns)} values joined by ':' {escape}"
+                )
                 raise ValueError(
-                    f"key {text!r}: {exc}; state {self.name!r} is keyed by {list(columns)}: "
-                    f"give {len(columns)} value(s) joined by ':' (escape ':' and '\\' with "
-                    "'\\')"
+                    f"key {text!r}: {exc}; state {self.name!r} is keyed by {list(columns)}: {how}"
                 ) from exc
         return keys

@@ -31,7 +31,7 @@ from transactional.errors import (
     StoreUnavailableError,
 )
 from transactional.secrets import mask_in_logs
-from transactional.store import JsonValue, StoredState
+from transactional.store import JsonValue, StoredHistory, StoredState
 
 __all__ = [
     "Credentials",
@@ -41,6 +41,8 @@ __all__ = [
     "guard",
     "list_children",
     "node",
+    "probe",
+    "read_history",
     "read_tree",
     "wait_connected",
 ]
@@ -116,6 +118,33 @@ def connect(
             "the connection string (host:port[,host:port...][/chroot])"
         ) from exc
     return client
+
+
+def probe(hosts: str, timeout: float = 3.0) -> None:
+    """Fail at once when no server of ``hosts`` accepts a TCP connection, rather than
+    after kazoo's connect timeout and a warning per retry: ``StoreUnavailableError``
+    naming each server and why (``ConfigurationError`` for a malformed string)."""
+    import socket
+
+    from kazoo.hosts import collect_hosts
+
+    try:
+        servers, _chroot = collect_hosts(hosts)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"--zookeeper {hosts!r} is not host:port[,host:port...][/chroot]: {exc}"
+        ) from None
+    problems = []
+    for host, port in servers:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            return
+        except OSError as exc:
+            problems.append(f"{host}:{port}: {exc.strerror or exc}")
+    raise StoreUnavailableError(
+        f"cannot reach ZooKeeper at {hosts} ({'; '.join(problems) or 'no servers given'}): "
+        "start the ZooKeeper servers there or fix --zookeeper"
+    )
 
 
 def guard(
@@ -304,3 +333,55 @@ def read_tree(client: Any, root: str) -> tuple[StoredState, dict[int, set[int]]]
         rewinding=int(decode(data)) if data else None,
     )
     return state, index
+
+
+def read_history(client: Any, root: str) -> StoredHistory:
+    """The metadata and partition metadata kept under ``root`` for rewinds: of every
+    txid below ``currtx - 1`` (``read_tree`` reads only their names). Reads only. The
+    listings are fetched together, then every value, so round trips overlap. ZooKeeper
+    answers a session's requests in order, and the partition listings are sent before
+    the metadata gets: so a txid that a runner's advance deleted meanwhile misses its
+    metadata or a partition value, and is left out whole."""
+    currtx_get = client.get_async(f"{root}/coordinator/currtx")
+    meta_list = client.get_children_async(f"{root}/coordinator/meta")
+    part_list = client.get_children_async(f"{root}/partition")
+    try:
+        below = int(decode(currtx_get.get()[0])) - 1
+    except NoNodeError:
+        below = 0  # nothing committed yet
+    meta_ids = sorted(t for t in (int(n) for n in _names(meta_list)) if t < below)
+    listings = {
+        int(p): client.get_children_async(f"{root}/partition/{p}") for p in _names(part_list)
+    }
+    meta_gets = {t: client.get_async(f"{root}/coordinator/meta/{node(t)}") for t in meta_ids}
+    part_gets = {
+        (t, p): client.get_async(f"{root}/partition/{p}/{node(t)}")
+        for p, listing in sorted(listings.items())
+        for t in sorted(int(n) for n in listing.get())
+        if t in meta_gets
+    }
+    metas: dict[int, JsonValue] = {}
+    gone: set[int] = set()
+    for t, get in meta_gets.items():
+        try:
+            metas[t] = decode(get.get()[0])
+        except NoNodeError:
+            gone.add(t)
+    partitions: dict[int, dict[int, JsonValue]] = {}
+    for (t, p), get in sorted(part_gets.items()):
+        try:
+            partitions.setdefault(t, {})[p] = decode(get.get()[0])
+        except NoNodeError:
+            gone.add(t)
+    return StoredHistory(
+        metas={t: m for t, m in metas.items() if t not in gone},
+        partitions={t: ps for t, ps in partitions.items() if t not in gone},
+    )
+
+
+def _names(listing: Any) -> list[str]:
+    """An asynchronous listing's children; none when the node does not exist."""
+    try:
+        return list(listing.get())
+    except NoNodeError:
+        return []

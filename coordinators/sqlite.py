@@ -26,7 +26,8 @@ from transactional.errors import (
     LostLeadershipError,
     UnknownTopologyError,
 )
-from transactional.store import JsonValue, StoredState, TopologyIdentity
+from transactional.preflight import check_writable_dir
+from transactional.store import JsonValue, StoredHistory, StoredState, TopologyIdentity
 
 
 class SQLiteStateStore(FencedStore):
@@ -75,6 +76,9 @@ class SQLiteStateStore(FencedStore):
             raise UnknownTopologyError(topology_id, f"the SQLite state store {self.path}", known)
         self._conn = open_reader(self.path)
         self._topology_id = topology_id
+
+    def preflight(self) -> None:
+        check_writable_dir(self.path.parent, "the state directory (--state-dir)")
 
     def topology_ids(self) -> list[str]:
         with closing(open_reader(self.path)) as conn:
@@ -200,14 +204,16 @@ class SQLiteStateStore(FencedStore):
             raise self._taken_over(fence, ours)
         return int(txid)
 
+    def _begin_read(self, conn: sqlite3.Connection) -> int:
+        """Begin one snapshot for every read that follows; ``currtx`` in it."""
+        conn.execute("BEGIN")
+        row = conn.execute("SELECT txid FROM currtx WHERE topology_id = ?", (self._tid,)).fetchone()
+        return 1 if row is None else int(row[0])
+
     def read_state(self) -> StoredState:
         conn = self._connection()
         try:
-            conn.execute("BEGIN")  # one snapshot for every read
-            row = conn.execute(
-                "SELECT txid FROM currtx WHERE topology_id = ?", (self._tid,)
-            ).fetchone()
-            currtx = 1 if row is None else int(row[0])
+            currtx = self._begin_read(conn)
             metas = conn.execute(
                 "SELECT txid, meta FROM coordinator_meta WHERE topology_id = ? AND txid >= ? "
                 "ORDER BY txid",
@@ -247,6 +253,32 @@ class SQLiteStateStore(FencedStore):
             group=group,
             kept=tuple(int(t) for (t,) in kept),
             rewinding=rewinding,
+        )
+
+    def read_history(self) -> StoredHistory:
+        """The kept txids' rows below ``currtx - 1``, read in one snapshot."""
+        conn = self._connection()
+        try:
+            below = self._begin_read(conn) - 1
+            metas = conn.execute(
+                "SELECT txid, meta FROM coordinator_meta WHERE topology_id = ? AND txid < ? "
+                "ORDER BY txid",
+                (self._tid, below),
+            ).fetchall()
+            parts = conn.execute(
+                "SELECT txid, partition, meta FROM partition_meta WHERE topology_id = ? "
+                "AND txid < ? ORDER BY txid, partition",
+                (self._tid, below),
+            ).fetchall()
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            rollback(conn)
+            raise CoordinatorError(f"cannot read the state store {self.path}: {exc}") from exc
+        partitions: dict[int, dict[int, JsonValue]] = {}
+        for txid, partition, meta in parts:
+            partitions.setdefault(txid, {})[partition] = decode(meta)
+        return StoredHistory(
+            metas={txid: decode(meta) for txid, meta in metas}, partitions=partitions
         )
 
     @staticmethod

@@ -22,6 +22,11 @@ node gone (it went with the session) or still its own (the session survived), an
 the fence anew. No call blocks on a lost connection for longer than the session timeout:
 a write whose reply does not come is reported as ``LostLeadershipError``, its outcome
 unknown, and the caller re-reads the state once it leads again.
+
+A leader SIGKILLed on this machine leaves its session to time out, and the leader node
+with it; the next store to ask for leadership here closes that session at once
+instead (``_zk_handover``): it never waits for a dead runner's timeout on the machine
+the runner died on.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import KazooState
 
-from coordinators import _zk, _zk_leader
+from coordinators import _zk, _zk_handover, _zk_leader
 from coordinators._fenced import FencedStore, checked_history, decode, encode, encode_group
 from coordinators._zk import node
 from coordinators._zk_nodes import TxidNodes
@@ -50,7 +55,7 @@ from transactional.errors import (
     StoreUnavailableError,
     UnknownTopologyError,
 )
-from transactional.store import JsonValue, StoredState, TopologyIdentity
+from transactional.store import JsonValue, StoredHistory, StoredState, TopologyIdentity
 
 _ROOT = "/transactional"
 
@@ -91,6 +96,7 @@ class ZooKeeperStateStore(FencedStore):
         self._fence: int | None = None  # version of currtx after our last write
         self._token: int | None = None  # version of currtx when we took the fence
         self._session_id: int | None = None  # the session that owns our leader node
+        self._handover: _zk_handover.SessionFile | None = None  # recorded our session
         self._currtx = 1  # the value of currtx at version self._fence
         # The txid nodes that exist (None: to be read from the tree before a write).
         self._nodes: TxidNodes | None = None
@@ -154,6 +160,9 @@ class ZooKeeperStateStore(FencedStore):
                 "check that the chroot exists and that this client may create nodes"
             ) from exc
 
+    def preflight(self) -> None:
+        _zk.probe(self.hosts)
+
     def topology_ids(self) -> list[str]:
         if self._client is not None:
             return _zk.list_children(self._client, _ROOT, self.hosts)
@@ -170,6 +179,9 @@ class ZooKeeperStateStore(FencedStore):
         client = self._client
         if client is None:
             return
+        if self._handover is not None:  # first: a later leader may record its own
+            self._handover.forget(self._session_id)
+            self._handover = None
         if self._fence is not None and self._session_id is not None:
             self._give_up_leader_node()
         self._client = None
@@ -217,6 +229,9 @@ class ZooKeeperStateStore(FencedStore):
     def acquire_leadership(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         leader = self._path("leader")
+        handover = _zk_handover.SessionFile(self.hosts, str(self._topology_id))
+        connect = self.connect_timeout if timeout is None else min(timeout, self.connect_timeout)
+        handover.hand_back(connect)  # a dead runner's session here: closed, not waited for
         try:
             self._session_id = _zk_leader.elect(
                 self._zk, self.hosts, leader, self.runner_id, deadline, str(self._topology_id)
@@ -230,6 +245,8 @@ class ZooKeeperStateStore(FencedStore):
         except KazooException as exc:
             self._give_up_leader_node()
             raise CoordinatorError(f"cannot take the fence of {leader}: {exc!r}") from exc
+        handover.record(self._zk, self._session_id, self.runner_id)
+        self._handover = handover
 
     def fence_token(self) -> int | None:
         return self._token if self._fence is not None else None
@@ -287,6 +304,16 @@ class ZooKeeperStateStore(FencedStore):
         self._group = state.group
         self._rewinding = state.rewinding
         return state
+
+    def read_history(self) -> StoredHistory:
+        """The kept txids' nodes below ``currtx - 1`` (``_zk.read_history``); it leaves
+        what this store knows of its nodes for its writes as it was."""
+        try:
+            return _zk.read_history(self._zk, self._path())
+        except (KazooException, ValueError) as exc:
+            raise CoordinatorError(
+                f"cannot read the kept metadata of {self._path()} from ZooKeeper: {exc!r}"
+            ) from exc
 
     def _txid_nodes(self) -> TxidNodes:
         if self._nodes is None:

@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from types import FrameType
 from typing import Any
 
-from transactional.cli_parser import RUN_SWITCHES, build_parser
+from transactional.cli_parser import build_parser
 from transactional.errors import (
     ConfigurationError,
     PoisonBatchError,
@@ -27,32 +27,27 @@ from transactional.errors import (
 from transactional.factories import build_topology, load_factory, takes_spark
 from transactional.faults import KillAt
 from transactional.interrupt import INTERRUPTED, stop_on_signals
+from transactional.logs import configure_logging
 from transactional.progress import ProgressListener
 from transactional.query_view import query, query_document, query_lines
 from transactional.rewind_view import rewind
 from transactional.session import merged
 from transactional.settings import (
     RunSettings,
+    StoreSettings,
     environment,
+    given_flags,
     load_settings,
+    load_store_settings,
     parse_conf,
     zookeeper_auth,
 )
 from transactional.status_view import look, status_document, status_lines, watch
-from transactional.store import open_store
+from transactional.store import StateStore, open_store
 
 log = logging.getLogger("transactional.cli")
 
 DONE, FAILED, REFUSED = 0, 1, 2
-
-
-def configure_logging(verbose: int) -> None:
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-        stream=sys.stderr,
-    )
 
 
 def _installed_spark_conf() -> dict[str, str]:
@@ -111,17 +106,34 @@ def main(argv: list[str] | None = None) -> int:
         return FAILED
 
 
-def _store_location(args: argparse.Namespace) -> tuple[str | None, str, str | None]:
-    env = environment()
-    zookeeper = args.zookeeper or env.get("TRANSACTIONAL_ZOOKEEPER")
-    state_dir = args.state_dir or env.get("TRANSACTIONAL_STATE_DIR") or ".transactional"
-    return zookeeper, state_dir, zookeeper_auth()
+def _store_settings(args: argparse.Namespace) -> StoreSettings:
+    return load_store_settings(
+        args.config, environment(), given_flags(args, args.command), args.command
+    )
+
+
+def _store(settings: StoreSettings) -> StateStore:
+    """The store, checked to be reachable (``StateStore.preflight``)."""
+    store = open_store(*_store_location(settings))
+    store.preflight()
+    return store
+
+
+def _store_location(settings: StoreSettings) -> tuple[str | None, str, str | None, float]:
+    return (
+        settings.zookeeper,
+        settings.state_dir,
+        zookeeper_auth(),
+        settings.zk_session_timeout,
+    )
 
 
 def _status(args: argparse.Namespace) -> int:
     """Read-only: writes nothing anywhere, for an unknown topology id least of all."""
-    topology_id = _topology_id(args)
-    where = _store_location(args)
+    settings = _store_settings(args)
+    topology_id = _topology_id(settings)
+    where = _store_location(settings)
+    _store(settings)  # reachable: else one line now, not after a connect timeout
     if args.watch:
         watch(where, topology_id, args.factory, args.interval)
         return DONE
@@ -134,11 +146,10 @@ def _status(args: argparse.Namespace) -> int:
     return DONE
 
 
-def _topology_id(args: argparse.Namespace) -> str:
-    topology_id = args.topology_id or environment().get("TRANSACTIONAL_TOPOLOGY_ID")
-    if not topology_id:
+def _topology_id(settings: StoreSettings) -> str:
+    if not settings.topology_id:
         raise ConfigurationError("give --topology-id ID (`transactional list` shows the ids)")
-    return str(topology_id)
+    return settings.topology_id
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -153,39 +164,24 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _rewind(args: argparse.Namespace) -> int:
-    topology_id = _topology_id(args)
-    for line in rewind(args.factory, topology_id, _store_location(args), args.to, args.crash_at):
+    settings = _store_settings(args)
+    topology_id = _topology_id(settings)
+    where = _store_location(settings)
+    _store(settings)
+    for line in rewind(args.factory, topology_id, where, args.to, args.crash_at):
         print(line)
     return DONE
 
 
 def _list(args: argparse.Namespace) -> int:
-    for topology_id in open_store(*_store_location(args)).topology_ids():
+    for topology_id in _store(_store_settings(args)).topology_ids():
         print(topology_id)
     return DONE
 
 
 def _settings(args: argparse.Namespace) -> RunSettings:
-    conf = parse_conf(args.conf)
-    flags: dict[str, Any] = {
-        "topology_id": args.topology_id,
-        "master": args.master,
-        "zookeeper": args.zookeeper,
-        "state_dir": args.state_dir,
-        "batch_size": args.batch_size,
-        "until_drained": args.until_drained,
-        "crash_at": args.crash_at,
-        "max_pending": args.max_pending,
-        "max_group": args.max_group,
-        "max_attempts": args.max_attempts,
-        "attempt_timeout_s": args.attempt_timeout,
-        "leader_timeout_s": args.leader_timeout,
-        "poll_interval_s": args.poll_interval,
-        "poll_max_s": args.poll_max,
-        # An off switch not given leaves the setting to the file, environment and --conf.
-        **{setting: None if getattr(args, setting) else False for setting, _ in RUN_SWITCHES},
-    }
-    return load_settings(args.config, environment(), flags, conf)
+    flags = given_flags(args, "run")
+    return load_settings(args.config, environment(), flags, parse_conf(args.conf))
 
 
 def _batch_size(settings: RunSettings) -> Any:
@@ -206,19 +202,23 @@ def _run(args: argparse.Namespace) -> int:
     with _sigterm_as_ctrl_c():  # nothing started yet: a signal leaves at once
         factory = load_factory(args.factory)
         app = f"transactional-{settings.topology_id}"
+        # Everything that can be checked without Spark is, before its JVM starts: an
+        # unreachable store or sink is one line within seconds.
+        store = _store(settings)
         if takes_spark(factory, args.factory):
             spark = create_spark_session(
                 settings.master, app, {**_installed_spark_conf(), **settings.spark}
             )
             topology = build_topology(factory, args.factory, spark)
+            topology.preflight()
         else:
             topology = build_topology(factory, args.factory)
+            topology.preflight()
             needed = merged(
                 topology.spout.spark_conf(),
                 *(n.committer.spark_conf() for n in topology.committers),
             )
             spark = create_spark_session(settings.master, app, {**needed, **settings.spark})
-        store = open_store(settings.zookeeper, settings.state_dir, zookeeper_auth())
         # A live line on a terminal; otherwise a heartbeat in the logs (-v shows it).
         progress = ProgressListener(
             sys.stderr,

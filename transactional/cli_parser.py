@@ -22,9 +22,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from transactional.faults import FaultPoint
 from transactional.rewind_view import CRASH_POINTS
-from transactional.settings import FLAGS
+from transactional.settings import add_flags
 
 
 def _add_verbose(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
@@ -34,48 +33,17 @@ def _add_verbose(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRE
     )
 
 
-def _add_store_flags(parser: argparse.ArgumentParser) -> None:
+def _add_settings(parser: argparse.ArgumentParser, command: str) -> None:
+    """``-v``, ``--config`` and the flags of ``command``'s settings
+    (``transactional.settings.SETTINGS``)."""
     _add_verbose(parser)
-    parser.add_argument("--zookeeper", metavar="HOSTS", help="ZooKeeper hosts (else SQLite)")
     parser.add_argument(
-        "--state-dir", metavar="DIR", help="directory of the embedded SQLite store (.transactional)"
+        "--config",
+        metavar="FILE",
+        help="a TOML file of settings"
+        + ("" if command == "run" else ", as `run` takes: its topology id and store are read"),
     )
-
-
-#: The runner's settings as flags: (flag, metavar, help).
-_RUN_SETTINGS = (
-    ("--batch-size", "N|auto", "records per new txid, or auto"),
-    ("--max-pending", "K", "txids in flight (default 2)"),
-    ("--max-group", "K", "processed txids committed as one sink write, at most (default 8)"),
-    ("--max-attempts", "N", "failures of a txid before exit 1"),
-    (
-        "--attempt-timeout",
-        "S|none",
-        "seconds an attempt may process, and again commit (default 300; none: no limit)",
-    ),
-    (
-        "--leader-timeout",
-        "S|none",
-        "seconds to wait for leadership, and to get it back (default none: no limit)",
-    ),
-    ("--poll-interval", "S", "idle poll interval (default 1)"),
-    ("--poll-max", "S", "idle poll back-off limit (default 30)"),
-    ("--status-interval", "S", "seconds between status reports to the store (default 2; 0: none)"),
-    ("--metrics-port", "N", "serve Prometheus metrics on this port while the run lasts"),
-    ("--metrics-host", "HOST", "address of the metrics server (default 127.0.0.1)"),
-    (
-        "--start-from",
-        "POS",
-        "where a new topology starts in its source: earliest, latest, an ISO time, a "
-        "version, or KEY=OFFSET,...",
-    ),
-)
-#: Runner settings that are on by default, as flags that turn them off: (setting, help);
-#: the flag is ``settings.FLAGS[setting]``.
-RUN_SWITCHES = (
-    ("check_determinism", "do not store and compare each first emit's count and checksum"),
-    ("warm_up", "skip the warm-up: the spout's sample run through the topology before txid 1"),
-)
+    add_flags(parser, command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,32 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a topology: FACTORY is module:function")
     run.add_argument("factory", metavar="MODULE:FACTORY")
-    run.add_argument("--topology-id", metavar="ID")
-    _add_store_flags(run)
-    run.add_argument("--config", metavar="FILE", help="a TOML file of settings")
-    run.add_argument("--master", help="Spark master URL (default local[*])")
+    _add_settings(run, "run")
     run.add_argument(
         "--conf",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="a Spark setting (spark.*) or a runner setting (e.g. max_pending=4); repeatable",
-    )
-    for flag, metavar, help_text in _RUN_SETTINGS:
-        run.add_argument(flag, metavar=metavar, help=help_text)
-    for setting, help_text in RUN_SWITCHES:
-        run.add_argument(FLAGS[setting], dest=setting, action="store_false", help=help_text)
-    run.add_argument(
-        "--until-drained",
-        action="store_true",
-        default=None,
-        help="stop once the source has nothing new and everything is committed",
-    )
-    run.add_argument(
-        "--crash-at",
-        metavar="POINT:TXID[,...]",
-        help="SIGKILL the process (and its Spark JVM) when txid TXID reaches step POINT "
-        f"({', '.join(p.value for p in FaultPoint)}); for crash tests",
     )
 
     status = commands.add_parser(
@@ -129,7 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="the topology's factory (taking no argument): also show the txid each of its "
         "sinks holds, read from the sink",
     )
-    status.add_argument("--topology-id", metavar="ID", default=None)
     status.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
     status.add_argument(
         "--watch",
@@ -139,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--interval", type=float, default=2.0, metavar="S", help="--watch: seconds between looks"
     )
-    _add_store_flags(status)
+    _add_settings(status, "status")
     query = commands.add_parser(
         "query",
         help="print the values an aggregate state holds for some keys, read from its sink",
@@ -152,8 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
         "keys",
         nargs="+",
         metavar="KEY",
-        help="a key; several key columns joined by ':' (escape ':' and '\\' with '\\'), "
-        "'\\N' for a null",
+        help="a key: a single-column key as it is (a '\\' in it written '\\\\'); the "
+        "columns of a multi-column key joined by ':', a ':' or '\\' inside one escaped "
+        "with '\\'; '\\N' for a null",
     )
     query.add_argument(
         "--committer",
@@ -161,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the committer keeping the state, when several keep one of that name",
     )
     query.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
+    _add_verbose(query)
     back = commands.add_parser(
         "rewind",
         help="roll a topology's sinks and state back to a committed txid, to process "
@@ -169,14 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     back.add_argument(
         "factory", metavar="MODULE:FUNCTION", help="the topology's factory (taking no argument)"
     )
-    back.add_argument("--topology-id", metavar="ID", default=None)
     back.add_argument(
         "--to", type=int, required=True, metavar="TXID", help="the committed txid to go back to"
     )
     back.add_argument(
         "--crash-at", choices=CRASH_POINTS, help="SIGKILL the rewind at that step; for crash tests"
     )
-    _add_store_flags(back)
+    _add_settings(back, "rewind")
     listing = commands.add_parser("list", help="print the topology ids a state store holds")
-    _add_store_flags(listing)
+    _add_settings(listing, "list")
     return parser

@@ -94,6 +94,13 @@ class Committer(ABC):
         the session it creates; user settings (``--conf``) win."""
         return {}
 
+    def preflight(self) -> None:  # noqa: B027 - optional hook
+        """Check, within a few seconds and changing nothing, that the sink can be reached
+        (a server answers, a directory can be written), before Spark starts: the
+        commands call it on a topology built without Spark, so that an unreachable sink
+        is one line at once, not an error after the JVM's start. Raise
+        ``ConfigurationError`` naming what to fix. ``open`` still checks everything."""
+
     def open(self, context: CommitterContext) -> None:  # noqa: B027 - optional hook
         """Called once before the first ``prepare``; check the sink is usable here so that
         bad configuration fails at start."""

@@ -35,7 +35,7 @@ def _crash(point: str, crash_at: str | None) -> None:
 def rewind(
     spec: str,
     topology_id: str,
-    where: tuple[str | None, str, str | None],
+    where: tuple[str | None, str, str | None, float],
     txid: int,
     crash_at: str | None = None,
     wait: float = 5.0,

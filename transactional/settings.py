@@ -1,6 +1,7 @@
-"""The one settings object of ``transactional run``, built at the edge from a config
-file, ``TRANSACTIONAL_*`` environment variables and flags (in that order, each
-overriding the one before); components only ever see the frozen models it builds.
+"""The settings of the ``transactional`` commands, declared once (``SETTINGS``) and
+built at the edge from a config file, ``TRANSACTIONAL_*`` environment variables,
+``--conf`` items and flags (in that order, each overriding the one before); components
+only ever see the frozen models built here.
 
 A config file (``--config topology.toml``)::
 
@@ -17,18 +18,19 @@ A config file (``--config topology.toml``)::
     [spark]                           # any Spark setting
     "spark.sql.shuffle.partitions" = "8"
 
-Environment: ``TRANSACTIONAL_<NAME>`` for every top-level name (``TOPOLOGY_ID``,
-``MASTER``, ``ZOOKEEPER``, ``STATE_DIR``, ``BATCH_SIZE``, ``UNTIL_DRAINED``,
-``CRASH_AT``) and every runner field (``TRANSACTIONAL_MAX_PENDING``, ...).
+Environment: ``TRANSACTIONAL_<NAME>`` for every setting of the table
+(``TRANSACTIONAL_TOPOLOGY_ID``, ``TRANSACTIONAL_MAX_PENDING``, ...).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import tomllib
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,39 +38,231 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from transactional.config import RunnerConfig
 from transactional.errors import ConfigurationError
+from transactional.faults import FaultPoint
 
-#: The flags of ``transactional run`` whose names are not the setting's (for messages).
-FLAGS = {
-    "attempt_timeout_s": "--attempt-timeout",
-    "leader_timeout_s": "--leader-timeout",
-    "poll_interval_s": "--poll-interval",
-    "poll_max_s": "--poll-max",
-    "check_determinism": "--no-determinism-check",
-    "warm_up": "--no-warm-up",
-    "status_interval_s": "--status-interval",
-}
 #: RunnerConfig fields a run may set (the topology id is a top-level setting).
 RUNNER_FIELDS = tuple(name for name in RunnerConfig.model_fields if name != "topology_id")
-_TOP = (
-    "topology_id",
-    "master",
-    "zookeeper",
-    "state_dir",
-    "batch_size",
-    "until_drained",
-    "crash_at",
+
+#: The commands of ``transactional`` that take a setting: ``run``, and the ones that
+#: only look at (or rewind) a topology's state in its store.
+RUN = frozenset({"run"})
+#: The runner's own settings: on ``run`` and on the demo's ``run`` (``examples.tweets``).
+RUNNER = frozenset({"run", "demo"})
+STORE = frozenset({"run", "status", "rewind", "list"})
+TOPOLOGY = frozenset({"run", "status", "rewind"})
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting, declared once: its flag (``--max-pending``), its environment variable
+    (``TRANSACTIONAL_MAX_PENDING``), its key in a config file (at the top, or under
+    ``[runner]`` for a ``RunnerConfig`` field) and in ``--conf`` all come from here, and
+    its type and default from the model field of the same name (``RunSettings`` or
+    ``RunnerConfig``). So a flag cannot be parsed and then dropped: the parser is built
+    from this table, and what it parsed is read back by the same names."""
+
+    name: str
+    help: str
+    #: The value's shape in ``--help``; "" for a switch (a boolean setting).
+    metavar: str = ""
+    #: The flag, when it is not ``--`` and the name dashed (without a ``_s`` suffix;
+    #: ``--no-...`` for a switch that is on by default).
+    option: str = ""
+    commands: frozenset[str] = RUN
+    #: How ``--help`` shows the default, when not as the field's default.
+    default_text: str = ""
+
+    @property
+    def runner(self) -> bool:
+        """A ``RunnerConfig`` field: under ``[runner]`` in a config file."""
+        return self.name in RUNNER_FIELDS
+
+    @property
+    def field(self) -> Any:
+        model = RunnerConfig if self.runner else RunSettings
+        return model.model_fields[self.name]
+
+    @property
+    def switch(self) -> bool:
+        return self.field.annotation in (bool, "bool")
+
+    @property
+    def flag(self) -> str:
+        if self.option:
+            return self.option
+        dashed = self.name.removesuffix("_s").replace("_", "-")
+        return f"--no-{dashed}" if self.switch and self.field.default else f"--{dashed}"
+
+    @property
+    def env(self) -> str:
+        return f"TRANSACTIONAL_{self.name.upper()}"
+
+    def help_text(self) -> str:
+        """The flag's help: what it does, then its default."""
+        default = self.field.default
+        if self.switch or self.field.is_required():
+            return self.help
+        shown = self.default_text or (
+            "" if default is None else f"{default:g}" if isinstance(default, float) else default
+        )
+        return f"{self.help} (default {shown})" if shown else self.help
+
+
+#: Every setting of a run. ``tests/unit/test_settings_table.py`` checks that it names
+#: every field of ``RunSettings`` and ``RunnerConfig``, and that each flag reaches what
+#: it controls.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("topology_id", "the topology's state namespace (required)", "ID", commands=TOPOLOGY),
+    Setting(
+        "zookeeper",
+        "the ZooKeeper state store's servers, host:port[,host:port...][/chroot]",
+        "HOSTS",
+        commands=STORE,
+        default_text="none: the SQLite store in --state-dir",
+    ),
+    Setting(
+        "zk_session_timeout",
+        "seconds a ZooKeeper session outlives a runner that stopped answering (a standby "
+        "takes over after it)",
+        "S",
+        commands=STORE,
+    ),
+    Setting("state_dir", "directory of the embedded SQLite state store", "DIR", commands=STORE),
+    Setting("master", "Spark master URL", "URL"),
+    Setting(
+        "batch_size",
+        "records per new txid, as the spout reads context.batch_size(default); auto: adaptive",
+        "N|auto",
+        default_text="the spout's own",
+    ),
+    Setting("until_drained", "stop once the source has nothing new and everything is committed"),
+    Setting(
+        "crash_at",
+        "SIGKILL the process (and its Spark JVM) when txid TXID reaches step POINT "
+        f"({', '.join(p.value for p in FaultPoint)}); for crash tests",
+        "POINT:TXID[,...]",
+    ),
+    Setting("max_pending", "txids in flight", "K", commands=RUNNER),
+    Setting(
+        "max_group", "processed txids committed as one sink write, at most", "K", commands=RUNNER
+    ),
+    Setting(
+        "group_wait_s",
+        "seconds a processed txid may wait for the ones after it, to commit with them",
+        "S",
+        commands=RUNNER,
+    ),
+    Setting(
+        "max_attempts",
+        "failures of one txid before the run stops with exit 1",
+        "N",
+        commands=RUNNER,
+    ),
+    Setting(
+        "attempt_timeout_s",
+        "seconds an attempt may process, and again commit (none: no limit)",
+        "S|none",
+        commands=RUNNER,
+    ),
+    Setting(
+        "backoff_initial_s", "seconds before a failed txid's first retry", "S", commands=RUNNER
+    ),
+    Setting("backoff_max_s", "retry back-off limit, doubling up to it", "S", commands=RUNNER),
+    Setting("poll_interval_s", "idle poll interval", "S", commands=RUNNER),
+    Setting("poll_max_s", "idle poll back-off limit", "S", commands=RUNNER),
+    Setting(
+        "check_determinism",
+        "do not store and compare each first emit's count and checksum",
+        option="--no-determinism-check",
+        commands=RUNNER,
+    ),
+    Setting(
+        "leader_timeout_s",
+        "seconds to wait for leadership, and to get it back (none: no limit)",
+        "S|none",
+        default_text="none",
+        commands=RUNNER,
+    ),
+    Setting("max_reelections", "leadership losses one run survives", "N", commands=RUNNER),
+    Setting(
+        "warm_up",
+        "skip the warm-up: the spout's sample run through the topology before txid 1",
+        commands=RUNNER,
+    ),
+    Setting(
+        "status_interval_s",
+        "seconds between status reports to the store (0: none)",
+        "S",
+        commands=RUNNER,
+    ),
+    Setting(
+        "metrics_port",
+        "serve Prometheus metrics at http://HOST:N/metrics while the run lasts",
+        "N",
+        default_text="none: no server",
+        commands=RUNNER,
+    ),
+    Setting(
+        "metrics_host",
+        "the metrics server's address (0.0.0.0: every interface)",
+        "HOST",
+        commands=RUNNER,
+    ),
+    Setting(
+        "start_from",
+        "where a new topology starts in its source: earliest, latest, an ISO time, a "
+        "version, or KEY=OFFSET,...; refused on a topology id that has state",
+        "POS",
+        default_text="the spout's own start",
+        commands=RUNNER,
+    ),
 )
+BY_NAME = {s.name: s for s in SETTINGS}
 
 
-class RunSettings(BaseModel):
-    """Everything ``transactional run`` needs besides the topology factory."""
+def settings_of(command: str) -> tuple[Setting, ...]:
+    return tuple(s for s in SETTINGS if command in s.commands)
+
+
+def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flags of ``command``'s settings; each parses to None when not given (a
+    switch: True or False when given), so the file and environment keep their say."""
+    for setting in settings_of(command):
+        if setting.switch:
+            action = "store_false" if setting.flag.startswith("--no-") else "store_true"
+            parser.add_argument(
+                setting.flag, dest=setting.name, action=action, default=None,
+                help=setting.help_text(),
+            )  # fmt: skip
+        else:
+            parser.add_argument(
+                setting.flag, dest=setting.name, metavar=setting.metavar, default=None,
+                help=setting.help_text(),
+            )  # fmt: skip
+
+
+def given_flags(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """What ``add_flags``' flags parsed to, by setting name (None: not given)."""
+    return {s.name: getattr(args, s.name) for s in settings_of(command)}
+
+
+class StoreSettings(BaseModel):
+    """Where a topology's state is: what ``status``, ``rewind`` and ``list`` need."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    topology_id: str | None = Field(default=None, min_length=1)
+    zookeeper: str | None = None
+    #: The ZooKeeper session timeout (``ZooKeeperStateStore(session_timeout=...)``).
+    zk_session_timeout: float = Field(default=10.0, gt=0)
+    state_dir: str = ".transactional"
+
+
+class RunSettings(StoreSettings):
+    """Everything ``transactional run`` needs besides the topology factory."""
+
     topology_id: str = Field(min_length=1)
     master: str = "local[*]"
-    zookeeper: str | None = None
-    state_dir: str = ".transactional"
     #: None: the spout's own size; a number: that many records per new txid (spouts read
     #: it through ``SpoutContext.batch_size``); "auto": adaptive (``transactional.flow``).
     batch_size: int | str | None = None
@@ -110,23 +304,11 @@ def load_settings(
     flags: Mapping[str, Any],
     conf: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunSettings:
-    """File, then environment, then ``--conf`` items (``parse_conf``), then the other
-    flags (None: not given). Raises ``ConfigurationError`` with one line per bad setting,
-    naming it and where it came from."""
-    values: dict[str, Any] = {"runner": {}, "spark": {}}
-    origin: dict[str, str] = {}
-    if config_file:
-        for key, value in _read_file(Path(config_file)).items():
-            _put(values, origin, key, value, f"{config_file}")
-    for key in (*_TOP, *RUNNER_FIELDS):
-        raw = env.get(f"TRANSACTIONAL_{key.upper()}")
-        if raw is not None:
-            _put(values, origin, key, raw, f"TRANSACTIONAL_{key.upper()}")
-    for table, items in (conf or {}).items():
-        _put(values, origin, table, items, "--conf")
-    for key, value in flags.items():
-        if value is not None:
-            _put(values, origin, key, value, FLAGS.get(key, f"--{key.replace('_', '-')}"))
+    """``run``'s settings: the file, then the environment, then ``--conf`` items
+    (``parse_conf``), then the other flags (by setting name; None: not given). Raises
+    ``ConfigurationError`` with one line per bad setting, naming it and where it came
+    from."""
+    values, origin = _gather(config_file, env, flags, conf, "run")
     if "topology_id" not in values:
         raise ConfigurationError(
             "no topology id: give --topology-id ID (or TRANSACTIONAL_TOPOLOGY_ID, or "
@@ -141,6 +323,65 @@ def load_settings(
     except ValidationError as exc:
         raise ConfigurationError(_describe(exc, "runner setting", origin)) from None
     return settings
+
+
+def load_store_settings(
+    config_file: str | None, env: Mapping[str, str], flags: Mapping[str, Any], command: str
+) -> StoreSettings:
+    """The store settings of ``command`` (``status``, ``rewind``, ``list``), from the same
+    sources as ``run``'s: a config file written for ``run`` serves as it is (its other
+    settings are ``run``'s, not read here)."""
+    values, origin = _gather(config_file, env, flags, None, command)
+    try:
+        return StoreSettings(**values)
+    except ValidationError as exc:
+        raise ConfigurationError(_describe(exc, "setting", origin)) from None
+
+
+def _gather(
+    config_file: str | None,
+    env: Mapping[str, str],
+    flags: Mapping[str, Any],
+    conf: Mapping[str, Mapping[str, Any]] | None,
+    command: str,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    taken = {s.name for s in settings_of(command)}
+    values: dict[str, Any] = {"runner": {}, "spark": {}} if command == "run" else {}
+    origin: dict[str, str] = {}
+
+    def put(key: str, value: Any, source: str) -> None:
+        if key in ("runner", "spark"):
+            if command == "run":
+                _put(values, origin, key, value, source)
+            return
+        if key in taken:
+            _put(values, origin, key, value, source)
+
+    if config_file:
+        for key, value in _read_file(Path(config_file)).items():
+            put(key, value, config_file)
+    for setting in SETTINGS:
+        raw = env.get(setting.env)
+        if raw is not None:
+            put(setting.name, raw, setting.env)
+    for table, items in (conf or {}).items():
+        put(table, items, "--conf")
+    for key, value in flags.items():
+        if value is not None:
+            put(key, value, BY_NAME[key].flag if key in BY_NAME else f"--{key}")
+    return values, origin
+
+
+def flags_runner_config(topology_id: str, flags: Mapping[str, Any]) -> RunnerConfig:
+    """A ``RunnerConfig`` from the runner settings' flags alone (by setting name; None:
+    not given), for a command that has no config file (the demo's ``run``); a bad value
+    is one ``ConfigurationError`` naming its flag."""
+    given = {name: _runner_value(name, v) for name, v in flags.items() if v is not None}
+    origin = {f"runner.{name}": BY_NAME[name].flag for name in given}
+    try:
+        return RunnerConfig(topology_id=topology_id, **given)
+    except ValidationError as exc:
+        raise ConfigurationError(_describe(exc, "runner setting", origin)) from None
 
 
 def parse_conf(items: list[str]) -> dict[str, Any]:
@@ -172,7 +413,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigurationError(f"config file {path} does not exist") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigurationError(f"config file {path} cannot be read as TOML: {exc}") from None
-    allowed = {*_TOP, "runner", "spark"}
+    allowed = {*(setting.name for setting in SETTINGS if not setting.runner), "runner", "spark"}
     misplaced = sorted(set(data) & set(RUNNER_FIELDS))
     if misplaced:
         raise ConfigurationError(

@@ -85,8 +85,14 @@ class _SpoutBase(ABC, Generic[M]):
         progress displays from any thread: it must not do I/O."""
         return None
 
+    def preflight(self) -> None:
+        """Check, within a few seconds and changing nothing, that the source can be
+        reached (a broker answers, a topic exists), before Spark starts; raise
+        ``ConfigurationError`` naming what to fix. It may be called before ``open``, on
+        a spout that is then opened as usual. Default: nothing to check."""
+
     def open(self, context: SpoutContext) -> None:
-        """Called once before any other method."""
+        """Called once before any other method (but ``preflight``)."""
 
     def close(self) -> None:
         """Called once when the runner stops."""

@@ -4,16 +4,18 @@ a person, one JSON object for a script, or a live table (``--watch``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from transactional.errors import TransactionalError
 from transactional.factories import topology_without_spark
-from transactional.store import JsonValue, StoredState, open_store
+from transactional.store import JsonValue, StoredHistory, StoredState, open_store
 
-#: Where the state store is: ZooKeeper hosts (None: SQLite) and the SQLite directory.
-#: Where the state is: ZooKeeper hosts (None: SQLite), the state directory, and the
-#: ZooKeeper credentials (``user:password``; None: none).
-Where = tuple[str | None, str, str | None]
+#: Where the state is: ZooKeeper hosts (None: SQLite), the state directory, the
+#: ZooKeeper credentials (``user:password``; None: none) and session timeout: the
+#: arguments of ``open_store``.
+Where = tuple[str | None, str, str | None, float]
 
 __all__ = ["look", "sinks", "status_document", "status_lines", "status_table", "watch"]
 
@@ -25,10 +27,12 @@ def status_document(
     sinks: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything ``status`` knows, as JSON values: ``currtx``, the stored metadata of
-    each txid still kept (and its partitions'), the commit group, the runner's last
-    report (null: no runner has reported), the txids a rewind can go back to, an
-    unfinished rewind and, given the topology, each sink's txid (``{"committer",
-    "txid"}``, or ``"error"``)."""
+    each txid the store keeps (and its partitions'): the kept ones below the last
+    committed (``state.history``, when read), the last committed and every one started
+    since, the commit group, the runner's last report (null: no runner has reported),
+    the txids a rewind can go back to, an unfinished rewind and, given the topology,
+    each sink's txid (``{"committer", "txid"}``, or ``"error"``)."""
+    metas, partitions = _stored(state)
     return {
         "topology_id": topology_id,
         "currtx": state.currtx,
@@ -36,10 +40,10 @@ def status_document(
         "stored": {
             str(txid): {
                 "committed": txid < state.currtx,
-                "meta": state.metas[txid],
-                "partitions": {str(p): m for p, m in state.partitions.get(txid, {}).items()},
+                "meta": metas[txid],
+                "partitions": {str(p): m for p, m in sorted(partitions.get(txid, {}).items())},
             }
-            for txid in sorted(state.metas)
+            for txid in sorted(metas)
         },
         "group": list(state.group) if state.group else None,
         "rewind_targets": state.rewind_targets,
@@ -63,12 +67,44 @@ def status_lines(
         )
     lines += _report_lines(report)
     lines += _sink_lines(sinks, state.currtx - 1)
+    if state.kept:
+        # Up to ``history`` of them (100 by default): one line, their metadata in --json.
+        lines.append(
+            f"  kept for rewinds: {len(state.kept)} committed txid"
+            f"{'' if len(state.kept) == 1 else 's'} ({_spans(state.kept)}); `transactional "
+            "status --json` shows the metadata of each"
+        )
     for txid in sorted(state.metas):
         status = "committed" if txid < state.currtx else "started"
         lines.append(f"  txid {txid} ({status}): {state.metas[txid]}")
         for p, meta in sorted(state.partitions.get(txid, {}).items()):
             lines.append(f"    partition {p}: {meta}")
     return lines
+
+
+def _stored(
+    state: StoredState,
+) -> tuple[dict[int, JsonValue], dict[int, Mapping[int, JsonValue]]]:
+    """The metadata and partition metadata of every txid the store keeps: the kept ones
+    below the last committed that ``state.history`` holds (those ``state.kept`` names:
+    the history, read apart, may have dropped the oldest since, or hold later ones),
+    then the last committed and the started ones (``state.metas``)."""
+    history = state.history or StoredHistory()
+    kept = [t for t in state.kept if t in history.metas]
+    metas = {t: history.metas[t] for t in kept} | dict(state.metas)
+    partitions = {t: history.partitions[t] for t in kept if t in history.partitions}
+    return metas, partitions | dict(state.partitions)
+
+
+def _spans(txids: tuple[int, ...]) -> str:
+    """Sorted txids as runs: ``1..3, 7``."""
+    spans: list[list[int]] = []
+    for t in txids:
+        if spans and t == spans[-1][1] + 1:
+            spans[-1][1] = t
+        else:
+            spans.append([t, t])
+    return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in spans)
 
 
 def _report_lines(report: JsonValue | None) -> list[str]:
@@ -146,13 +182,18 @@ def status_table(document: dict[str, Any]) -> Any:
     return table
 
 
-def look(where: Where, topology_id: str, factory: str | None) -> tuple[Any, Any, Any]:
-    """The topology's stored state, its runner's last report and, given the factory,
+def look(
+    where: Where, topology_id: str, factory: str | None, history: bool = True
+) -> tuple[Any, Any, Any]:
+    """The topology's stored state (with ``history``, unless told not to: the metadata
+    of the txids kept for rewinds), its runner's last report and, given the factory,
     what each sink holds: all read only."""
     store = open_store(*where)
     store.open(topology_id, read_only=True)
     try:
         state, report = store.read_state(), store.read_status()
+        if history:
+            state = replace(state, history=store.read_history())
     finally:
         store.close()
     return state, report, sinks(topology_id, factory)
@@ -185,7 +226,9 @@ def watch(where: Where, topology_id: str, factory: str | None, interval: float) 
     from rich.live import Live
 
     def render() -> Any:
-        return status_table(status_document(topology_id, *look(where, topology_id, factory)))
+        # The table shows no stored txid: the kept ones' metadata is not read.
+        looked = look(where, topology_id, factory, history=False)
+        return status_table(status_document(topology_id, *looked))
 
     try:
         with Live(render(), auto_refresh=False) as live:

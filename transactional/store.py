@@ -16,6 +16,17 @@ JsonValue = Any
 
 
 @dataclass(frozen=True)
+class StoredHistory:
+    """What a store keeps of the committed txids below ``currtx - 1`` for rewinds
+    (``StoredState.kept``), as ``StateStore.read_history`` reads it: ``metas`` maps each
+    such txid to its coordinator metadata, ``partitions`` txid -> partition -> metadata
+    (a txid without partition metadata has no entry)."""
+
+    metas: Mapping[int, JsonValue] = field(default_factory=dict)
+    partitions: Mapping[int, Mapping[int, JsonValue]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class StoredState:
     """Everything a runner needs to resume: ``currtx`` is the next txid to commit,
     ``metas`` maps started-and-not-cleaned txids to their coordinator metadata,
@@ -37,6 +48,10 @@ class StoredState:
     kept: tuple[int, ...] = ()
     #: The txid of a rewind begun and not finished (``begin_rewind``): no run may start.
     rewinding: int | None = None
+    #: The metadata of the ``kept`` txids, for a person or a script to see
+    #: (``transactional status``): ``read_state`` leaves it None (the runner never needs
+    #: it, and its read at start stays as fast); ``StateStore.read_history`` reads it.
+    history: StoredHistory | None = None
 
     @property
     def rewind_targets(self) -> list[int]:
@@ -75,6 +90,12 @@ class StateStore(ABC):
         status``): write nothing (create no file, table or node), and raise
         ``UnknownTopologyError`` if the store holds no state for ``topology_id``."""
 
+    def preflight(self) -> None:  # noqa: B027 - optional hook
+        """Check, within a few seconds and changing nothing, that the store can be reached,
+        before anything slow starts (the commands call it before Spark's JVM): raise
+        ``StoreUnavailableError`` or ``ConfigurationError`` naming what to fix. Default:
+        nothing to check."""
+
     @abstractmethod
     def topology_ids(self) -> list[str]:
         """The topology ids this store holds state for, sorted; reads only, and needs no
@@ -112,6 +133,17 @@ class StateStore(ABC):
     @abstractmethod
     def read_state(self) -> StoredState:
         """Read ``currtx`` and all stored metadata."""
+
+    def read_history(self) -> StoredHistory:
+        """The metadata, and partition metadata, of every committed txid the store keeps
+        below ``currtx - 1`` for rewinds (``StoredState.kept``, at most ``history`` of
+        them), as the values ``start_transaction`` and ``advance`` stored. For people and
+        scripts (``transactional status``), never for the runner: it reads only, works on
+        a store opened ``read_only``, and may be slow for a long history. It is a read of
+        its own: if a runner advances meanwhile, it may hold txids ``read_state`` saw as
+        ``currtx - 1`` or no longer hold the oldest ones. Default: nothing (a store that
+        keeps no history; one that keeps some must override this)."""
+        return StoredHistory()
 
     @abstractmethod
     def start_transaction(
@@ -183,10 +215,14 @@ class StateStore(ABC):
 
 
 def open_store(
-    zookeeper: str | None, state_dir: str, zookeeper_auth: str | None = None
+    zookeeper: str | None,
+    state_dir: str,
+    zookeeper_auth: str | None = None,
+    zk_session_timeout: float = 10.0,
 ) -> StateStore:
     """The ZooKeeper store if hosts are given (with digest credentials
-    ``zookeeper_auth``, ``user:password``, if given), else the embedded SQLite store in
+    ``zookeeper_auth``, ``user:password``, if given, and the session timeout
+    ``zk_session_timeout``), else the embedded SQLite store in
     ``state_dir`` (found through the ``transactional.stores`` entry points, so this
     package never imports the stores themselves)."""
     name = "zookeeper" if zookeeper else "sqlite"
@@ -198,5 +234,7 @@ def open_store(
         )
     store_cls = found[name].load()
     if zookeeper:
-        return store_cls(zookeeper, credentials=zookeeper_auth)  # type: ignore[no-any-return]
+        return store_cls(  # type: ignore[no-any-return]
+            zookeeper, session_timeout=zk_session_timeout, credentials=zookeeper_auth
+        )
     return store_cls(Path(state_dir) / "state.db")  # type: ignore[no-any-return]

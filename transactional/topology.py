@@ -11,7 +11,7 @@ from typing import Any
 from transactional.bolt import DEFAULT_STREAM, Bolt
 from transactional.committer import Committer
 from transactional.contracts import component
-from transactional.errors import TopologyValidationError
+from transactional.errors import ConfigurationError, TopologyValidationError
 from transactional.spout import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
@@ -55,6 +55,19 @@ class Topology:
     @property
     def kind(self) -> SpoutKind:
         return self.spout.kind
+
+    def preflight(self) -> None:
+        """The spout's and each committer's ``preflight`` (their servers answer, their
+        directories can be written), before Spark starts; the first that cannot is a
+        ``ConfigurationError`` naming it and what to fix."""
+        self.spout.preflight()
+        for node in self.committers:
+            try:
+                node.committer.preflight()
+            except ConfigurationError as exc:
+                raise ConfigurationError(
+                    f"committer {node.name!r} ({type(node.committer).__name__}): {exc}"
+                ) from None
 
 
 class TopologyBuilder:

@@ -17,6 +17,7 @@ from typing import TextIO
 from examples.tweets.progress import configure_logging, kv
 from transactional.errors import ConfigurationError, StoreUnavailableError, TransactionalError
 from transactional.faults import FaultPoint
+from transactional.settings import add_flags
 
 __all__ = ["build_parser", "main"]
 
@@ -167,38 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --batch-size auto: seconds one txid may take end to end (default: %(default)s)",
     )
     run.add_argument(
-        "--max-pending", type=int, default=2, metavar="K", help="txids in flight at once"
+        "--topology-id",
+        default="tweets",
+        metavar="ID",
+        help="the topology's state namespace (default: %(default)s)",
     )
-    run.add_argument(
-        "--max-group",
-        type=int,
-        default=8,
-        metavar="K",
-        help="processed txids committed as one sink write, at most (default: %(default)s)",
-    )
-    run.add_argument(
-        "--group-wait",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="seconds a processed txid may wait for the ones after it to join its commit "
-        "group (default: %(default)s)",
-    )
-    run.add_argument(
-        "--max-attempts",
-        type=int,
-        default=10,
-        metavar="N",
-        help="attempts of one txid before the run stops with an error naming it (default: 10)",
-    )
-    run.add_argument("--topology-id", default="tweets", metavar="ID")
-    run.add_argument(
-        "--no-warm-up",
-        dest="warm_up",
-        action="store_false",
-        help="skip the warm-up (256 sample records through the topology before txid 1, "
-        "committing nothing)",
-    )
+    # The runner's own settings: the same flags as `transactional run`'s, from one table.
+    add_flags(run, "demo")
     run.add_argument(
         "--until-drained",
         action="store_true",
@@ -259,10 +235,11 @@ def _load(args: argparse.Namespace, out: TextIO) -> None:
 
 def _run(args: argparse.Namespace, out: TextIO) -> None:
     from examples.tweets.commands import RunOptions, run
-    from transactional.settings import zookeeper_auth
+    from transactional.settings import given_flags, zookeeper_auth
 
-    options = {k: v for k, v in vars(args).items() if k not in ("command", "verbose")}
-    run(RunOptions(**options, zookeeper_auth=zookeeper_auth()), out)
+    runner = given_flags(args, "demo")
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", *runner)}
+    run(RunOptions(**options, runner=runner, zookeeper_auth=zookeeper_auth()), out)
 
 
 def _show(args: argparse.Namespace, out: TextIO) -> None:

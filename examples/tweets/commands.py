@@ -72,6 +72,7 @@ def run(opts: RunOptions, out: TextIO) -> None:
         committers if len(committers) > 1 else committers[opts.sink],
         record_ids=opts.record_ids,
     )
+    topology.preflight()  # Kafka's broker and topic; the sinks were checked above
     store = make_store(opts)
     crash = crash_plan(opts.crash_at) if opts.crash_at else None
     faults = combine(

@@ -5,8 +5,8 @@ not after a JVM start."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,9 @@ class RunOptions:
     topic: str = "tweets"
     batch_size: int | str = 1000  # or "auto": adaptive, see transactional.flow
     target_latency: float = 10.0
-    max_pending: int = 2
-    max_group: int = 8
-    group_wait: float = 0.0
-    max_attempts: int = 10
-    warm_up: bool = True
+    #: The runner's settings given as flags (``transactional.settings.SETTINGS``, the
+    #: same flags as ``transactional run``'s), by name; the rest are RunnerConfig's.
+    runner: Mapping[str, Any] = field(default_factory=dict)
     topology_id: str = "tweets"
     until_drained: bool = False
     fail_rate: float = 0.0
@@ -146,31 +144,10 @@ def crash_plan(spec: str) -> Any:
 
 
 def runner_config(opts: RunOptions) -> Any:
-    from pydantic import ValidationError
+    """The runner's config: the topology id, and the runner settings' flags."""
+    from transactional.settings import flags_runner_config
 
-    from transactional.config import RunnerConfig
-
-    try:
-        return RunnerConfig(
-            topology_id=opts.topology_id,
-            max_pending=opts.max_pending,
-            max_group=opts.max_group,
-            group_wait_s=opts.group_wait,
-            max_attempts=opts.max_attempts,
-            warm_up=opts.warm_up,
-        )
-    except ValidationError as e:
-        flags = {
-            "topology_id": "--topology-id",
-            "max_pending": "--max-pending",
-            "max_group": "--max-group",
-            "group_wait_s": "--group-wait",
-            "max_attempts": "--max-attempts",
-        }
-        problems = "; ".join(
-            f"{flags.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigurationError(f"bad runner configuration: {problems}") from None
+    return flags_runner_config(opts.topology_id, opts.runner)
 
 
 def fixed_batch_size(opts: RunOptions) -> int:
@@ -212,44 +189,14 @@ def check_redis(url: str, flag: str = "--redis-url") -> None:
 def check_zookeeper(hosts: str) -> None:
     """Fail at once when no server of ``hosts`` accepts a connection, instead of after
     Spark's start and the store's connect timeout."""
-    import socket
+    from coordinators import ZooKeeperStateStore
 
-    from kazoo.hosts import collect_hosts
-
-    try:
-        servers, _chroot = collect_hosts(hosts)
-    except ValueError as e:
-        raise ConfigurationError(
-            f"--zookeeper {hosts!r} is not host:port[,host:port...][/chroot]: {e}"
-        ) from None
-    problems = []
-    for host, port in servers:
-        try:
-            socket.create_connection((host, port), timeout=3).close()
-            return
-        except OSError as e:
-            problems.append(f"{host}:{port}: {e.strerror or e}")
-    raise ConfigurationError(
-        f"cannot reach ZooKeeper at {hosts} ({'; '.join(problems) or 'no servers given'}): "
-        "start the ZooKeeper servers there or fix --zookeeper"
-    )
+    ZooKeeperStateStore(hosts).preflight()
 
 
 def check_delta_path(path: str) -> None:
     """Refuse a ``--delta-path`` that cannot become a directory before anything starts
     (a local path only: a remote one is checked when the tables are opened)."""
-    if "://" in path:
-        return
-    target = existing = Path(path)
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ConfigurationError(
-            f"--delta-path {path} cannot be a directory: {existing} is a file; pass the "
-            "path of a directory (it is created if missing)"
-        )
-    if existing != target and not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigurationError(
-            f"--delta-path {path} cannot be created: {existing} is not writable; pass a "
-            "directory this user may write"
-        )
+    from transactional.preflight import check_writable_dir
+
+    check_writable_dir(path, "--delta-path")

@@ -108,3 +108,24 @@ def slow_to_build() -> Topology:
 
 def not_a_topology() -> Any:
     return {"spout": "numbers"}
+
+
+def numbers_from_kafka() -> Topology:
+    """The values of the Kafka topic ``$CLI_KAFKA_TOPIC`` at ``$CLI_KAFKA``, by length,
+    into the Redis hash ``lengths``."""
+    from transactional.sources.kafka import KafkaPartitionedSpout
+
+    sink = RedisCommitter(os.environ["CLI_REDIS_URL"], {"default": CounterTable("lengths", ("n",))})
+    spout = KafkaPartitionedSpout(os.environ["CLI_KAFKA"], os.environ["CLI_KAFKA_TOPIC"])
+    return (
+        TopologyBuilder()
+        .set_spout(spout)
+        .set_bolt("length", Lengths())
+        .set_committer("sink", sink, "length")
+        .build()
+    )
+
+
+class Lengths(Bolt):
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        return batch.groupBy(F.length("raw").alias("n")).count()

@@ -376,7 +376,11 @@ def test_status_and_list_on_sqlite_never_write(redis_url: str, tmp_path: Path) -
     assert known.returncode == 0, known.stderr
     shown = known.stdout.splitlines()
     assert shown[0] == "topology numbers: currtx=4"
-    assert shown[-1] == "  txid 3 (committed): {'count': 20, 'start': 100}"
+    assert shown[-2:] == [
+        "  kept for rewinds: 2 committed txids (1..2); `transactional status --json` shows "
+        "the metadata of each",
+        "  txid 3 (committed): {'count': 20, 'start': 100}",
+    ]
     assert shown[1].startswith("  runner: stopped on ")
     assert shown[2].startswith("  txids: last committed 3, last stored 3; 3 committed by this run")
     assert shown[3].startswith("  records: 120 committed, ")
@@ -384,9 +388,12 @@ def test_status_and_list_on_sqlite_never_write(redis_url: str, tmp_path: Path) -
     assert scripted.returncode == 0, scripted.stderr
     document = json.loads(scripted.stdout)
     assert (document["currtx"], document["last_committed"]) == (4, 3)
-    assert document["stored"] == {
-        "3": {"committed": True, "meta": {"count": 20, "start": 100}, "partitions": {}}
+    assert document["stored"] == {  # 1 and 2 kept for rewinds: with their metadata too
+        "1": {"committed": True, "meta": {"count": 50, "start": 0}, "partitions": {}},
+        "2": {"committed": True, "meta": {"count": 50, "start": 50}, "partitions": {}},
+        "3": {"committed": True, "meta": {"count": 20, "start": 100}, "partitions": {}},
     }
+    assert document["rewind_targets"] == [0, 1, 2, 3]
     assert document["sinks"] is None  # no factory given: the sinks are not read
     runner = document["runner"]
     assert (runner["running"], runner["in_flight"], runner["last_error"]) == (False, [], None)

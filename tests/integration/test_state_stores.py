@@ -22,7 +22,8 @@ from transactional.errors import (
     LostLeadershipError,
     StoreUnavailableError,
 )
-from transactional.store import StateStore, StoredState, TopologyIdentity
+from transactional.status_view import Where, look, status_document, status_lines
+from transactional.store import StateStore, StoredHistory, StoredState, TopologyIdentity
 from transactional.testing.servers import free_port
 
 pytestmark = pytest.mark.integration
@@ -66,6 +67,10 @@ class Backend:
     _make: Callable[[int], StateStore]
     #: Makes a leading store lose leadership without its knowing (a "zombie").
     steal: Callable[[StateStore], None]
+    #: The store as ``transactional status`` finds it (``open_store``'s arguments).
+    where: Where
+    #: Everything the backend holds, to tell that a look wrote nothing.
+    snapshot: Callable[[], object]
     opened: list[StateStore] = field(default_factory=list)
 
     def open(self, topology_id: str = TOPOLOGY, history: int = 0) -> StateStore:
@@ -76,17 +81,35 @@ class Backend:
         self.opened.append(store)
         return store
 
+    def open_read_only(self, topology_id: str = TOPOLOGY) -> StateStore:
+        """A store opened as ``transactional status`` opens it (its own ``history`` 0:
+        what it reads does not depend on it)."""
+        store = self._make(0)
+        store.open(topology_id, read_only=True)
+        self.opened.append(store)
+        return store
+
 
 @pytest.fixture(params=["sqlite", "zookeeper"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "sqlite":
-        db = tmp_path / "state" / "store.db"
+        db = tmp_path / "state" / "state.db"
 
         def unlink_lock(store: StateStore) -> None:
             assert isinstance(store, SQLiteStateStore)
             store.lock_path.unlink()
 
-        b = Backend("sqlite", str(db), lambda h: SQLiteStateStore(db, history=h), unlink_lock)
+        def files() -> object:
+            return {f.name: (f.read_bytes(), f.stat().st_mtime_ns) for f in db.parent.iterdir()}
+
+        b = Backend(
+            "sqlite",
+            str(db),
+            lambda h: SQLiteStateStore(db, history=h),
+            unlink_lock,
+            (None, str(db.parent), None, 10.0),
+            files,
+        )
     else:
         hosts = request.getfixturevalue("zk_hosts")
 
@@ -99,6 +122,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
             hosts,
             lambda h: ZooKeeperStateStore(hosts, session_timeout=4.0, history=h),
             expire,
+            (hosts, "", None, 10.0),
+            lambda: znodes(hosts),
         )
     yield b
     for store in b.opened:
@@ -392,6 +417,84 @@ def test_retract_and_record_digest_are_fenced(backend: Backend) -> None:
     assert new.read_state() == StoredState(currtx=1, metas={1: meta(1)}, partitions={})
 
 
+def rich_meta(txid: int) -> dict[str, object]:
+    return {**meta(txid), "nested": {"keys": ["a", "é"], "x": [txid, 2.5, None, True]}}
+
+
+def commit_with_history(
+    store: StateStore, last: int, started: int
+) -> dict[int, tuple[object, dict[int, object]]]:
+    """Commit txids 1..``last`` one by one, then start the ones up to ``started``; what
+    was written, txid -> (metadata, partition -> metadata): partition 0 at each start,
+    partition 1 of each odd committed txid at its advance (as an opaque spout stores
+    it), and txid 3's partition 0 replaced at its advance."""
+    store.register(TopologyIdentity(spout="s.Spout", kind="opaque"))  # what a run does
+    written: dict[int, tuple[object, dict[int, object]]] = {}
+    for txid in range(1, started + 1):
+        store.start_transaction(txid, rich_meta(txid), {0: part(txid, 0)})
+        written[txid] = (rich_meta(txid), {0: part(txid, 0)})
+        if txid > last:
+            continue
+        at_advance: dict[int, object] = {1: part(txid, 1)} if txid % 2 else {}
+        if txid == 3:
+            at_advance[0] = {"replaced": True}
+        store.advance(txid, at_advance)
+        written[txid][1].update(at_advance)
+    return written
+
+
+def test_read_history_reads_the_kept_txids_and_writes_nothing(backend: Backend) -> None:
+    store = leader(backend, history=3)
+    store.register(TopologyIdentity(spout="s.Spout", kind="opaque"))
+    empty = backend.open_read_only()
+    assert empty.read_history() == StoredHistory()  # nothing committed yet
+    empty.close()
+    written = commit_with_history(store, last=6, started=8)
+    store.close()
+    before = backend.snapshot()
+    reader = backend.open_read_only()
+    # advance(6) kept 6 - 3 = 3 and above; 6 itself is read_state's, not the history's.
+    assert reader.read_history() == StoredHistory(
+        metas={t: written[t][0] for t in (3, 4, 5)},
+        partitions={t: written[t][1] for t in (3, 4, 5)},
+    )
+    assert reader.read_state().kept == (3, 4, 5)
+    reader.close()
+    assert backend.snapshot() == before
+
+
+@pytest.mark.parametrize(("history", "kept"), [(3, [3, 4, 5]), (2, [4, 5]), (0, [])])
+def test_status_lists_every_stored_txid_with_its_metadata(
+    backend: Backend, history: int, kept: list[int]
+) -> None:
+    store = leader(backend, history=history)  # still leading: a look at a live topology
+    written = commit_with_history(store, last=6, started=8)
+    state, report, sinks = look(backend.where, TOPOLOGY, None)
+    document = json.loads(json.dumps(status_document(TOPOLOGY, state, report, sinks)))
+    assert document["rewind_targets"] == [0, *kept, 6]
+    assert document["stored"] == {
+        str(txid): {
+            "committed": txid <= 6,
+            "meta": written[txid][0],
+            "partitions": {str(p): m for p, m in written[txid][1].items()},
+        }
+        for txid in [*kept, 6, 7, 8]
+    }
+    lines = status_lines(TOPOLOGY, state, report, sinks)
+    summary = [line for line in lines if line.startswith("  kept for rewinds: ")]
+    assert summary == (
+        [
+            f"  kept for rewinds: {len(kept)} committed txids ({kept[0]}..{kept[-1]}); "
+            "`transactional status --json` shows the metadata of each"
+        ]
+        if kept
+        else []
+    )
+    # Each txid from the last committed up has its lines; the kept ones only the summary.
+    shown = [int(line.split()[1]) for line in lines if line.startswith("  txid ")]
+    assert shown == [6, 7, 8]
+
+
 def test_identity_is_stored_once_and_mismatch_refused(backend: Backend) -> None:
     identity = TopologyIdentity(spout="examples.tweets.TweetSpout", kind="transactional")
     store = leader(backend)
@@ -512,6 +615,24 @@ def zk(hosts: str) -> KazooClient:
     client = KazooClient(hosts=hosts)
     client.start(timeout=15)
     return client
+
+
+def znodes(hosts: str) -> dict[str, tuple[bytes, int, int, int]]:
+    """Every node under the chroot of ``hosts``: its data, version, child version and
+    last change (zxid)."""
+    client = zk(hosts)
+    try:
+        found: dict[str, tuple[bytes, int, int, int]] = {}
+        todo = ["/"]
+        while todo:
+            path = todo.pop()
+            data, stat = client.get(path)
+            found[path] = (data, stat.version, stat.cversion, stat.mzxid)
+            todo += [f"{path.rstrip('/')}/{child}" for child in client.get_children(path)]
+        return found
+    finally:
+        client.stop()
+        client.close()
 
 
 def test_zookeeper_layout(zk_hosts: str) -> None:

@@ -232,6 +232,8 @@ def test_run_refuses_max_pending_0_with_exit_2_and_one_line(
         (["run", "m:f", "-vv"], 2),
         (["status", "-v", "--topology-id", "t"], 1),
         (["list", "--verbose"], 1),
+        (["query", "m:f", "state", "key", "-v"], 1),
+        (["rewind", "m:f", "--to", "1", "-vv"], 2),
     ],
 )
 def test_verbose_before_or_after_the_command(argv: list[str], verbose: int) -> None:

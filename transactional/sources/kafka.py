@@ -174,6 +174,10 @@ class _KafkaTopic(SourceBase):
     def spark_conf(self) -> Mapping[str, str]:
         return kafka_spark_conf()
 
+    def preflight(self) -> None:
+        """The broker answers and the topic exists, asked with a short timeout."""
+        self.offsets.count(at_open=True, timeout_s=min(self.offsets.timeout_s, 4.0))
+
     def open(self, context: SpoutContext) -> None:
         super().open(context)
         self.start_from(lambda text: parse_start(text, type(self).__name__, key=int, value=int))

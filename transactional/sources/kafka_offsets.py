@@ -90,22 +90,23 @@ class KafkaOffsets:
 
     # -- partitions -----------------------------------------------------------------
 
-    def count(self, at_open: bool = False) -> int:
+    def count(self, at_open: bool = False, timeout_s: float | None = None) -> int:
         """The topic's partition count. At ``open`` a broker that cannot be reached or a
         missing topic is bad configuration (``ConfigurationError``, the run stops);
         later it is a failure of the txid at hand (``EmitError``, retried), as when the
-        broker restarts."""
+        broker restarts. ``timeout_s``: for this question only (default the spout's)."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         from confluent_kafka import KafkaException
 
         error = ConfigurationError if at_open else EmitError
         where = redact_url(self.bootstrap_servers)
         try:
-            metadata = self.admin.list_topics(topic=self.topic, timeout=self.timeout_s)
+            metadata = self.admin.list_topics(topic=self.topic, timeout=timeout)
             found = metadata.topics.get(self.topic)
             if found is not None and found.error is None:
                 self._count = len(found.partitions)
                 return self._count
-            known = self.admin.list_topics(timeout=self.timeout_s).topics
+            known = self.admin.list_topics(timeout=timeout).topics
         except KafkaException as e:
             self._failed(e)
             raise error(

@@ -39,6 +39,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
+from transactional.preflight import SECONDS, check_redis
 from transactional.secrets import redact_url
 from transactional.sources.base import SourceBase, parse_start, split_frame
 from transactional.sources.stream_entries import (
@@ -154,6 +155,19 @@ class _Streams(SourceBase):
                 name: self._client.register_script(script) for name, script in SCRIPTS.items()
             }
         return self._client
+
+    def preflight(self) -> None:
+        """One PING, with a few seconds to connect."""
+        import redis
+
+        timeout = SECONDS
+        client = redis.Redis.from_url(
+            self.url, socket_connect_timeout=timeout, socket_timeout=timeout
+        )
+        try:
+            check_redis(client, self.url)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{self.who}: {exc}") from None
 
     def open(self, context: SpoutContext) -> None:
         super().open(context)
