@@ -23,7 +23,7 @@ import redis
 from tests.e2e.test_cli import CLI, ROOT, buckets, cli, env, held
 from transactional.testing.servers import free_port
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: three whole runs
 
 
 def scrape(port: int) -> str | None:

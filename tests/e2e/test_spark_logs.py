@@ -220,6 +220,7 @@ def assert_filtered(out: list[str], err: list[str]) -> None:
     ], err
 
 
+@pytest.mark.slow  # make test-slow: two Spark JVMs, ours and a plain builder's
 def test_the_incubator_warning_is_left_out_of_a_sessions_stderr_and_nothing_else() -> None:
     out, err = trivial_job("local[1]", "ours")
     assert_filtered(out, err)
