@@ -242,9 +242,7 @@ class SQLiteStateStore(FencedStore):
         except sqlite3.Error as exc:
             rollback(conn)
             raise CoordinatorError(f"cannot read the state store {self.path}: {exc}") from exc
-        partitions: dict[int, dict[int, JsonValue]] = {}
-        for txid, partition, meta in parts:
-            partitions.setdefault(txid, {})[partition] = decode(meta)
+        partitions = _by_txid(parts)
         return StoredState(
             currtx=currtx,
             metas={txid: decode(meta) for txid, meta in metas},
@@ -274,9 +272,7 @@ class SQLiteStateStore(FencedStore):
         except sqlite3.Error as exc:
             rollback(conn)
             raise CoordinatorError(f"cannot read the state store {self.path}: {exc}") from exc
-        partitions: dict[int, dict[int, JsonValue]] = {}
-        for txid, partition, meta in parts:
-            partitions.setdefault(txid, {})[partition] = decode(meta)
+        partitions = _by_txid(parts)
         return StoredHistory(
             metas={txid: decode(meta) for txid, meta in metas}, partitions=partitions
         )
@@ -405,3 +401,11 @@ class SQLiteStateStore(FencedStore):
                 )
             for table in ("commit_group", "rewind"):
                 conn.execute(f"DELETE FROM {table} WHERE topology_id = ?", (self._tid,))
+
+
+def _by_txid(rows: list[tuple[int, int, str]]) -> dict[int, dict[int, JsonValue]]:
+    """``(txid, partition, meta)`` rows as txid -> partition -> decoded metadata."""
+    partitions: dict[int, dict[int, JsonValue]] = {}
+    for txid, partition, meta in rows:
+        partitions.setdefault(txid, {})[partition] = decode(meta)
+    return partitions
