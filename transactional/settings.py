@@ -108,9 +108,10 @@ class Setting:
         return f"{self.help} (default {shown})" if shown else self.help
 
 
-#: Every setting of a run. ``tests/unit/test_settings_table.py`` checks that it names
-#: every field of ``RunSettings`` and ``RunnerConfig``, and that each flag reaches what
-#: it controls.
+#: Every setting of a run. ``tests/unit/test_cli_settings.py`` checks that it names
+#: every field of ``RunSettings`` and ``RunnerConfig`` once; the walks in
+#: ``tests/integration/test_cli_flags.py`` (and ``test_cli_store_flags.py``, ``test_demo_flags.py``)
+#: that each flag reaches what it controls.
 SETTINGS: tuple[Setting, ...] = (
     Setting("topology_id", "the topology's state namespace (required)", "ID", commands=TOPOLOGY),
     Setting(

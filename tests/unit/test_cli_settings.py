@@ -259,3 +259,14 @@ def test_the_switches_of_run(
     args = build_parser().parse_args(["run", "m:f", "--topology-id", "t", *flags])
     config = cli._settings(args).runner_config()
     assert (config.warm_up, config.check_determinism) == expected
+
+
+def test_the_table_declares_every_setting_once() -> None:
+    """Every field of the settings models is in ``SETTINGS``, once: a field added
+    without its row would have no flag, variable or config key."""
+    from transactional.settings import SETTINGS, RunSettings
+
+    names = [s.name for s in SETTINGS]
+    fields = {*RunSettings.model_fields, *RunnerConfig.model_fields} - {"runner", "spark"}
+    assert sorted(names) == sorted(fields)
+    assert len({s.flag for s in SETTINGS}) == len(SETTINGS)
