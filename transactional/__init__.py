@@ -27,6 +27,7 @@ from transactional.types import (
     BatchMetadata,
     CommitMode,
     CommitOutcome,
+    Guarantee,
     SpoutKind,
     TransactionAttempt,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "ContractError",
     "CoordinatorError",
     "EmitError",
+    "Guarantee",
     "LostLeadershipError",
     "OpaquePartitionedTransactionalSpout",
     "PartitionedTransactionalSpout",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from transactional.types import Guarantee
+
 
 class RunnerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -62,6 +64,16 @@ class RunnerConfig(BaseModel):
     #: spout that reads it (``accepts_start_from``); refused on a topology id that
     #: already has state. None: the spout's own ``start``.
     start_from: str | None = None
+    #: What the run promises about each record: ``exactly_once`` (the full protocol),
+    #: ``at_least_once`` (nothing lost; a batch replayed after its sink write counts
+    #: twice) or ``at_most_once`` (nothing counted twice; a failed batch is dropped and
+    #: reported, never retried). Every spout and committer must be able to give it.
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    #: Check, before anything of a txid is committed, that every bolt accounted for each
+    #: record it was given (carried, folded, dead-lettered or dropped on purpose).
+    ledger: bool = True
+    #: Refuse to start a topology with a bolt the ledger cannot check.
+    ledger_strict: bool = False
 
     @model_validator(mode="after")
     def _backoff_order(self) -> RunnerConfig:

@@ -217,6 +217,24 @@ SETTINGS: tuple[Setting, ...] = (
         default_text="the spout's own start",
         commands=RUNNER,
     ),
+    Setting(
+        "guarantee",
+        "what the run promises for each record: exactly_once, at_least_once (nothing "
+        "lost, a replay may count twice) or at_most_once (nothing twice, failures dropped)",
+        "exactly_once|at_least_once|at_most_once",
+        commands=RUNNER,
+    ),
+    Setting(
+        "ledger",
+        "do not check that every bolt accounts for each record it was given",
+        option="--no-ledger",
+        commands=RUNNER,
+    ),
+    Setting(
+        "ledger_strict",
+        "refuse a topology with a bolt the record ledger cannot check",
+        commands=RUNNER,
+    ),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -45,6 +45,17 @@ class CommitMode(StrEnum):
     OPAQUE = "opaque"
 
 
+class Guarantee(StrEnum):
+    """What a run promises about each source record (``RunnerConfig.guarantee``)."""
+
+    #: Every record counted once, whatever fails: the full protocol.
+    EXACTLY_ONCE = "exactly_once"
+    #: Nothing lost; a batch replayed after its sink write is counted again.
+    AT_LEAST_ONCE = "at_least_once"
+    #: Nothing counted twice; a failed batch is dropped, counted and logged, never retried.
+    AT_MOST_ONCE = "at_most_once"
+
+
 class CommitOutcome(StrEnum):
     """What a committer did with a txid. A duplicate is an outcome, not an error."""
 

@@ -32,6 +32,7 @@ from transactional.flow import AdaptiveBatchSize
 from transactional.logs import LIBRARY_LOGGERS
 from transactional.runner import RunStats
 from transactional.settings import BY_NAME, settings_of
+from transactional.types import Guarantee
 
 pytestmark = pytest.mark.integration
 
@@ -163,6 +164,9 @@ RUNNER_VALUES: dict[str, tuple[str | None, object]] = {
     "metrics_port": ("9464", 9464),
     "metrics_host": ("0.0.0.0", "0.0.0.0"),
     "start_from": ("latest", "latest"),
+    "guarantee": ("at_least_once", Guarantee.AT_LEAST_ONCE),
+    "ledger": (None, False),
+    "ledger_strict": (None, True),
 }
 
 
