@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 from committers.counters import BAD_COLUMN, CounterCommitter
 from committers.delta_read import DeltaReads
 from committers.delta_rs import ArrowWrites
-from committers.delta_spark import DEAD_LETTERS_TABLE, SCOPED_CONF, SparkWrites, concat
+from committers.delta_spark import (
+    DEAD_LETTERS_TABLE,
+    SCOPED_CONF,
+    UNMARKED,
+    SparkWrites,
+    concat,
+)
 from committers.delta_sql import batch_overflow_error, batch_sums
 from committers.delta_tables import brief, delta_spark_conf, ensure_table, open_counter_table
 from committers.keys import exact_key_cast, supported, why_unsupported
@@ -339,7 +345,13 @@ class DeltaCommitter(DeltaReads, ArrowWrites, SparkWrites, CounterCommitter):
     def _next_version(self, table: str, span: tuple[int, int]) -> tuple[int | None, CommitOutcome]:
         """The marker version to write for ``span`` (None: already holds it, skip)."""
         recorded = self.recorded_version(table)
-        return next_marker(recorded, span, self.mode, f"Delta table {self.location(table)}")
+        where = f"Delta table {self.location(table)}"
+        version, outcome = next_marker(recorded, span, self.mode, where, self._context().checked)
+        if version is not None and recorded is not None and version <= recorded:
+            # Unchecked, and the table holds a later txid: written without a marker, as
+            # delta-spark would skip a write whose txn version it has seen.
+            return UNMARKED, outcome
+        return version, outcome
 
     def _commit_table(
         self,

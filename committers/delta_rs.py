@@ -22,6 +22,7 @@ from committers.delta_spark import DEAD_LETTERS_TABLE
 from committers.delta_sql import batch_overflow_error, merge_overflow_error
 from committers.snapshot import next_marker
 from committers.tables import CounterTable
+from transactional.committer import CommitterContext
 from transactional.types import CommitMode, CommitOutcome
 
 log = logging.getLogger("committers.delta")
@@ -44,6 +45,7 @@ class ArrowWrites:
     mode: CommitMode
     who: Callable[[], str]
     location: Callable[[str], str]
+    _context: Callable[[], CommitterContext]
     _app_id: Callable[[str], str]
     _tables: Callable[[], list[str]]
     _loaded: dict[str, Any]  # table -> its delta-rs DeltaTable, kept open
@@ -132,5 +134,7 @@ class ArrowWrites:
             dt.update_incremental()
         app_id = self._app_id(table)
         location = f"Delta table {self.location(table)}"
-        version, outcome = next_marker(dt.transaction_version(app_id), span, self.mode, location)
+        recorded = dt.transaction_version(app_id)
+        checked = self._context().checked
+        version, outcome = next_marker(recorded, span, self.mode, location, checked)
         return dt, None if version is None else (app_id, version), outcome

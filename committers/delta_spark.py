@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+#: ``_next_version``: write, but with no marker (an unchecked commit of a txid the table
+#: already marks a later one of: delta-spark skips a write whose txn version it has seen).
+UNMARKED = -1
 MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 DEAD_LETTERS_TABLE = "dead_letters"
 
@@ -159,8 +162,12 @@ class SparkWrites:
             )
         # This session is this table's alone (see SCOPED_CONF), used by the commit
         # thread for this MERGE only: the marker cannot reach another write.
-        spark.conf.set(TXN_APP_ID_CONF, self._app_id(table.name))
-        spark.conf.set(TXN_VERSION_CONF, str(version))
+        if version == UNMARKED:
+            spark.conf.unset(TXN_APP_ID_CONF)
+            spark.conf.unset(TXN_VERSION_CONF)
+        else:
+            spark.conf.set(TXN_APP_ID_CONF, self._app_id(table.name))
+            spark.conf.set(TXN_VERSION_CONF, str(version))
         began = time.perf_counter()
         try:
             merge.execute()
@@ -185,11 +192,10 @@ class SparkWrites:
         version, outcome = self._next_version(DEAD_LETTERS_TABLE, span)
         if version is None:
             return outcome
-        writer = (
-            rows.write.format("delta")
-            .option("txnAppId", self._app_id(DEAD_LETTERS_TABLE))
-            .option("txnVersion", version)
-        )
+        writer = rows.write.format("delta")
+        if version != UNMARKED:
+            writer = writer.option("txnAppId", self._app_id(DEAD_LETTERS_TABLE))
+            writer = writer.option("txnVersion", version)
         if self.mode is CommitMode.OPAQUE:
             # Replace this txid's rows in the same commit, so a replay whose bad records
             # differ leaves exactly its own.

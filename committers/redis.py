@@ -324,6 +324,7 @@ class RedisCommitter(RedisReads, CounterCommitter):
         dead = self.dead_letters is not None
         payload = script_payload(first, last, prepared, self._tables, self.mode, dead, token)
         payload["sync"] = bool(self._replicas)
+        payload["unchecked"] = self.context is not None and not self.context.checked
         what = f"txid {last}" if first == last else f"txids {first}..{last}"
         staged: list[str] = []
         client = self._server()

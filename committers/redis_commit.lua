@@ -59,6 +59,13 @@ if stored_mode and stored_mode ~= batch.mode then
 end
 local last = redis.call('GET', KEYS[1])
 local last_n = last and tonumber(last)
+-- at_least_once and at_most_once (``batch.unchecked``, transactional mode only): no
+-- last-txid check; a txid held is applied again, and the marker never moves back.
+local unchecked = batch.unchecked and not opaque
+if unchecked then
+  if last_n and last_n > txid then batch.txid = last end
+  last_n = nil
+end
 if last_n and txid <= last_n and not opaque then
   if fence then redis.call('SET', KEYS[6], batch.fence) end
   -- A write, so that the committer's WAIT after this script (``batch.sync``) waits for

@@ -180,14 +180,22 @@ def latest_marker(location: str, app_id: str) -> int | None:
 
 
 def next_marker(
-    recorded: int | None, span: tuple[int, int], mode: CommitMode, where: str
+    recorded: int | None,
+    span: tuple[int, int],
+    mode: CommitMode,
+    where: str,
+    checked: bool = True,
 ) -> tuple[int | None, CommitOutcome]:
     """The marker version a commit of the txids ``span`` (``(first, last)``: one txid,
     or a commit group) writes to a table that holds ``recorded`` (None: no marker yet),
     and what the commit does: None and ``SKIPPED`` when a transactional table holds the
     last txid; in opaque mode the next rewrite of it. A table holding a txid inside the
-    group (the group is always written whole) is refused."""
+    group (the group is always written whole) is refused. Not ``checked``
+    (``at_least_once``, ``at_most_once``; transactional mode): always applied, and the
+    marker never moves back."""
     first, txid = span
+    if mode is CommitMode.TRANSACTIONAL and not checked:
+        return max(txid, recorded or 0), CommitOutcome.APPLIED
     if mode is CommitMode.TRANSACTIONAL:
         if recorded is not None and recorded >= txid:
             return None, CommitOutcome.SKIPPED

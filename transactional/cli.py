@@ -26,6 +26,7 @@ from transactional.errors import (
 )
 from transactional.factories import build_topology, load_factory, takes_spark
 from transactional.faults import KillAt
+from transactional.guarantees import check_guarantee
 from transactional.interrupt import INTERRUPTED, stop_on_signals
 from transactional.logs import configure_logging
 from transactional.progress import ProgressListener
@@ -44,6 +45,7 @@ from transactional.settings import (
 )
 from transactional.status_view import look, status_document, status_lines, watch
 from transactional.store import StateStore, open_store
+from transactional.types import Guarantee
 
 log = logging.getLogger("transactional.cli")
 
@@ -211,9 +213,11 @@ def _run(args: argparse.Namespace) -> int:
             )
             topology = build_topology(factory, args.factory, spark)
             topology.preflight()
+            check_guarantee(topology, config.guarantee)
         else:
             topology = build_topology(factory, args.factory)
             topology.preflight()
+            check_guarantee(topology, config.guarantee)
             needed = merged(
                 topology.spout.spark_conf(),
                 *(n.committer.spark_conf() for n in topology.committers),
@@ -224,6 +228,7 @@ def _run(args: argparse.Namespace) -> int:
             sys.stderr,
             lag=topology.spout.lag,
             line=lambda text: logging.getLogger("transactional.progress").info(text),
+            guarantee=config.guarantee,
         )
         runner = TransactionalRunner(
             topology,
@@ -253,15 +258,27 @@ def _run(args: argparse.Namespace) -> int:
         )
         return INTERRUPTED
     if interrupted.signal is not None:
+        then = (
+            "the next run drops them (at_most_once: never replayed)"
+            if config.guarantee is Guarantee.AT_MOST_ONCE
+            else "replay on the next run"
+        )
         print(
             f"interrupted ({interrupted.name}): committed {stats.committed_txids} txids "
             f"(last {stats.last_committed or 'none'}); txids in flight were abandoned and "
-            "replay on the next run",
+            f"{then}",
             file=sys.stderr,
         )
         return INTERRUPTED
+    dropped = (
+        f", dropped {stats.dropped_txids} txids ({stats.dropped_records} records counted)"
+        if stats.dropped_txids
+        else ""
+    )
+    weaker = "" if config.guarantee is Guarantee.EXACTLY_ONCE else f" ({config.guarantee})"
     print(
-        f"committed {stats.committed_txids} txids, {stats.records} records, {stats.failures} failures"
+        f"committed {stats.committed_txids} txids, {stats.records} records, "
+        f"{stats.failures} failures{dropped}{weaker}"
     )
     return DONE
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
+from transactional.types import CommitMode, CommitOutcome, Guarantee, TransactionAttempt
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,6 +50,16 @@ class CommitterContext:
     name: str
     fence_token: int | None = None
     check_leadership: Callable[[], None] = _leads
+    #: The run's guarantee. Under ``at_least_once`` and ``at_most_once`` a
+    #: transactional-mode commit is written without the last-txid check: a txid the sink
+    #: already holds is applied again (the marker still moves, never back). Opaque mode
+    #: keeps its undo, which is what lets it take a replay that differs.
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+
+    @property
+    def checked(self) -> bool:
+        """Whether a commit checks the sink's last txid (``exactly_once``)."""
+        return self.guarantee is Guarantee.EXACTLY_ONCE
 
 
 class Committer(ABC):
@@ -62,7 +72,8 @@ class Committer(ABC):
     runner's warm-up also prepares an attempt of txid 0 that is never committed, so
     ``prepare`` must not write to the sink.
 
-    The implementation must guarantee (DESIGN.md section 6):
+    The implementation must guarantee (DESIGN.md section 6), under ``exactly_once``
+    (``CommitterContext.guarantee`` says when a transactional-mode commit skips the check):
 
     - transactional mode: the sink keeps the last committed txid in the same atomic
       write as the data; a commit of ``txid <= last`` changes nothing and returns
@@ -81,6 +92,12 @@ class Committer(ABC):
     """
 
     mode: ClassVar[CommitMode] = CommitMode.TRANSACTIONAL
+    #: The guarantees this committer can give (``RunnerConfig.guarantee``;
+    #: ``transactional.guarantees``): all, for a committer that keeps the rules above. A
+    #: sink whose writes are not idempotent per txid (a message sent, a plain append)
+    #: says ``frozenset({Guarantee.AT_LEAST_ONCE, Guarantee.AT_MOST_ONCE})``, and a run
+    #: asking it for ``exactly_once`` is refused before it starts.
+    guarantees: ClassVar[frozenset[Guarantee]] = frozenset(Guarantee)
 
     def input_names(self) -> frozenset[str] | None:
         """The input names this committer reads, as ``TopologyBuilder.set_committer``

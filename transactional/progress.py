@@ -39,6 +39,7 @@ class ProgressListener:
         live: bool | None = None,
         lag: Callable[[], int | None] | None = None,
         line: Callable[[str], None] | None = None,
+        guarantee: str = "exactly_once",
     ) -> None:
         self.stream = stream or sys.stdout
         #: Where a periodic line goes when the display is not live (default: ``stream``).
@@ -48,9 +49,14 @@ class ProgressListener:
         self.interval_s = interval_s
         self.clock = clock
         self.live = self.stream.isatty() if live is None else live
+        #: The run's guarantee (``RunnerConfig.guarantee``), shown with the counts.
+        self.guarantee = str(guarantee)
         self.txids = 0
         self.records = 0
         self.last_txid = 0
+        #: at_most_once: txids dropped, and the records they were counted with.
+        self.dropped_txids = 0
+        self.dropped_records = 0
         self._lock = threading.Lock()
         self._started = clock()
         self._last_line = self._started
@@ -68,11 +74,13 @@ class ProgressListener:
                 TextColumn("{task.completed:,} records"),
                 TextColumn("{task.fields[rate]:,.0f} records/s"),
                 TextColumn("{task.fields[lag]}"),
+                TextColumn("{task.fields[dropped]}"),
+                TextColumn(self.guarantee),
                 TimeElapsedColumn(),
                 console=Console(file=self.stream),
                 transient=False,
             )
-            self._task = progress.add_task("run", total=None, txid=0, rate=0.0, lag="")
+            self._task = progress.add_task("run", total=None, txid=0, rate=0.0, lag="", dropped="")
             progress.start()
             self._progress = progress
         return self
@@ -97,20 +105,32 @@ class ProgressListener:
             self.txids += 1
             self.records += records
             self.last_txid = txid
-            if self._progress is not None:
-                lag = self.lag()
-                self._progress.update(  # type: ignore[attr-defined]
-                    self._task,
-                    completed=self.records,
-                    txid=txid,
-                    rate=self.rate,
-                    lag="" if lag is None else f"lag {lag:,}",
-                )
-                return
-            now = self.clock()
-            if now - self._last_line >= self.interval_s:
-                self._last_line = now
-                self.line(self.status())
+            self._show()
+
+    def on_drop(self, txid: int, records: int | None) -> None:
+        """``at_most_once``: ``txid`` was dropped (``records``: None if it failed before
+        they were counted); the runner calls this when the store moves past it."""
+        with self._lock:
+            self.dropped_txids += 1
+            self.dropped_records += records or 0
+            self._show()
+
+    def _show(self) -> None:
+        if self._progress is not None:
+            lag = self.lag()
+            self._progress.update(  # type: ignore[attr-defined]
+                self._task,
+                completed=self.records,
+                txid=self.last_txid,
+                rate=self.rate,
+                lag="" if lag is None else f"lag {lag:,}",
+                dropped=f"dropped {self.dropped_txids:,}" if self.dropped_txids else "",
+            )
+            return
+        now = self.clock()
+        if now - self._last_line >= self.interval_s:
+            self._last_line = now
+            self.line(self.status())
 
     def status(self) -> str:
         lag = self.lag()
@@ -122,4 +142,10 @@ class ProgressListener:
             records_per_s=f"{self.rate:.0f}",
             elapsed_s=f"{self.clock() - self._started:.0f}",
             **({} if lag is None else {"lag": lag}),
+            guarantee=self.guarantee,
+            **(
+                {"dropped_txids": self.dropped_txids, "dropped_records": self.dropped_records}
+                if self.dropped_txids
+                else {}
+            ),
         )

@@ -78,11 +78,13 @@ from collections.abc import Callable
 from typing import Any
 
 from transactional import contracts
+from transactional.committer import Committer
 from transactional.config import RunnerConfig
 from transactional.engine import Engine, SparkEngine
 from transactional.errors import ConfigurationError
 from transactional.faults import FaultInjector
 from transactional.flow import AdaptiveBatchSize
+from transactional.guarantees import check_guarantee
 from transactional.runtime.drivers import DRIVERS
 from transactional.runtime.executor import Executor
 from transactional.runtime.leadership import LeaderSession
@@ -99,11 +101,13 @@ from transactional.runtime.probes import (
     TxTiming,
 )
 from transactional.runtime.quiet import quietly
+from transactional.runtime.settle import opened
 from transactional.runtime.status import Status
 from transactional.runtime.warmup import warm_up
 from transactional.spout import SpoutContext
 from transactional.store import StateStore, TopologyIdentity
 from transactional.topology import SPOUT, Topology
+from transactional.types import Guarantee
 
 __all__ = ["RunListener", "RunStats", "TransactionalRunner", "TxTiming"]
 
@@ -134,6 +138,7 @@ class TransactionalRunner:
     ) -> None:
         if config is None:
             raise TypeError("config is required: RunnerConfig(topology_id=...)")
+        check_guarantee(topology, config.guarantee)
         if engine is None:
             if spark is None:
                 raise TypeError("a SparkSession (spark=...) or an engine is required")
@@ -215,21 +220,25 @@ class TransactionalRunner:
             self.engine,
             faults.check,
             cfg.check_determinism,
+            cfg.guarantee,
         )
         stored = driver.load(state)
         log.info(
-            "runner started topology=%s currtx=%d replays=%s max_pending=%d fence=%s",
+            "runner started topology=%s guarantee=%s currtx=%d replays=%s max_pending=%d fence=%s",
             cfg.topology_id,
+            cfg.guarantee,
             state.currtx,
             sorted(t for t in stored if t >= state.currtx),
             cfg.max_pending,
             session.token,
         )
+        if cfg.guarantee is Guarantee.AT_MOST_ONCE:
+            self._warn_unknown_sinks()
         if cfg.start_from is not None:
             self._check_start_from(spout, state)
         spout.open(SpoutContext(self.engine.spark, cfg.topology_id, self._sizing, cfg.start_from))
         for node in self.topology.committers:
-            node.committer.open(session.context(self.engine.spark, node.name))
+            node.committer.open(session.context(self.engine.spark, node.name, cfg.guarantee))
         machine = Machine(cfg)
         probes: list[Probe] = [Timings(self.stats, self.batch_size), Logs()]
         if cfg.status_interval_s > 0:
@@ -241,6 +250,7 @@ class TransactionalRunner:
                 batch_size=self._current_size,
                 fence=lambda: session.token,
                 interval_s=cfg.status_interval_s,
+                guarantee=cfg.guarantee,
             )
             probes.append(self._status)
         if cfg.metrics_port is not None:
@@ -259,7 +269,19 @@ class TransactionalRunner:
             self.clock,
         )
         self._executor = executor
-        return executor, Opened(state.currtx, stored, state.group)
+        return executor, opened(driver, self.topology.committers, state, stored, cfg.guarantee)
+
+    def _warn_unknown_sinks(self) -> None:
+        """``at_most_once`` tells what a restart dropped by what the sinks hold: a
+        committer that cannot say over-reports (``runtime.settle``)."""
+        for node in self.topology.committers:
+            if type(node.committer).committed_txid is Committer.committed_txid:
+                log.warning(
+                    "committer %r cannot say which txid its sink holds (committed_txid): a "
+                    "restart reports every txid in flight at the stop as dropped, though "
+                    "its sink may hold some",
+                    node.name,
+                )
 
     def _check_start_from(self, spout: Any, state: Any) -> None:
         """``--start-from`` positions a new topology: refused where it would be ignored."""
@@ -288,6 +310,7 @@ class TransactionalRunner:
             registry,
             lag=spout.lag,
             batch_size=self._current_size,
+            guarantee=cfg.guarantee,
         )
         assert cfg.metrics_port is not None
         try:

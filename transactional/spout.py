@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
-from transactional.types import M, SpoutKind, TransactionAttempt
+from transactional.types import Guarantee, M, SpoutKind, TransactionAttempt
 
 #: The column of ``emit_partitions``'s frame that holds each row's partition number.
 PARTITION_COLUMN = "__transactional_partition"
@@ -72,6 +72,10 @@ class _SpoutBase(ABC, Generic[M]):
     #: new topology starts in the source. A run given a start for a spout that does not
     #: is refused, rather than starting where the spout would anyway.
     accepts_start_from: ClassVar[bool] = False
+    #: The guarantees this spout can give (``RunnerConfig.guarantee``;
+    #: ``transactional.guarantees``): all, since every kind replays a stored batch. A
+    #: spout that cannot replay one says ``frozenset({Guarantee.AT_MOST_ONCE})``.
+    guarantees: ClassVar[frozenset[Guarantee]] = frozenset(Guarantee)
 
     def spark_conf(self) -> Mapping[str, str]:
         """Spark settings this spout needs on the runner's session (the jars of Spark's
@@ -98,11 +102,16 @@ class _SpoutBase(ABC, Generic[M]):
         """Called once when the runner stops."""
 
     def ack(self, txid: int, meta: Any) -> None:
-        """``txid`` committed in every committer and the store advanced past it."""
+        """The runner is done with ``txid`` for good, and the store has advanced past it:
+        it is committed in every committer, or (``at_most_once``) it failed and was
+        dropped. It is never emitted again: a source may forget its records (a queue's
+        acknowledgement)."""
 
     def fail(self, txid: int, meta: Any) -> None:
-        """An attempt of ``txid`` failed; it will be emitted again with the same metadata
-        (transactional kinds) or from the last committed metadata (opaque)."""
+        """An attempt of ``txid`` failed. Under ``exactly_once`` and ``at_least_once`` it
+        will be emitted again with the same metadata (transactional kinds) or from the
+        last committed metadata (opaque); under ``at_most_once`` it is dropped, and
+        ``ack`` follows once the store has moved past it."""
 
     def cleanup_before(self, txid: int) -> None:
         """Every txid below ``txid`` is committed; state kept for them may be dropped."""

@@ -121,7 +121,15 @@ def _report_lines(report: JsonValue | None) -> list[str]:
         f"  records: {report.get('records'):,} committed, {report.get('records_per_s'):,} "
         f"per second over the last minute; lag {_or_unknown(report.get('lag'))}; batch size "
         f"{_or_unknown(report.get('batch_size'))}",
+        f"  guarantee: {report.get('guarantee', 'exactly_once')}",
     ]
+    if report.get("dropped_txids"):
+        shown = ", ".join(str(d["txid"]) for d in report.get("dropped") or [])
+        lines.append(
+            f"  dropped: {report['dropped_txids']:,} txids ({shown or 'none listed'}), "
+            f"{report.get('dropped_records', 0):,} records counted before they failed; "
+            "never retried"
+        )
     for tx in report.get("in_flight") or []:
         lines.append(
             f"  in flight: txid {tx['txid']} attempt {tx['attempt']}, {tx['step']} since "

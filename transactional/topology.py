@@ -17,7 +17,7 @@ from transactional.spout import (
     PartitionedTransactionalSpout,
     TransactionalSpout,
 )
-from transactional.types import CommitMode, SpoutKind
+from transactional.types import SpoutKind
 
 SPOUT = "spout"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
@@ -165,13 +165,6 @@ class TopologyBuilder:
                     f"inputs {sorted(wanted)} but is wired with {sorted(cnode.inputs)}: pass "
                     f"set_committer({cnode.name!r}, ..., inputs={{name: stream}}) with "
                     "exactly those names"
-                )
-            if spout.kind is SpoutKind.OPAQUE and cnode.committer.mode is not CommitMode.OPAQUE:
-                raise TopologyValidationError(
-                    f"committer {cnode.name!r} is in {cnode.committer.mode.value} mode, but the "
-                    f"spout {type(spout).__name__} is opaque: a replay may emit a different "
-                    "batch, which only an opaque-mode committer can undo. Use the committer's "
-                    "opaque mode (e.g. mode=CommitMode.OPAQUE) or a non-opaque spout."
                 )
         return Topology(spout, self._ordered_bolts(), tuple(self._committers.values()))  # type: ignore[arg-type]
 

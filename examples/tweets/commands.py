@@ -24,6 +24,7 @@ from examples.tweets.sinks import Summary, make_committer, read_summary
 from examples.tweets.topology import build_topology
 from examples.tweets.wiring import make_spout, make_store, sample_input, start_spark
 from transactional.errors import ConfigurationError
+from transactional.guarantees import check_guarantee
 from transactional.interrupt import stop_on_signals
 
 __all__ = ["RunOptions", "check_redis", "make_committer", "run", "show"]
@@ -73,6 +74,7 @@ def run(opts: RunOptions, out: TextIO) -> None:
         record_ids=opts.record_ids,
     )
     topology.preflight()  # Kafka's broker and topic; the sinks were checked above
+    check_guarantee(topology, config.guarantee)
     store = make_store(opts)
     crash = crash_plan(opts.crash_at) if opts.crash_at else None
     faults = combine(
@@ -86,7 +88,7 @@ def run(opts: RunOptions, out: TextIO) -> None:
     owns_session = SparkSession.getActiveSession() is None  # embedded callers keep theirs
     spark = start_spark(opts.master, opts.sink, state_dir, spout, opts.spark_settings)
     try:
-        with ProgressListener(out, lag=spout.lag) as listener:
+        with ProgressListener(out, lag=spout.lag, guarantee=config.guarantee) as listener:
             runner = TransactionalRunner(
                 topology,
                 store,
@@ -110,6 +112,12 @@ def run(opts: RunOptions, out: TextIO) -> None:
                 committed_txids=stats.committed_txids,
                 records=stats.records,
                 failures=stats.failures,
+                guarantee=config.guarantee,
+                **(
+                    {"dropped_txids": stats.dropped_txids, "dropped_records": stats.dropped_records}
+                    if stats.dropped_txids
+                    else {}
+                ),
             ),
             file=out,
         )

@@ -8,6 +8,11 @@ new machine resumes from the store. The world's store and sink check the protoco
 happens (metadata written once, commits in txid order with no gap); at the end the sink
 holds every record of the source that was decided, exactly once.
 
+Under ``at_most_once`` the same world drops a failed txid instead of retrying it, moves
+the store past what was in flight at a crash (as ``runtime.settle`` does), and at the end
+the sink holds every decided record at most once, and misses exactly the records of the
+txids the machine reported dropped.
+
 The machine itself asserts its invariants after every step (``InvariantError``). A
 failing example shrinks to a short schedule, printed one step a line.
 """
@@ -39,6 +44,7 @@ from transactional.runtime.messages import (
     Commit,
     CommitBegan,
     Committed,
+    Drop,
     Emit,
     Event,
     Failed,
@@ -53,12 +59,14 @@ from transactional.runtime.messages import (
     Replay,
     Retract,
     Retracted,
+    Skip,
+    Skipped,
     Started,
     Tick,
     Verified,
     Verify,
 )
-from transactional.types import TransactionAttempt
+from transactional.types import Guarantee, TransactionAttempt
 
 EXAMPLES = 500
 
@@ -109,10 +117,16 @@ class Sink:
     applied: list[int] = field(default_factory=list)  # source positions, in commit order
     commits: list[int] = field(default_factory=list)
 
+    #: at_most_once: the txids in between may have been dropped.
+    gaps: bool = False
+
     def commit(self, first: int, last: int, metas: list[tuple[int, int]]) -> None:
         if last <= self.last:
             return  # a replay: skipped
-        assert first == self.last + 1, f"commit of {first}..{last} after {self.last}"
+        if self.gaps:
+            assert first > self.last, f"commit of {first}..{last} after {self.last}"
+        else:
+            assert first == self.last + 1, f"commit of {first}..{last} after {self.last}"
         for meta in metas:
             self.applied.extend(range(*meta))
         self.last = last
@@ -138,6 +152,16 @@ class World:
     cancelled: set[TransactionAttempt] = field(default_factory=set)
     halted: Halt | None = None
     log: list[str] = field(default_factory=list)
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    #: at_most_once: the source ranges of the txids the store moved past without a
+    #: commit, and the txids the machine reported dropped (``Drop``, ``Opened.dropped``).
+    lost: dict[int, tuple[int, int]] = field(default_factory=dict)
+    reported: set[int] = field(default_factory=set)
+    #: Where the source stands after the last txid the store moved past.
+    position: int = 0
+
+    def __post_init__(self) -> None:
+        self.sink.gaps = self.guarantee is Guarantee.AT_MOST_ONCE
 
     def decide(self, txid: int) -> tuple[int, int] | None:
         prev = self.store.metas.get(txid - 1)
@@ -147,9 +171,24 @@ class World:
         return (start, min(self.available, start + self.batch))
 
     def sink_position(self, txid: int) -> int:
-        """Where txid starts when txid - 1's metadata was cleaned: after the sink's data."""
+        """Where txid starts when txid - 1's metadata was cleaned: after the sink's data
+        (at_most_once: after the last txid the store moved past, committed or not)."""
         assert txid == self.store.currtx, f"no previous metadata for {txid}"
+        if self.guarantee is Guarantee.AT_MOST_ONCE:
+            return self.position
         return len(self.sink.applied)
+
+    def advance(self, txid: int, first: int) -> None:
+        self.store.advance(txid, first)
+        self.position = self.store.metas[txid][1]
+
+    def skip(self, txid: int, in_sink: bool) -> None:
+        """at_most_once: the store moves past ``txid`` with no commit."""
+        meta = self.store.metas[txid]
+        assert in_sink == (txid <= self.sink.last), f"txid {txid} in the sink: {in_sink}?"
+        if not in_sink:
+            self.lost[txid] = meta
+        self.advance(txid, txid)
 
     def answer(self, command: Command, fail: Callable[[str], bool]) -> list[Event]:
         """What the executor reports at once for ``command``; later reports go to
@@ -187,8 +226,18 @@ class World:
             case Advance(attempt, through):
                 if fail("advance"):
                     return [Failed(attempt, Boom("advance"), Phase.ADVANCE)]
-                self.store.advance(through, attempt.txid)
+                self.advance(through, attempt.txid)
                 return [Advanced(attempt)]
+            case Skip(attempt, _, _, in_sink):
+                assert self.guarantee is Guarantee.AT_MOST_ONCE
+                if fail("skip"):
+                    return [Failed(attempt, Boom("skip"), Phase.ADVANCE)]
+                self.skip(attempt.txid, in_sink)
+                return [Skipped(attempt)]
+            case Drop(attempt):
+                assert attempt.txid not in self.reported, f"txid {attempt.txid} dropped twice"
+                self.reported.add(attempt.txid)
+                return []
             case Retract(attempt):
                 meta = self.store.metas[attempt.txid]
                 self.store.retract(attempt.txid)
@@ -214,7 +263,15 @@ class World:
         return Processed(attempt, records, records == 0, groupable=not fail("ungroupable"))
 
     def opened(self) -> Opened:
-        return Opened(self.store.currtx, frozenset(self.store.metas), self.store.group)
+        if self.guarantee is not Guarantee.AT_MOST_ONCE:
+            return Opened(self.store.currtx, frozenset(self.store.metas), self.store.group)
+        # ``runtime.settle``: what was in flight is never replayed.
+        pending = sorted(t for t in self.store.metas if t >= self.store.currtx)
+        dropped = tuple(t for t in pending if t > self.sink.last)
+        for txid in pending:
+            self.skip(txid, txid <= self.sink.last)
+        self.reported.update(dropped)
+        return Opened(self.store.currtx, frozenset(), None, dropped)
 
 
 def run_commands(
@@ -239,8 +296,10 @@ def commit_thread(
     if outcome == "fail":
         return [CommitBegan(attempt), Failed(attempt, Boom("commit"), Phase.COMMIT)]
     world.sink.commit(attempt.txid, last, metas)
-    if outcome == "lost reply":
+    if outcome == "lost reply" and world.guarantee is not Guarantee.AT_MOST_ONCE:
         return [CommitBegan(attempt), Failed(attempt, Boom("reply lost"), Phase.COMMIT)]
+    # at_most_once: a commit that raised is committed if the sink holds it (the executor
+    # reads the sink before it reports a failure).
     return [CommitBegan(attempt), Committed(attempt)]
 
 
@@ -390,3 +449,129 @@ def test_a_configuration_error_halts_at_once() -> None:
     error = ConfigurationError("bad")
     out = machine.step(Failed(TransactionAttempt(1, 1), error, Phase.START), 0.0)
     assert out == [Halt(HaltReason.CONFIGURATION, error, 1, Phase.START, 1)]
+
+
+@settings(
+    max_examples=EXAMPLES // 2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    max_pending=st.integers(1, 4),
+    max_group=st.integers(1, 4),
+    batch=st.integers(1, 5),
+    total=st.integers(0, 30),
+    steps=st.integers(10, 120),
+    data=st.data(),
+)
+def test_at_most_once_counts_each_record_at_most_once_and_loses_only_what_it_reported(
+    max_pending: int,
+    max_group: int,
+    batch: int,
+    total: int,
+    steps: int,
+    data: st.DataObject,
+) -> None:
+    config = RunnerConfig(
+        topology_id="machine",
+        guarantee=Guarantee.AT_MOST_ONCE,
+        max_pending=max_pending,
+        max_group=max_group,
+        max_attempts=4,
+        attempt_timeout_s=10.0,
+        backoff_initial_s=0.5,
+        backoff_max_s=2.0,
+        poll_interval_s=1.0,
+        poll_max_s=8.0,
+        max_reelections=100,
+    )
+    initially = data.draw(st.integers(0, total), label="available at start")
+    world = World(
+        batch,
+        initially,
+        data.draw(st.booleans(), label="always ready"),
+        guarantee=Guarantee.AT_MOST_ONCE,
+    )
+
+    def fail(what: str) -> bool:
+        return data.draw(st.sampled_from([False, False, False, True]), label=f"fail {what}")
+
+    def restart(why: str) -> Machine:
+        world.log.append(f"restart ({why}) from currtx={world.store.currtx}")
+        world.pending.clear()
+        world.commits_queued.clear()
+        world.halted = None
+        world.idle = None
+        fresh = Machine(config)
+        run_commands(fresh, world, fresh.step(world.opened(), world.now), fail)
+        return fresh
+
+    machine = Machine(config)
+    run_commands(machine, world, machine.step(Opened(1, frozenset()), world.now), fail)
+    crashes = 0
+    try:
+        for _ in range(steps):
+            action = data.draw(st.sampled_from(ACTIONS), label="action")
+            world.log.append(f"{action} at t={world.now}")
+            if action == "tick":
+                world.now += data.draw(st.sampled_from([0.0, 0.5, 1.0, 4.0, 11.0]), label="dt")
+                run_commands(machine, world, machine.step(Tick(), world.now), fail)
+            elif action == "worker" and world.pending:
+                event = world.pending.pop(data.draw(st.integers(0, len(world.pending) - 1)))
+                if data.draw(st.booleans(), label="worker fails") and isinstance(event, Processed):
+                    event = Failed(event.attempt, Boom("process"), Phase.PROCESS)
+                world.log.append(f"{event}")
+                run_commands(machine, world, machine.step(event, world.now), fail)
+            elif action == "commit" and world.commits_queued:
+                attempt, last = world.commits_queued.pop(0)
+                if attempt.txid < world.store.currtx:
+                    continue  # the store moved past it (dropped) before its commit ran
+                outcome = data.draw(st.sampled_from(["ok", "ok", "fail", "lost reply"]))
+                for event in commit_thread(world, attempt, last, outcome):
+                    world.log.append(f"{event} ({outcome})")
+                    run_commands(machine, world, machine.step(event, world.now), fail)
+            elif action == "data" and world.available < total:
+                world.available = data.draw(st.integers(world.available + 1, total))
+            elif action == "leadership":
+                lost = LeadershipLost(LostLeadershipError("session expired"))
+                run_commands(machine, world, machine.step(lost, world.now), fail)
+            elif action == "timeout":
+                world.now += config.attempt_timeout_s or 0
+                run_commands(machine, world, machine.step(Tick(), world.now), fail)
+            elif action == "crash" and crashes < 3:
+                crashes += 1
+                machine = restart("crash")
+            if world.halted is not None:
+                assert world.halted.reason is HaltReason.POISON, world.halted
+                assert isinstance(world.halted.error, Boom)
+                machine = restart("the operator removed the cause")
+
+        world.log.append("drain")
+        world.available = total
+        for _ in range(2000):
+            done = len(world.sink.applied) + sum(b - a for a, b in world.lost.values())
+            if world.pending:
+                event = world.pending.pop(0)
+                run_commands(machine, world, machine.step(event, world.now), never)
+            elif world.commits_queued:
+                attempt, last = world.commits_queued.pop(0)
+                if attempt.txid >= world.store.currtx:
+                    for event in commit_thread(world, attempt, last, "ok"):
+                        run_commands(machine, world, machine.step(event, world.now), never)
+            elif machine.drained(world.now) and done == total:
+                break
+            else:
+                world.now += machine.wait_time(world.now)
+                run_commands(machine, world, machine.step(Tick(), world.now), never)
+            assert world.halted is None, world.halted
+    finally:
+        note("\n".join(world.log[-300:]))
+    assert machine.drained(world.now), "did not drain"
+    applied = world.sink.applied
+    assert len(applied) == len(set(applied)), "a record counted twice"
+    lost = {r for a, b in world.lost.values() for r in range(a, b)}
+    assert set(range(total)) - set(applied) == lost, "lost records that were not dropped"
+    assert set(world.lost) <= world.reported, "a txid dropped without a report"
+    assert not lost & set(applied)
+    label_example(f"dropped: {'yes' if world.lost else 'no'}")
+    assert world.store.currtx == machine.currtx

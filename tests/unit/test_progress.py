@@ -27,7 +27,23 @@ def test_the_status_line_shows_the_rate_and_the_sources_lag() -> None:
     listener.on_commit(2, 3_000)
     assert out.getvalue().splitlines() == [
         "progress committed_txids=2 last_txid=2 records=5000 records_per_s=500 "
-        "elapsed_s=10 lag=5000"
+        "elapsed_s=10 lag=5000 guarantee=exactly_once"
+    ]
+
+
+def test_the_status_line_shows_the_guarantee_and_what_at_most_once_dropped() -> None:
+    clock, out = Clock(), io.StringIO()
+    listener = ProgressListener(
+        out, interval_s=10, clock=clock, live=False, guarantee="at_most_once"
+    )
+    listener.on_commit(1, 40)
+    listener.on_drop(2, 25)  # processed, then its commit failed
+    listener.on_drop(3, None)  # failed before it was counted
+    clock.now += 10
+    listener.on_commit(4, 35)
+    assert out.getvalue().splitlines() == [
+        "progress committed_txids=2 last_txid=4 records=75 records_per_s=8 elapsed_s=10 "
+        "guarantee=at_most_once dropped_txids=2 dropped_records=25"
     ]
 
 

@@ -32,7 +32,7 @@ from transactional.engine import Digest, Engine
 from transactional.faults import FaultPoint
 from transactional.runtime.determinism import first_emit_check
 from transactional.store import StateStore, StoredState
-from transactional.types import BatchMetadata, SpoutKind, TransactionAttempt, dump_meta
+from transactional.types import BatchMetadata, Guarantee, SpoutKind, TransactionAttempt, dump_meta
 
 #: ``(point, attempt, number)``: a fault-injection point reached (``probes.Faults``).
 Checkpoint = Callable[[FaultPoint, TransactionAttempt, int], None]
@@ -80,10 +80,15 @@ class SpoutDriver(ABC):
         engine: Engine,
         checkpoint: Checkpoint,
         check_determinism: bool,
+        guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
     ) -> None:
         self.spout, self.name, self.store = spout, name, store
         self.engine, self.checkpoint = engine, checkpoint
-        self.digests = check_determinism and self.replays_exactly
+        self.guarantee = guarantee
+        # A replay that differs is only a breach where the run promises exactly once.
+        self.digests = (
+            check_determinism and self.replays_exactly and guarantee is Guarantee.EXACTLY_ONCE
+        )
         self.metas: dict[int, Any] = {}
         self.partitions: dict[int, dict[int, BatchMetadata]] = {}
         self.first_digests: dict[int, Any] = {}
@@ -188,6 +193,35 @@ class SpoutDriver(ABC):
     def _committed_partitions(self, batch: Batch) -> dict[int, Any] | None:
         return None
 
+    def skip(self, txid: int) -> Any:
+        """``at_most_once``: the store moves past ``txid`` with no commit (it was dropped,
+        or it reached every sink and only the store's advance failed): the fenced store
+        write, then the mirror. What the spout's hooks are given for it is returned
+        (``acknowledge_skipped``)."""
+        public = self._stored_public(txid)
+        self.store.advance(txid, self._stored_partitions(txid))
+        for table in (self.metas, self.partitions):
+            for old in [t for t in table if t < txid]:
+                del table[old]
+        for done in [t for t in self.first_digests if t <= txid]:
+            del self.first_digests[done]
+        self.batches.pop(txid, None)
+        return public
+
+    def acknowledge_skipped(self, txid: int, public: Any) -> None:
+        """The spout's hooks for a skipped txid: it is never emitted again."""
+        self.spout.cleanup_before(txid)
+        self.spout.ack(txid, public)
+
+    def _stored_public(self, txid: int) -> Any:
+        """What the spout's hooks are given for ``txid``, from its stored metadata."""
+        return dict(self.partitions.get(txid, {}))
+
+    def _stored_partitions(self, txid: int) -> dict[int, Any] | None:
+        """The partition metadata a skip of ``txid`` stores as where the next txid starts
+        (opaque spouts), else None."""
+        return None
+
     def acknowledge(self, batch: Batch) -> None:
         """The spout's post-commit hooks, once the store has advanced past the txid."""
         self.spout.cleanup_before(batch.txid)
@@ -262,6 +296,9 @@ class TransactionalDriver(SpoutDriver):
     def where(self, partition: int) -> str:
         return ""
 
+    def _stored_public(self, txid: int) -> Any:
+        return self.metas.get(txid)
+
 
 class PartitionedDriver(SpoutDriver):
     kind = SpoutKind.PARTITIONED
@@ -328,9 +365,12 @@ class OpaqueDriver(SpoutDriver):
         if count is None:
             return None
         record = {"partitions": count}
+        if self.guarantee is Guarantee.AT_MOST_ONCE:
+            return self._decide_consumed(attempt, number, record)
         seconds = self._store(txid, record, {})
         self.metas[txid] = record
-        batch = self._emit(attempt, number)
+        self._reached_store(attempt, number)
+        batch = self._emit(attempt, number, record)
         batch.store_s = seconds
         # An opaque batch is known only once emitted (lazily: no Spark job yet).
         if self._still_idle(txid, self.decision(batch)):
@@ -339,15 +379,33 @@ class OpaqueDriver(SpoutDriver):
             return None
         return batch
 
-    def _rebuild(self, attempt: TransactionAttempt, number: int) -> Batch:
-        return self._emit(attempt, number)
-
-    def _emit(self, attempt: TransactionAttempt, number: int) -> Batch:
+    def _decide_consumed(
+        self, attempt: TransactionAttempt, number: int, record: dict[str, int]
+    ) -> Batch | None:
+        """``at_most_once``: the batch is emitted (lazily) first and stored with what it
+        emitted, so the source's position is past it before it is processed: a txid
+        dropped, in this run or after a crash, is never emitted again."""
         txid = attempt.txid
-        last = self._emitted_before(txid)
-        batch = Batch(attempt, number, self.metas[txid])
+        batch = self._emit(attempt, number, record)
+        if self._still_idle(txid, self.decision(batch)):
+            return None
+        batch.store_s = self._store(txid, record, self.decision(batch))
+        self.metas[txid], self.partitions[txid] = record, dict(batch.partitions)
+        self._reached_store(attempt, number)
+        return batch
+
+    def _rebuild(self, attempt: TransactionAttempt, number: int) -> Batch:
+        self._reached_store(attempt, number)
+        return self._emit(attempt, number, self.metas[attempt.txid])
+
+    def _reached_store(self, attempt: TransactionAttempt, number: int) -> None:
         self.checkpoint(FaultPoint.AFTER_STORE_META, attempt, number)
         self.checkpoint(FaultPoint.EMIT, attempt, number)
+
+    def _emit(self, attempt: TransactionAttempt, number: int, record: Any) -> Batch:
+        txid = attempt.txid
+        last = self._emitted_before(txid)
+        batch = Batch(attempt, number, record)
         for p in range(int(batch.meta["partitions"])):
             batch.partitions[p], batch.frames[p] = contracts.check_opaque_pair(
                 self.spout.emit_partition_batch(attempt, p, last.get(p)),
@@ -382,6 +440,9 @@ class OpaqueDriver(SpoutDriver):
 
     def _committed_partitions(self, batch: Batch) -> dict[int, Any] | None:
         return {p: dump_meta(m) for p, m in batch.partitions.items()}
+
+    def _stored_partitions(self, txid: int) -> dict[int, Any] | None:
+        return {p: dump_meta(m) for p, m in self.partitions.get(txid, {}).items()}
 
     def advance(self, batch: Batch, first: int | None = None) -> None:
         super().advance(batch, first)

@@ -24,6 +24,7 @@ from typing import Any
 
 from transactional.engine import Digest, Engine
 from transactional.errors import (
+    ConfigurationError,
     CoordinatorError,
     LostLeadershipError,
     TransactionalError,
@@ -39,8 +40,9 @@ from transactional.runtime.machine import Machine
 from transactional.runtime.pipeline import Pipeline, describer
 from transactional.runtime.probes import Faults, Outcomes, Probe, RunStats
 from transactional.runtime.quiet import quietly
+from transactional.runtime.settle import opened
 from transactional.topology import Topology
-from transactional.types import CommitOutcome, TransactionAttempt
+from transactional.types import CommitOutcome, Guarantee, TransactionAttempt
 
 log = logging.getLogger("transactional.runner")
 
@@ -169,6 +171,10 @@ class Executor:
                 self._acknowledge(command)
             case m.Cancel(attempt, failed):
                 self._cancel(attempt, failed)
+            case m.Drop():
+                self._report_drop(command)
+            case m.Skip(attempt):
+                return self._guarded_skip(command)
             case m.Reacquire(error):
                 return self._reacquire(error)
             case m.Halt():
@@ -257,6 +263,34 @@ class Executor:
             log.warning("post-commit hook failed txid=%d error=%r", txid, exc)
         self.outcomes.acknowledged(command)
 
+    def _report_drop(self, command: m.Drop) -> None:
+        """``at_most_once``: a failed txid is dropped, never retried: said once, with
+        what its batch was, so that what was lost can be found (and read again by
+        hand)."""
+        txid = command.attempt.txid
+        log.warning(
+            "txid dropped guarantee=at_most_once txid=%d phase=%s error=%s: %s; it is never "
+            "retried; its batch: %s",
+            txid,
+            command.phase,
+            type(command.error).__name__,
+            command.error,
+            self.driver.stored_meta(txid),
+        )
+
+    def _guarded_skip(self, command: m.Skip) -> list[m.Event]:
+        attempt = command.attempt
+        try:
+            public = self.driver.skip(attempt.txid)
+        except CoordinatorError as exc:  # lost leadership is routed by the machine
+            return [m.Failed(attempt, exc, m.Phase.ADVANCE)]
+        self._releaser.drop(attempt)
+        try:
+            self.driver.acknowledge_skipped(attempt.txid, public)
+        except Exception as exc:  # the store moved past it; hooks are best-effort
+            log.warning("post-drop hook failed txid=%d error=%r", attempt.txid, exc)
+        return [m.Skipped(attempt)]
+
     def _cancel(self, attempt: TransactionAttempt, failed: bool) -> None:
         self._results.pop(attempt, None)
         quietly(lambda: self.engine.cancel(self._group(attempt)), "cancel job group")
@@ -288,7 +322,8 @@ class Executor:
             sorted(t for t in stored if t >= state.currtx),
             self.session.token,
         )
-        return [m.Opened(state.currtx, stored, state.group)]
+        guarantee = self.machine.settings.guarantee
+        return [opened(self.driver, self.topology.committers, state, stored, guarantee)]
 
     # ------------------------------------------------------------------ threads
 
@@ -330,9 +365,32 @@ class Executor:
             report = Report(m.Committed(attempt), outcomes=outcomes)
         except Exception as exc:
             report = Report(m.Failed(attempt, exc, m.Phase.COMMIT))
+            if self._held_anyway(members[-1][0].txid, exc):
+                report = Report(m.Committed(attempt))
         except BaseException as exc:
             report = Report(None, crash=exc)
         self.reports.put(report)
+
+    def _held_anyway(self, txid: int, exc: Exception) -> bool:
+        """``at_most_once``: a commit that raised is dropped, unless every sink holds
+        its txid anyway (a failure after the writes): then it is committed, since what a
+        drop reports lost must be lost. The other guarantees replay it instead."""
+        if self.machine.settings.guarantee is not Guarantee.AT_MOST_ONCE:
+            return False
+        if isinstance(exc, LostLeadershipError | ConfigurationError):
+            return False
+        try:
+            held = [node.committer.committed_txid() for node in self.topology.committers]
+        except Exception:  # unreadable: it counts as dropped
+            return False
+        if all(h is not None and h >= txid for h in held):
+            log.warning(
+                "commit raised but every sink holds the txid txid=%d error=%r: committed",
+                txid,
+                exc,
+            )
+            return True
+        return False
 
     def _group(self, attempt: TransactionAttempt) -> str:
         return job_group(attempt, self.run)

@@ -24,6 +24,7 @@ from typing import Any
 from transactional.committer import CommitterContext
 from transactional.errors import CoordinatorError, LostLeadershipError
 from transactional.store import StateStore, StoredState
+from transactional.types import Guarantee
 
 log = logging.getLogger("transactional.runner")
 
@@ -61,10 +62,12 @@ class LeaderSession:
         from the commit thread."""
         self.store.check_leadership()
 
-    def context(self, spark: Any, name: str) -> CommitterContext:
+    def context(
+        self, spark: Any, name: str, guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    ) -> CommitterContext:
         """A committer's context: it carries this session's token, raised in place when
-        the leadership is taken back, and this session's check."""
-        context = CommitterContext(spark, self.topology_id, name, self.token, self.check)
+        the leadership is taken back, this session's check, and the run's guarantee."""
+        context = CommitterContext(spark, self.topology_id, name, self.token, self.check, guarantee)
         self._contexts.append(context)
         return context
 

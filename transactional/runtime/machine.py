@@ -40,6 +40,7 @@ from typing import Any
 
 from transactional.config import RunnerConfig
 from transactional.errors import (
+    ConfigurationError,
     FencedError,
     LostLeadershipError,
 )
@@ -68,6 +69,8 @@ from transactional.runtime.messages import (
     Replay,
     Retract,
     Retracted,
+    Skip,
+    Skipped,
     Started,
     StopRequested,
     Tick,
@@ -75,7 +78,7 @@ from transactional.runtime.messages import (
     Verify,
 )
 from transactional.runtime.state import Counts, InvariantError, Slot, SlotState
-from transactional.types import TransactionAttempt
+from transactional.types import Guarantee, TransactionAttempt
 
 
 @dataclass
@@ -171,6 +174,7 @@ class Machine(CommitGroups, FailureRules):
         self.not_ready = False
         self.starting = None
         self.opened = True
+        self.counts.dropped_txids += len(event.dropped)
 
     def _tick(self, event: Tick, now: float, out: list[Command]) -> None:
         pass  # the turn that follows every event does the work
@@ -203,6 +207,7 @@ class Machine(CommitGroups, FailureRules):
         if slot is None:
             return
         slot.records, slot.empty = event.records, event.empty
+        slot.counted = True
         slot.groupable = event.groupable
         slot.state = SlotState.VERIFYING
         out.append(Verify(event.attempt))
@@ -211,7 +216,11 @@ class Machine(CommitGroups, FailureRules):
         slot = self._current(event.attempt, SlotState.VERIFYING)
         if slot is None:
             return
-        if slot.empty and not self._in_pinned_group(slot.txid):
+        if (
+            slot.empty
+            and not self._in_pinned_group(slot.txid)
+            and not self._dropped_above(slot.txid)
+        ):
             out.append(Retract(slot.attempt))
             return
         self.poll_interval = self.settings.poll_interval_s  # data flows: the base rate
@@ -238,6 +247,11 @@ class Machine(CommitGroups, FailureRules):
             slot.deadline = now + self.settings.attempt_timeout_s
 
     def _committed(self, event: Committed, now: float, out: list[Command]) -> None:
+        dropped = self.slots.get(event.attempt.txid)
+        if dropped is not None and dropped.attempt == event.attempt and dropped.awaiting_commit:
+            for member in self._awaiting_commit():  # dropped past its deadline, and held
+                member.awaiting_commit, member.in_sink = False, True
+            return
         slot = self._current(event.attempt, SlotState.COMMITTING)
         if slot is None:
             return
@@ -269,6 +283,25 @@ class Machine(CommitGroups, FailureRules):
         self.counts.grouped_commits += len(members) > 1
         self.counts.last_committed = last
 
+    def _skipped(self, event: Skipped, now: float, out: list[Command]) -> None:
+        slot = self._current(event.attempt, SlotState.DROPPED)
+        if slot is None or slot.txid != self.currtx or self.committing is not None:
+            raise InvariantError(f"skipped {event.attempt} with currtx={self.currtx}")
+        txid = slot.txid
+        del self.slots[txid]
+        self.failures.pop(txid, None)
+        self.attempts.pop(txid, None)
+        self.currtx = txid + 1
+        self.pinned = None
+        self.stored = {t for t in self.stored if t > txid}
+        if slot.in_sink:  # committed; only the store's advance had failed
+            self.counts.committed_txids += 1
+            self.counts.records += slot.records
+            self.counts.last_committed = txid
+        else:
+            self.counts.dropped_txids += 1
+            self.counts.dropped_records += slot.records if slot.counted else 0
+
     def _failed(self, event: Failed, now: float, out: list[Command]) -> None:
         attempt = event.attempt
         if event.phase is Phase.START:
@@ -277,12 +310,22 @@ class Machine(CommitGroups, FailureRules):
             self.starting = None
             if event.stored:
                 self.stored.add(attempt.txid)
+                if self._keeps_failed_start(event):
+                    # at_most_once: the batch is decided and stored, so it is consumed
+                    # whatever happens next: a slot of its own, dropped in ``_fail``.
+                    self.slots[attempt.txid] = Slot(attempt, self.attempts[attempt.txid], None)
+                    self.next_txid = attempt.txid + 1
         elif self._current(attempt, None) is None:
             return
         if isinstance(event.error, LostLeadershipError):  # step 7, not a failure of the txid
             self._leadership_lost(LeadershipLost(event.error), now, out)
             return
         self._fail(attempt.txid, event.error, event.phase, now, out)
+
+    def _keeps_failed_start(self, event: Failed) -> bool:
+        return self.settings.guarantee is Guarantee.AT_MOST_ONCE and not isinstance(
+            event.error, LostLeadershipError | ConfigurationError
+        )
 
     def _leadership_lost(self, event: LeadershipLost, now: float, out: list[Command]) -> None:
         self._drop_from(min(self.slots, default=self.currtx), out, failed=True)
@@ -302,6 +345,8 @@ class Machine(CommitGroups, FailureRules):
     def _turn(self, now: float, out: list[Command]) -> None:
         if self.starting is None and self._start_next(now, out):
             return  # one start at a time: its answer continues the turn
+        if self._maybe_skip(now, out):
+            return  # answered at once, as a start is
         self._maybe_commit(now, out)
         self._check_timeouts(now, out)
 
@@ -320,6 +365,20 @@ class Machine(CommitGroups, FailureRules):
         self.starting = txid
         number = self.attempts[txid]
         out.append(Replay(attempt, number) if replay else Emit(attempt, number))
+        return True
+
+    def _maybe_skip(self, now: float, out: list[Command]) -> bool:
+        """``at_most_once``: move the store past ``currtx`` if it was dropped (and its
+        commit, if one ran past its deadline, has an outcome). Also while stopping: a
+        dropped txid is never to be emitted again, by this run or the next."""
+        head = self.slots.get(self.currtx)
+        if self.committing is not None or head is None or head.state is not SlotState.DROPPED:
+            return False
+        if head.awaiting_commit or now < self.retry_at:
+            return False
+        out.append(
+            Skip(head.attempt, head.number, head.records if head.counted else None, head.in_sink)
+        )
         return True
 
     def _maybe_commit(self, now: float, out: list[Command]) -> None:
@@ -350,6 +409,12 @@ class Machine(CommitGroups, FailureRules):
             return None
         return slot
 
+    def _dropped_above(self, txid: int) -> bool:
+        """``at_most_once``: a txid above ``txid`` was dropped, so its batch is consumed:
+        an empty ``txid`` is then committed (empty), not retracted, since a retraction
+        forgets every txid above it and would decide the dropped batch again."""
+        return any(t > txid and s.state is SlotState.DROPPED for t, s in self.slots.items())
+
     def _idle_poll(self, now: float) -> None:
         """Nothing new: ask again after the poll interval, doubling it with every idle
         poll in a row up to ``poll_max_s`` (a batch with records resets it)."""
@@ -359,7 +424,7 @@ class Machine(CommitGroups, FailureRules):
 
 
 #: Commands whose outcome is the next event the machine hears (or that end the run).
-_ANSWERED_AT_ONCE = (Verify, Advance, Retract, Reacquire, Halt)
+_ANSWERED_AT_ONCE = (Verify, Advance, Retract, Skip, Reacquire, Halt)
 
 
 def _answers(event: Event, txid: int) -> bool:
@@ -383,6 +448,7 @@ _HANDLERS: dict[type, _Handler] = {
     CommitBegan: Machine._commit_began,
     Committed: Machine._committed,
     Advanced: Machine._advanced,
+    Skipped: Machine._skipped,
     Failed: Machine._failed,
     LeadershipLost: Machine._leadership_lost,
 }

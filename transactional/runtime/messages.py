@@ -52,6 +52,9 @@ class Opened:
     stored: frozenset[int]
     #: The commit group the store recorded (``StateStore.record_group``), if any.
     group: tuple[int, int] | None = None
+    #: ``at_most_once``: the txids found stored and uncommitted, which the store was moved
+    #: past (``runtime.settle``) instead of being replayed, and the sinks did not hold.
+    dropped: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,10 @@ class Advanced(OfAttempt):
     """The store's ``currtx`` moved past the attempt's txid."""
 
 
+class Skipped(OfAttempt):
+    """``at_most_once``: the store's ``currtx`` moved past the dropped attempt's txid."""
+
+
 @dataclass(frozen=True)
 class Failed:
     """The attempt failed in ``phase`` with ``error`` (an ``Exception``)."""
@@ -139,6 +146,7 @@ Event = (
     | CommitBegan
     | Committed
     | Advanced
+    | Skipped
     | Failed
     | LeadershipLost
 )
@@ -218,6 +226,31 @@ class Backoff:
 
 
 @dataclass(frozen=True)
+class Drop:
+    """``at_most_once``: the attempt failed in ``phase`` with ``error`` and is dropped,
+    never retried (its jobs are cancelled by the ``Cancel`` before this): report it,
+    with its batch's metadata. The store moves past it in its turn (``Skip``)."""
+
+    attempt: TransactionAttempt
+    number: int
+    error: Exception
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class Skip:
+    """``at_most_once``: fenced store write, ``currtx = txid + 1``, with no commit: the
+    txid was dropped (``records``: its records, None if it failed before they were
+    counted), or ``in_sink``: its commit reached every sink and only the store's advance
+    failed. Then the spout's ``cleanup_before`` and ``ack``: it is never emitted again."""
+
+    attempt: TransactionAttempt
+    number: int
+    records: int | None
+    in_sink: bool = False
+
+
+@dataclass(frozen=True)
 class Reacquire:
     """Take the leadership back on the same store, then report ``Opened``."""
 
@@ -253,6 +286,8 @@ Command = (
     | Retract
     | Cancel
     | Backoff
+    | Drop
+    | Skip
     | Reacquire
     | Halt
 )

@@ -8,7 +8,10 @@ for an opaque replay redone), ``transactional_retries``, ``transactional_failure
 (per cause: the exception's class). Histograms: ``transactional_step_seconds`` (per
 protocol step), ``transactional_txid_records`` (records per committed txid). Gauges,
 read when scraped: ``transactional_batch_size``, ``transactional_lag`` (NaN when the
-spout cannot tell), ``transactional_in_flight``.
+spout cannot tell), ``transactional_in_flight``, ``transactional_guarantee`` (1, with the
+run's guarantee as a label). Under ``at_most_once``: ``transactional_txids_dropped`` and
+``transactional_records_dropped`` (the records of dropped txids that were counted before
+they failed).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from transactional.runtime import messages as m
 from transactional.runtime.probes import Probe
-from transactional.types import CommitOutcome, TransactionAttempt
+from transactional.types import CommitOutcome, Guarantee, TransactionAttempt
 
 __all__ = ["Metrics", "serve"]
 
@@ -42,6 +45,7 @@ class Metrics(Probe):
         registry: CollectorRegistry,
         lag: Callable[[], int | None] = lambda: None,
         batch_size: Callable[[], int | None] = lambda: None,
+        guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
     ) -> None:
         self.topology_id = topology_id
         self.committers = list(committers)
@@ -68,6 +72,24 @@ class Metrics(Probe):
         self.failures = Counter(
             "transactional_failures", "Failed attempts, by cause", [*t, "cause"], registry=registry
         )
+        self.dropped_txids = Counter(
+            "transactional_txids_dropped",
+            "Txids dropped under at_most_once: failed, never retried",
+            t,
+            registry=registry,
+        )
+        self.dropped_records = Counter(
+            "transactional_records_dropped",
+            "Records of the dropped txids, where counted before they failed",
+            t,
+            registry=registry,
+        )
+        Gauge(
+            "transactional_guarantee",
+            "The run's guarantee (its label); always 1",
+            [*t, "guarantee"],
+            registry=registry,
+        ).labels(topology_id, guarantee.value).set(1)
         self.steps = Histogram(
             "transactional_step_seconds",
             "Seconds per protocol step of an attempt",
@@ -96,10 +118,14 @@ class Metrics(Probe):
         self.txids.labels(topology_id)
         self.records.labels(topology_id)
         self.retries.labels(topology_id)
+        self.dropped_txids.labels(topology_id)
+        self.dropped_records.labels(topology_id)
 
     def on_event(self, event: m.Event, now: float) -> None:
         if isinstance(event, m.Started):
             self._in_flight = self._in_flight | {event.attempt.txid}
+        elif isinstance(event, m.Opened) and event.dropped:
+            self.dropped_txids.labels(self.topology_id).inc(len(event.dropped))
 
     def on_command(self, command: m.Command, now: float) -> None:
         tid = self.topology_id
@@ -115,6 +141,16 @@ class Metrics(Probe):
                 self._in_flight = {t for t in self._in_flight if t < attempt.txid}
             case m.Cancel(attempt):
                 self._in_flight = self._in_flight - {attempt.txid}
+            case m.Skip(attempt, _, records, in_sink):
+                self._in_flight = self._in_flight - {attempt.txid}
+                if in_sink:  # committed; only the store's advance had failed
+                    self.txids.labels(tid).inc()
+                    self.records.labels(tid).inc(records or 0)
+                else:
+                    self.dropped_txids.labels(tid).inc()
+                    self.dropped_records.labels(tid).inc(records or 0)
+            case m.Drop(_, _, error, _):
+                self.failures.labels(tid, type(error).__name__).inc()
             case m.Backoff(_, error, _, _):
                 self.retries.labels(tid).inc()
                 self.failures.labels(tid, type(error).__name__).inc()

@@ -26,6 +26,10 @@ log = logging.getLogger("transactional.runner")
 
 
 class RunListener(Protocol):
+    """Hears each committed txid. A listener may also have ``on_drop(txid, records)``:
+    under ``at_most_once``, a txid dropped (``records`` None when it failed before they
+    were counted), called when the store moves past it."""
+
     def on_commit(self, txid: int, records: int) -> None: ...
 
 
@@ -181,6 +185,21 @@ class Outcomes(Probe):
             )
         elif isinstance(command, m.Cancel):
             self._outcomes.pop(command.attempt.txid, None)
+        elif isinstance(command, m.Skip):
+            if command.in_sink:
+                self._listen("on_commit", command.attempt.txid, command.records or 0)
+            else:
+                self._listen("on_drop", command.attempt.txid, command.records)
+
+    def on_event(self, event: m.Event, now: float) -> None:
+        if isinstance(event, m.Opened):
+            for txid in event.dropped:
+                self._listen("on_drop", txid, None)
+
+    def _listen(self, hook: str, txid: int, records: int | None) -> None:
+        heard = getattr(self.listener, hook, None)
+        if heard is not None:
+            heard(txid, records)
 
     def acknowledged(self, command: m.Acknowledge) -> None:
         """After the spout's hooks: the listener hears of the commit last."""

@@ -17,6 +17,9 @@ class SlotState(Enum):
     PROCESSED = "processed"  # waiting for its turn to commit
     COMMITTING = "committing"  # the commit thread has it
     ADVANCING = "advancing"  # committed in every sink; the store not yet advanced
+    #: at_most_once: failed and dropped, never retried; the store moves past it (Skip)
+    #: when it is ``currtx``.
+    DROPPED = "dropped"
 
 
 @dataclass
@@ -32,6 +35,13 @@ class Slot:
     groupable: bool = False  # may be committed in a group with its neighbours
     processed_at: float | None = None
     queued_s: float = 0.0
+    #: ``records`` is known: the attempt was processed.
+    counted: bool = False
+    #: Dropped after its commit reached every sink (the store's advance failed).
+    in_sink: bool = False
+    #: Dropped while its commit still runs (past its deadline): the store does not move
+    #: past it before the commit's outcome is known.
+    awaiting_commit: bool = False
 
     @property
     def txid(self) -> int:
@@ -53,6 +63,10 @@ class Counts:
     #: Times leadership was lost and taken back during the run (step 7).
     reelections: int = 0
     last_committed: int = 0
+    #: at_most_once: txids dropped (failed, never retried), and the records of those
+    #: that were counted before they failed.
+    dropped_txids: int = 0
+    dropped_records: int = 0
 
 
 class InvariantError(AssertionError):

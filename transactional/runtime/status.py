@@ -26,10 +26,12 @@ from typing import Any
 from transactional.runtime import messages as m
 from transactional.runtime.probes import Probe
 from transactional.runtime.state import Counts
-from transactional.types import TransactionAttempt
+from transactional.types import Guarantee, TransactionAttempt
 
 __all__ = ["RATE_WINDOW_S", "STEP_AFTER", "Status"]
 
+#: The latest dropped txids a status document lists (``at_most_once``).
+DROPPED_SHOWN = 20
 #: Records per second are measured over the commits of this many last seconds.
 RATE_WINDOW_S = 60.0
 #: The step a txid is in once the executor reports the one before done.
@@ -59,8 +61,12 @@ class Status(Probe):
         fence: Callable[[], int | None] = lambda: None,
         interval_s: float = 2.0,
         wall: Callable[[], float] = time.time,
+        guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
     ) -> None:
         self.topology_id = topology_id
+        self.guarantee = guarantee
+        #: at_most_once: the latest txids dropped (failed, never retried), newest last.
+        self.dropped: deque[dict[str, Any]] = deque(maxlen=DROPPED_SHOWN)
         self.publish_to = publish
         self.counts = counts
         self.lag = lag
@@ -88,6 +94,8 @@ class Status(Probe):
         if isinstance(event, m.Opened):
             self.currtx = event.currtx
             self.last_stored = max(event.stored, default=self.currtx - 1)
+            for txid in event.dropped:
+                self._dropped(txid, "restart", "in flight when the last run stopped")
         elif isinstance(event, m.Started):
             self.last_stored = max(self.last_stored, event.attempt.txid)
             self._step(event.attempt, "emit")
@@ -115,6 +123,13 @@ class Status(Probe):
             case m.Cancel(attempt):
                 with self._lock:
                     self.in_flight.pop(attempt.txid, None)
+            case m.Drop(attempt, _, error, phase):
+                self._failed(attempt.txid, error, phase.value, 1)
+                self._dropped(attempt.txid, phase.value, f"{type(error).__name__}: {error}")
+            case m.Skip(attempt):
+                with self._lock:
+                    self.in_flight.pop(attempt.txid, None)
+                self.currtx = max(self.currtx, attempt.txid + 1)
             case m.Backoff(txid, error, phase, failures):
                 self.retries += 1
                 self._failed(txid, error, phase.value, failures)
@@ -157,6 +172,11 @@ class Status(Probe):
             "at": _now_iso(self.wall()),
         }
 
+    def _dropped(self, txid: int, phase: str, why: str) -> None:
+        self.dropped.append(
+            {"txid": txid, "phase": phase, "error": why, "at": _now_iso(self.wall())}
+        )
+
     # -- publishing --------------------------------------------------------------------
 
     def records_per_s(self) -> float:
@@ -179,8 +199,12 @@ class Status(Probe):
             "last_committed": self.currtx - 1,
             "in_flight": self._in_flight(),
             "last_error": self.last_error,
+            "guarantee": self.guarantee.value,
             "committed_txids": counts.committed_txids,
             "records": counts.records,
+            "dropped_txids": counts.dropped_txids,
+            "dropped_records": counts.dropped_records,
+            "dropped": list(self.dropped),
             "records_per_s": round(self.records_per_s(), 1),
             "retries": self.retries,
             "failures": dict(self.failures),

@@ -28,8 +28,9 @@ class CountingBolt(Bolt):
 class MemoryCommitter(Committer):
     """A key -> count sink following DESIGN.md section 6 in both modes.
 
-    Transactional mode keeps the last txid with the counts; opaque mode keeps
-    (curr, prev, txid) per key and undoes every key of a replayed txid.
+    Transactional mode keeps the last txid with the counts (and, under ``at_least_once``
+    and ``at_most_once``, applies a txid it holds again: ``CommitterContext.checked``);
+    opaque mode keeps (curr, prev, txid) per key and undoes every key of a replayed txid.
     """
 
     def __init__(
@@ -48,6 +49,9 @@ class MemoryCommitter(Committer):
         #: ``(first, last)`` of every commit in ``calls`` (one txid: first == last).
         self.spans: list[tuple[int, int]] = []
         self.prepared: list[TransactionAttempt] = []
+        #: Every txid whose rows were added to ``counts`` in transactional mode, each time
+        #: (a txid twice: counted twice, as ``at_least_once`` allows after a crash).
+        self.applied: list[int] = []
         self.context: CommitterContext | None = None
         #: The highest fence token that committed: a lower one is a deposed leader's.
         self.fence = 0
@@ -99,13 +103,15 @@ class MemoryCommitter(Committer):
         return outcome
 
     def _commit_transactional(self, first: int, txid: int, batch: Counter[Any]) -> CommitOutcome:
-        if txid <= self.last_txid:
+        checked = self.context is None or self.context.checked
+        if checked and txid <= self.last_txid:
             return CommitOutcome.SKIPPED
-        if first <= self.last_txid:
+        if checked and first <= self.last_txid:
             raise CommitError(f"the sink holds txid {self.last_txid}, inside {first}..{txid}")
         for key, n in batch.items():
             self.counts[key] = self.counts.get(key, 0) + n
-        self.last_txid = txid
+        self.last_txid = max(self.last_txid, txid)  # unchecked: applied again, never back
+        self.applied.extend(range(first, txid + 1))
         return CommitOutcome.APPLIED
 
     def _commit_opaque(self, first: int, txid: int, batch: Counter[Any]) -> CommitOutcome:
