@@ -18,6 +18,7 @@ from transactional.spout import PARTITION_COLUMN
 
 __all__ = [
     "RECORD_SCHEMA",
+    "SOCKET_TIMEOUT",
     "SPLIT_SCHEMA",
     "before",
     "ceil_millis",
@@ -42,6 +43,11 @@ _ARROW_SCHEMA = pa.schema(
 SPLIT_SCHEMA = (
     "url STRING, stream STRING, after STRING, last STRING, count LONG, field STRING, partition INT"
 )
+#: Seconds a client of the source (the driver's, a task's) waits for a reply. Set, not
+#: left to redis-py: its default went from none to 5 s in redis-py 8.
+SOCKET_TIMEOUT = 30.0
+#: Seconds to connect.
+CONNECT_TIMEOUT = 5.0
 #: Entries per XRANGE call in a task.
 _CHUNK = 10_000
 #: The largest sequence number of an entry id.
@@ -92,7 +98,9 @@ def read_stream_range(
     maps: list[list[tuple[str, str]]] = []
     raws: list[str | None] = []
     errors: list[str | None] = []
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(
+        url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=SOCKET_TIMEOUT
+    )
     try:
         bound = after
         while len(ids) < count:

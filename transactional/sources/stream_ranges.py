@@ -1,6 +1,7 @@
 """The bookkeeping of a Redis Streams spout's ranges: what a range is (``StreamRange``),
-the scripts that decide and check one inside Redis, and how entries lost before they
-were read are counted (``lost_before``)."""
+the scripts that decide and check one inside Redis (reading the stream, or, in the
+consumer-group mode, through the group: ``DECIDE_GROUP``), and how entries lost before
+they were read are counted (``lost_before``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pydantic import Field
 from transactional.sources.stream_entries import entry_id, parse_id
 from transactional.types import BatchMetadata
 
-__all__ = ["COUNT_BLOCK", "SCRIPTS", "Decided", "StreamRange", "lost_before"]
+__all__ = ["COUNT_BLOCK", "DECIDE_GROUP", "SCRIPTS", "Decided", "StreamRange", "lost_before"]
 
 #: The next ``ARGV[2]`` entries after ``ARGV[1]`` (exclusive): their count, first and
 #: last ids, read inside Redis so that only three values cross the network.
@@ -42,6 +43,76 @@ local last = false
 if n > 0 then last = entries[n][1] end
 return {n, last, added, length, deleted, first}
 """
+#: ``DECIDE`` through the consumer group ``ARGV[3]``, as consumer ``ARGV[4]``: the range
+#: after ``ARGV[1]`` (the end of the stored ranges) takes first the entries the group
+#: delivered there already and no stored range holds (a runner died, or its store write
+#: failed, between its ``XREADGROUP`` and storing the range; or a reply was lost), then
+#: new ones (``XREADGROUP ... >``) up to ``ARGV[2]`` in all. A group behind ``ARGV[1]``
+#: (recreated, or reset by ``XGROUP SETID``) is moved to it first, and a group destroyed
+#: while the topology runs is created again there: what a stored range holds is never
+#: delivered again. Replies as ``DECIDE``, then how many entries the
+#: ``XREADGROUP`` delivered. Ids are compared as decimal strings: Lua's numbers are
+#: doubles, and an id's parts are 64-bit.
+DECIDE_GROUP = """
+local function parts(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if ms then return ms, seq end
+  return id, '0'
+end
+local function below(a, b)
+  local am, as = parts(a)
+  local bm, bs = parts(b)
+  if #am ~= #bm then return #am < #bm end
+  if am ~= bm then return am < bm end
+  if #as ~= #bs then return #as < #bs end
+  return as < bs
+end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local added, length, deleted, first = 0, 0, '0-0', false
+for i = 1, #info, 2 do
+  local k, v = info[i], info[i + 1]
+  if k == 'entries-added' then added = v
+  elseif k == 'length' then length = v
+  elseif k == 'max-deleted-entry-id' then deleted = v
+  elseif k == 'first-entry' and v then first = v[1] end
+end
+local delivered = false
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, last = nil, nil
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then name = group[i + 1]
+    elseif group[i] == 'last-delivered-id' then last = group[i + 1] end
+  end
+  if name == ARGV[3] then delivered = last end
+end
+local after, wanted = ARGV[1], tonumber(ARGV[2])
+if not delivered then
+  redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[3], after)
+  delivered = after
+end
+local n, last = 0, false
+if below(after, delivered) then
+  local held = redis.call('XRANGE', KEYS[1], '(' .. after, delivered, 'COUNT', wanted)
+  n = #held
+  if n > 0 then last = held[n][1] end
+elseif below(delivered, after) then
+  redis.call('XGROUP', 'SETID', KEYS[1], ARGV[3], after)
+end
+local fresh = 0
+if n < wanted then
+  local reply = redis.call('XREADGROUP', 'GROUP', ARGV[3], ARGV[4], 'COUNT', wanted - n,
+    'STREAMS', KEYS[1], '>')
+  if reply then
+    local entries = reply[1][2]
+    fresh = #entries
+    if fresh > 0 then
+      n = n + fresh
+      last = entries[fresh][1]
+    end
+  end
+end
+return {n, last, added, length, deleted, first, fresh}
+"""
 #: Entries counted per script call when counting a stream's tail.
 COUNT_BLOCK = 100_000
 #: How many entries ``(ARGV[1], ARGV[2]]`` holds now.
@@ -68,7 +139,7 @@ class StreamRange(BatchMetadata):
 
 
 #: The scripts a spout registers, by name.
-SCRIPTS = {"next": NEXT, "decide": DECIDE, "count": COUNT}
+SCRIPTS = {"next": NEXT, "decide": DECIDE, "decide_group": DECIDE_GROUP, "count": COUNT}
 
 
 @dataclass(frozen=True)
@@ -86,7 +157,7 @@ class Decided:
 
     @classmethod
     def of(cls, reply: list[Any]) -> Decided:
-        count, end, added, length, deleted, first = reply
+        count, end, added, length, deleted, first = reply[:6]
         return cls(
             count=int(count),
             end=entry_id(end) if end else None,
