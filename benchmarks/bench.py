@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cases import (
+    WEAKER,
     Case,
     bare_spark,
     batches_in_a_loop,
@@ -45,6 +46,7 @@ from benchmarks.redis_commit import commit_table
 from benchmarks.report import (
     Result,
     cpu_table,
+    guarantees_table,
     longer_auto_section,
     profile,
     table,
@@ -251,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 framework(**env, max_pending=4, sequence=True),
                 framework(**env, max_pending=4, check_determinism=False),
                 framework(**env, max_pending=4, auto=True),
+                *(framework(**env, max_pending=4, guarantee=g) for g in WEAKER),
             ]
             chosen = [c for c in cases if args.only is None or args.only in c.name]
             warm_up(chosen, progress)
@@ -269,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         lines = table(results)
         print("\n".join(lines))
+        print("\n".join(guarantees_table(results)))
         rates = [(r.sink, r.name, r.rate) for r in results]
         figures = ["![Throughput per case and sink](throughput.png)", ""] if rates else []
         if rates:
@@ -340,6 +344,15 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *figures,
             *[f"- {r.name} [{r.sink}]: {r.note}" for r in results if r.note],
+            "",
+            "## The three guarantees (same data, same repetitions)",
+            "",
+            *guarantees_table(results),
+            "",
+            "at_least_once and at_most_once skip the determinism checksum (its digest in "
+            "the materialising job and its store write) and the sinks' last-txid check; "
+            "the rest of a txid's path is the same (see docs/architecture.md, Three "
+            "guarantees).",
             "",
             "## CPU per run (medians)",
             "",

@@ -162,6 +162,9 @@ def structured_streaming(
 
 #: Suffix of the case run without the determinism check (the others run with it).
 NO_CHECK = "no determinism check"
+#: The guarantees below exactly-once: their cases are not candidates for the
+#: exactly-once targets, and are compared with the exactly-once case on their own.
+WEAKER = ("at_least_once", "at_most_once")
 #: The framework case on the transactional file spout (the others are partitioned).
 SEQUENCE = "file sequence"
 
@@ -181,6 +184,7 @@ def framework(
     auto: bool = False,
     check_determinism: bool = True,
     sequence: bool = False,
+    guarantee: str = "exactly_once",
     **_: Any,
 ) -> Case:
     """``sequence``: the transactional file spout, ``per_txid`` lines a txid (one file of
@@ -218,7 +222,10 @@ def framework(
             SQLiteStateStore(base / "state.db"),
             spark,
             RunnerConfig(
-                topology_id="bench", max_pending=max_pending, check_determinism=check_determinism
+                topology_id="bench",
+                max_pending=max_pending,
+                check_determinism=check_determinism,
+                guarantee=guarantee,
             ),
             batch_size=sizer,
         )
@@ -228,6 +235,8 @@ def framework(
         return stats.records
 
     name = "framework, batch auto" if auto else f"framework, max_pending={max_pending}"
+    if guarantee != "exactly_once":
+        name = f"framework, {guarantee}, max_pending={max_pending}"
     if sequence:
         name = f"framework, {SEQUENCE}, max_pending={max_pending}"
     if not check_determinism:

@@ -185,6 +185,24 @@ def store_state(state_dir: Path, topology_id: str = TOPOLOGY_ID) -> tuple[int, l
     return (int(row[0]) if row else 1), [int(t) for (t,) in metas]
 
 
+def stored_metas(state_dir: Path, topology_id: str = TOPOLOGY_ID) -> dict[int, Any]:
+    """Each txid's stored coordinator metadata (JSON) in the SQLite store, read with plain
+    SQL: what a batch holds, as the runner decided it."""
+    db = state_dir / "state.db"
+    if not db.exists():
+        return {}
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute(
+            "SELECT txid, meta FROM coordinator_meta WHERE topology_id = ?", (topology_id,)
+        ).fetchall()
+    except sqlite3.OperationalError:  # the first run died before creating the tables
+        return {}
+    finally:
+        conn.close()
+    return {int(t): json.loads(meta) for t, meta in rows}
+
+
 def store_group(state_dir: Path, topology_id: str = TOPOLOGY_ID) -> tuple[int, int] | None:
     """The commit group the SQLite store holds (``record_group``), if any."""
     db = state_dir / "state.db"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -49,22 +50,66 @@ def records_of(path: Path) -> list[tuple[str, str | None]]:
 
 
 def expected_counts(path: Path) -> Expected:
+    return expected_of_lines(line for file in input_files(path) for line in lines_of(file))
+
+
+def expected_of_range(file: Path, offset: int, length: int) -> Expected:
+    """The answer for bytes ``[offset, offset + length)`` of ``file``: whole lines, as a
+    batch's byte range holds them."""
+    with file.open("rb") as f:
+        f.seek(offset)
+        data = f.read(length)
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return expected_of_lines(line[:-1] if line.endswith(b"\r") else line for line in lines)
+
+
+def combined(*parts: Expected) -> Expected:
+    """Every part counted: what a sink holds that took each part once."""
     out = Expected()
-    for file in input_files(path):
-        for raw in lines_of(file):
-            parsed = _parse(raw)
-            if parsed is None:
-                out.dead_letters.append(raw.decode("utf-8", "backslashreplace"))
-                continue
-            tweet_id, tweet = parsed
-            out.tweets += 1
-            out.ids[tweet_id] += 1
-            tokens = [t for t in ASCII_WHITESPACE.split(tweet) if t]
-            tags = {t for t in tokens if t.startswith("#") and len(t) >= 2}
-            users = {t for t in tokens if t.startswith("@") and len(t) >= 2}
-            out.hashtags.update(tags)
-            out.users.update(users)
-            out.pairs.update(product(users, tags))
+    for part in parts:
+        out.hashtags.update(part.hashtags)
+        out.users.update(part.users)
+        out.pairs.update(part.pairs)
+        out.dead_letters.extend(part.dead_letters)
+        out.tweets += part.tweets
+        out.ids.update(part.ids)
+    return out
+
+
+def without(whole: Expected, part: Expected) -> Expected:
+    """``whole`` less ``part`` (which it holds): what a sink holds that lost ``part``."""
+    out = Expected(
+        whole.hashtags - part.hashtags,
+        whole.users - part.users,
+        whole.pairs - part.pairs,
+        list(whole.dead_letters),
+        whole.tweets - part.tweets,
+        whole.ids - part.ids,
+    )
+    for raw in part.dead_letters:
+        out.dead_letters.remove(raw)
+    return out
+
+
+def expected_of_lines(lines: Iterable[bytes]) -> Expected:
+    """The answer for the records of ``lines`` (each without its line end)."""
+    out = Expected()
+    for raw in lines:
+        parsed = _parse(raw)
+        if parsed is None:
+            out.dead_letters.append(raw.decode("utf-8", "backslashreplace"))
+            continue
+        tweet_id, tweet = parsed
+        out.tweets += 1
+        out.ids[tweet_id] += 1
+        tokens = [t for t in ASCII_WHITESPACE.split(tweet) if t]
+        tags = {t for t in tokens if t.startswith("#") and len(t) >= 2}
+        users = {t for t in tokens if t.startswith("@") and len(t) >= 2}
+        out.hashtags.update(tags)
+        out.users.update(users)
+        out.pairs.update(product(users, tags))
     return out
 
 

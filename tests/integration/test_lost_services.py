@@ -30,7 +30,7 @@ from transactional.committer import Committer, CommitterContext
 from transactional.errors import CommitError
 from transactional.store import StateStore
 from transactional.testing.servers import RedisServer, ZooKeeperServer
-from transactional.types import CommitOutcome, TransactionAttempt
+from transactional.types import CommitOutcome, Guarantee, TransactionAttempt
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +57,7 @@ def run_buckets(
     total: int,
     batch: int,
     listener: Any = None,
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
 ) -> Any:
     topology = (
         TopologyBuilder()
@@ -76,6 +77,7 @@ def run_buckets(
         backoff_max_s=1.0,
         poll_interval_s=0.2,
         leader_timeout_s=90,
+        guarantee=guarantee,
     )
     runner = TransactionalRunner(topology, store, spark, config, listener=listener)
     return runner.run(until_drained=True)
@@ -91,11 +93,16 @@ class AtCommit:
 
     def __init__(self, txid: int, action: Callable[[], None]) -> None:
         self.txid, self.action, self.fired = txid, action, False
+        #: at_most_once: the txids the run reported dropped (``on_drop``).
+        self.dropped: list[int] = []
 
     def on_commit(self, txid: int, records: int) -> None:
         if txid == self.txid and not self.fired:
             self.fired = True
             self.action()
+
+    def on_drop(self, txid: int, records: int | None) -> None:
+        self.dropped.append(txid)
 
 
 def expire_session(hosts: str, store: ZooKeeperStateStore) -> None:
@@ -127,6 +134,35 @@ def test_a_zookeeper_session_expiring_mid_run_is_taken_back_and_counts_exactly(
     # Commits after the loss carried the new leadership's (higher) token.
     assert before[0] is not None and int(client.get(f"{SINK}:fence") or 0) > before[0]
     assert int(client.get(f"{SINK}:txid") or 0) == 6
+
+
+@pytest.mark.parametrize("guarantee", [Guarantee.AT_LEAST_ONCE, Guarantee.AT_MOST_ONCE])
+def test_a_zookeeper_session_expiring_keeps_the_weaker_guarantees_promise(
+    spark: Any, redis_url: str, zk_hosts: str, guarantee: Guarantee
+) -> None:
+    """The session ends right after txid 2's commit, with txids after it in flight:
+    at_least_once replays them (the sink never held them: nothing twice, nothing lost);
+    at_most_once drops them, and the sink misses exactly the batches it reported."""
+    store = ZooKeeperStateStore(zk_hosts, session_timeout=4.0)
+    fences: list[int | None] = []
+
+    def expire() -> None:
+        fences.append(store.fence_token())
+        expire_session(zk_hosts, store)
+
+    listener = AtCommit(2, expire)
+    stats = run_buckets(spark, store, redis_committer(redis_url), 300, 50, listener, guarantee)
+
+    client = redis.Redis.from_url(redis_url)
+    # The session did end: the commits after it carried the new leadership's token.
+    assert fences[0] is not None and int(client.get(f"{SINK}:fence") or 0) > fences[0]
+    dropped = set(listener.dropped)
+    if guarantee is Guarantee.AT_LEAST_ONCE:
+        assert not dropped
+    assert stats.dropped_txids == len(dropped)
+    kept = [n for n in range(300) if n // 50 + 1 not in dropped]  # txid t: [50(t-1), 50t)
+    assert buckets(redis_url) == dict(Counter(f"k{n % 7}" for n in kept))
+    assert stats.reelections >= 1
 
 
 def test_a_zookeeper_restart_mid_run_is_ridden_out_and_counts_exactly(

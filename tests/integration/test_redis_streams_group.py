@@ -212,6 +212,49 @@ def test_runs_killed_before_the_ack_and_before_the_store_lose_nothing_and_count_
     assert_all_acknowledged(client, ids)
 
 
+def test_at_least_once_a_txid_written_then_crashed_counts_twice_and_nothing_is_lost(
+    spark: Any, redis_url: str, client: redis.Redis, tmp_path: Path
+) -> None:
+    ids = write(client)
+
+    def spout() -> RedisStreamsPartitionedSpout:
+        return RedisStreamsPartitionedSpout(redis_url, list(SIZES), BATCH, group=GROUP)
+
+    run = harness(spark, redis_url, tmp_path, spout)
+    first = run.run_until_drained(
+        FaultPlan().crash(FaultPoint.AFTER_SINK_WRITE, txid=2),
+        max_pending=1,
+        guarantee=Guarantee.AT_LEAST_ONCE,
+    )
+    assert first.crashed  # the crash fired, after the sink took txid 2
+    assert run.run_until_drained(max_pending=1, guarantee=Guarantee.AT_LEAST_ONCE).stats
+    # Txid 2's entries (each stream's second batch) twice: written, then replayed.
+    twice = once(ids, lambda s: 2 * BATCH).keys() - once(ids, lambda s: BATCH).keys()
+    assert seen(client) == {k: 2 if k in twice else 1 for k in once(ids)}
+    assert_all_acknowledged(client, ids)
+
+
+def test_at_most_once_a_txid_that_always_fails_is_dropped_and_still_acknowledged(
+    spark: Any, redis_url: str, client: redis.Redis, tmp_path: Path
+) -> None:
+    ids = write(client)
+
+    def spout() -> RedisStreamsPartitionedSpout:
+        return RedisStreamsPartitionedSpout(redis_url, list(SIZES), BATCH, group=GROUP)
+
+    run = harness(spark, redis_url, tmp_path, spout)
+    done = run.run_until_drained(
+        FaultPlan().fail(FaultPoint.EMIT, txid=2, attempts=None),
+        max_pending=2,
+        guarantee=Guarantee.AT_MOST_ONCE,
+    )
+    assert (done.stats.dropped_txids, done.stats.failures) == (1, 1)  # failed once, dropped
+    # Txid 2's entries are never counted, and Redis is told they are done with.
+    dropped = once(ids, lambda s: 2 * BATCH).keys() - once(ids, lambda s: BATCH).keys()
+    assert seen(client) == {k: 1 for k in once(ids) if k not in dropped}
+    assert_all_acknowledged(client, ids)
+
+
 def test_the_hooks_acknowledge_what_is_done_and_nothing_else(
     spark: Any, redis_url: str, client: redis.Redis
 ) -> None:

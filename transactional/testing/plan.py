@@ -166,7 +166,8 @@ class FaultPlan:
         self, point: FaultPoint | str, txid: int, attempts: Iterable[int] | None = (1,)
     ) -> FaultPlan:
         """Raise ``InjectedFault`` at ``point`` of ``txid`` on these attempt numbers
-        (None: on every attempt, which the runner ends with ``PoisonBatchError``)."""
+        (None: on every attempt, which the runner ends with ``PoisonBatchError``, or, under
+        ``at_most_once``, drops the txid after its first failure)."""
         chosen = None if attempts is None else frozenset(attempts)
         self.rules.append(FaultRule(FaultPoint(point), txid, chosen))
         return self

@@ -1,0 +1,226 @@
+"""The weaker guarantees under SIGKILL: the demo (driver, Spark JVM, Python workers)
+killed at every step of the protocol, under ``--guarantee at_least_once`` and
+``--guarantee at_most_once``, then started again until drained, writing to Redis and
+to Delta (``--sink both``: the step between two committers exists) and counting each
+tweet by id (``--record-ids``).
+
+What each promise means is counted exactly, from what the store and the sinks held at
+each kill, read directly (SQL on the store's file, Redis, the Delta logs), and from the
+input's bytes (``tests.reference``), never from the runner's word:
+
+- ``at_least_once``: a txid the store held as started and a sink held as written was
+  applied to that sink again by the next run; so each sink holds the whole input, plus
+  exactly those txids' records once more per kill that left them so.
+- ``at_most_once``: a txid the store held as started that a sink did not hold is never
+  written to it; so each sink holds the input less exactly those txids' records, and
+  the runs report as dropped exactly the txids that not every sink held.
+
+Under ``at_least_once`` the chain is the crash matrix's (``test_crash_matrix.CHAIN``):
+each run dies after the commits of what the run before left, so "applied again by the
+next run" holds. Under ``at_most_once`` a run never emits again what the one before left
+in flight, so each run dies at the next step of the protocol for the first txid it
+decides anew (one past the last the store holds), over a longer input.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples.tweets.cli import main as demo
+from tests.e2e.test_crash_matrix import CHAIN, fresh_db
+from tests.observed import assert_exact, delta_contents, redis_contents
+from tests.processes import (
+    DemoProcess,
+    adopting_orphans,
+    killed,
+    reap_session,
+    redis_txid,
+    store_state,
+    stored_metas,
+)
+from tests.processes import delta_txid as delta_sink_txid
+from tests.reference import Expected, combined, expected_counts, expected_of_range, without
+from transactional.testing.servers import RedisServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
+
+GUARANTEES = ("at_least_once", "at_most_once")
+SINKS = ("redis", "delta")
+DROPPED = re.compile(r"txid dropped guarantee=at_most_once txid=(\d+)")
+
+
+@dataclass
+class Kill:
+    """What one run left when it was killed: the store's started txids past ``currtx``
+    and their metadata, and the last txid each sink holds."""
+
+    point: str
+    returncode: int
+    marked: bool  # the run said it reached its crash step
+    jvms_killed: bool
+    pending: dict[int, Any]
+    held: dict[str, int]
+
+
+@dataclass
+class Chain:
+    guarantee: str
+    input: Path
+    expected: Expected
+    redis_url: str
+    delta_path: Path
+    kills: list[Kill] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    final_returncode: int = -1
+
+
+#: Lines of input and per txid: at_most_once drops up to ``--max-pending`` txids a kill,
+#: so its chain needs more of them.
+SIZES = {"at_least_once": (120, 30), "at_most_once": (400, 10)}
+
+
+def tweets(directory: Path, count: int) -> tuple[Path, Expected]:
+    out = directory / "tweets"
+    args = ["generate", "--count", str(count), "--seed", "37", "--partitions", "1"]
+    assert demo([*args, "--bad-rate", "0.04", "--out", str(out)], out=io.StringIO()) == 0
+    expected = expected_counts(out)
+    assert expected.dead_letters and expected.pairs
+    return out, expected
+
+
+@pytest.fixture(scope="module", params=GUARANTEES)
+def chain(
+    request: pytest.FixtureRequest,
+    redis_server: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Chain:
+    guarantee: str = request.param
+    work = tmp_path_factory.mktemp(f"chain-{guarantee}")
+    count, per_txid = SIZES[guarantee]
+    path, expected = tweets(work, count)
+    result = Chain(
+        guarantee,
+        path,
+        expected,
+        fresh_db(redis_server, 6 + GUARANTEES.index(guarantee)),
+        work / "delta",
+    )
+    state = work / "state"
+    args = [
+        "run",
+        "--input",
+        str(path),
+        "--spout",
+        "transactional",
+        "--sink",
+        "both",
+        "--record-ids",
+        "--guarantee",
+        guarantee,
+        "--redis-url",
+        result.redis_url,
+        "--delta-path",
+        str(result.delta_path),
+        "--state-dir",
+        str(state),
+        "--batch-size",
+        str(per_txid),
+        "--max-pending",
+        "3",
+        "--max-group",
+        "3",
+        "--group-wait",
+        "60",
+        "--until-drained",
+        "--master",
+        "local[2]",
+        "--top",
+        "0",
+    ]
+    with adopting_orphans():
+        for k, (point, txid) in enumerate(CHAIN):
+            if guarantee == "at_most_once":  # the first txid this run decides anew
+                txid = max(stored_metas(state), default=0) + 1
+            run = DemoProcess([*args, "--crash-at", f"{point.value}:{txid}"], work / f"r{k}.log")
+            code = run.wait()
+            exits = reap_session(run.pid)
+            output = run.output()
+            result.outputs.append(output)
+            currtx, _ = store_state(state)
+            metas = stored_metas(state)
+            jvms = [status for command, status in exits.values() if command == "java"]
+            result.kills.append(
+                Kill(
+                    point.value,
+                    code,
+                    output.count(f"crash_at point={point.value} txid={txid} ") == 1,
+                    bool(jvms) and all(killed(s) for s in jvms),
+                    {t: m for t, m in metas.items() if t >= currtx},
+                    {
+                        "redis": redis_txid(result.redis_url, "redis"),
+                        "delta": delta_sink_txid(result.delta_path, "delta", opaque=False),
+                    },
+                )
+            )
+        final = DemoProcess(args, work / "final.log")
+        result.final_returncode = final.wait()
+        reap_session(final.pid)
+    result.outputs.append(final.output())
+    return result
+
+
+def records_of(chain: Chain, meta: Any) -> Expected:
+    """The records a transactional file batch holds: its byte ranges, read here."""
+    return combined(
+        *(
+            expected_of_range(chain.input / s["file"], s["offset"], s["length"])
+            for s in meta["segments"]
+        )
+    )
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("sink", SINKS)
+def test_killed_at_every_step_keeps_the_guarantees_promise_exactly(
+    chain: Chain, sink: str, spark: Any
+) -> None:
+    for kill in chain.kills:  # every kill happened, at its step, and took the JVM along
+        assert (kill.returncode, kill.marked, kill.jvms_killed) == (-9, True, True), kill
+    assert chain.final_returncode == 0, chain.outputs[-1][-3000:]
+    got = (
+        redis_contents(chain.redis_url)
+        if sink == "redis"
+        else delta_contents(spark, chain.delta_path)
+    )
+    written = [
+        {t: m for t, m in kill.pending.items() if t <= kill.held[sink]} for kill in chain.kills
+    ]
+    if chain.guarantee == "at_least_once":
+        again = [records_of(chain, m) for w in written for m in w.values()]
+        assert any(written)  # a kill after a sink write happened: the double count is real
+        assert_exact(got, combined(chain.expected, *again))
+        assert max(got.ids.values()) == 2  # counted twice, never more, in this chain
+    else:
+        lost = [
+            records_of(chain, m)
+            for kill, w in zip(chain.kills, written, strict=True)
+            for t, m in kill.pending.items()
+            if t not in w
+        ]
+        assert lost  # some kill left a batch that no sink held
+        assert_exact(got, without(chain.expected, combined(*lost)))
+        assert max(got.ids.values()) == 1  # nothing twice
+        reported = {int(t) for out in chain.outputs for t in DROPPED.findall(out)}
+        not_everywhere = {
+            t
+            for kill in chain.kills
+            for t in kill.pending
+            if any(t > held for held in kill.held.values())
+        }
+        assert reported == not_everywhere
