@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                 framework(**env, max_pending=4),
                 framework(**env, max_pending=4, sequence=True),
                 framework(**env, max_pending=4, check_determinism=False),
+                framework(**env, max_pending=4, ledger=False),
                 framework(**env, max_pending=4, auto=True),
             ]
             chosen = [c for c in cases if args.only is None or args.only in c.name]

@@ -90,7 +90,14 @@ def _commit_batch(committer: Any, txid: int, batch: DataFrame) -> None:
 
 
 def _raw(df: DataFrame) -> DataFrame:
-    return df.select(F.col("value").alias("raw"), F.lit(None).cast("string").alias("error"))
+    """The lines as the bolts read them; with null ledger ids, as with the ledger off
+    (the bolts account for their records, and read the id column)."""
+    from transactional.ledger import with_ids
+
+    return with_ids(
+        df.select(F.col("value").alias("raw"), F.lit(None).cast("string").alias("error")),
+        null=True,
+    )
 
 
 def bare_spark(spark: Any, data: Path, sink: str, redis_url: str, work: Path, **_: Any) -> Case:
@@ -162,6 +169,8 @@ def structured_streaming(
 
 #: Suffix of the case run without the determinism check (the others run with it).
 NO_CHECK = "no determinism check"
+#: Suffix of the case run without the record ledger (the others run with it).
+NO_LEDGER = "no ledger"
 #: The framework case on the transactional file spout (the others are partitioned).
 SEQUENCE = "file sequence"
 
@@ -181,6 +190,7 @@ def framework(
     auto: bool = False,
     check_determinism: bool = True,
     sequence: bool = False,
+    ledger: bool = True,
     **_: Any,
 ) -> Case:
     """``sequence``: the transactional file spout, ``per_txid`` lines a txid (one file of
@@ -218,7 +228,10 @@ def framework(
             SQLiteStateStore(base / "state.db"),
             spark,
             RunnerConfig(
-                topology_id="bench", max_pending=max_pending, check_determinism=check_determinism
+                topology_id="bench",
+                max_pending=max_pending,
+                check_determinism=check_determinism,
+                ledger=ledger,
             ),
             batch_size=sizer,
         )
@@ -232,6 +245,8 @@ def framework(
         name = f"framework, {SEQUENCE}, max_pending={max_pending}"
     if not check_determinism:
         name += f", {NO_CHECK}"
+    if not ledger:
+        name += f", {NO_LEDGER}"
     note = (
         f"partitioned file spout, {per_partition} lines per partition per txid "
         f"({per_partition * partitions} per txid), SQLite store"

@@ -83,6 +83,7 @@ from transactional.engine import Engine, SparkEngine
 from transactional.errors import ConfigurationError
 from transactional.faults import FaultInjector
 from transactional.flow import AdaptiveBatchSize
+from transactional.ledger import announce
 from transactional.runtime.drivers import DRIVERS
 from transactional.runtime.executor import Executor
 from transactional.runtime.leadership import LeaderSession
@@ -195,6 +196,9 @@ class TransactionalRunner:
         cfg = self.config
         spout = self.topology.spout
         kind = self.topology.kind
+        # Before anything is touched: the bolts the ledger cannot check, said once here,
+        # or refused with ledger_strict.
+        announce(self.topology, cfg.ledger, cfg.ledger_strict)
         self.store.open(cfg.topology_id)
         self.store.register(TopologyIdentity(spout.identity(), kind.value))
         session = LeaderSession(

@@ -12,6 +12,7 @@ from transactional.bolt import DEFAULT_STREAM, Bolt
 from transactional.committer import Committer
 from transactional.contracts import component
 from transactional.errors import ConfigurationError, TopologyValidationError
+from transactional.ledger import route_problem
 from transactional.spout import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
@@ -155,6 +156,11 @@ class TopologyBuilder:
 
         for node in self._bolts.values():
             check(f"bolt {node.name!r}", node.input)
+            problem = route_problem(node.bolt) if getattr(node.bolt, "accounts", False) else None
+            if problem is not None:
+                raise TopologyValidationError(
+                    f"{component('bolt', node.name, node.bolt)}: {problem}"
+                )
         for cnode in self._committers.values():
             for ref in cnode.inputs.values():
                 check(f"committer {cnode.name!r}", ref)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.preflight import SECONDS, check_redis
@@ -82,6 +82,10 @@ StreamStart = Literal["earliest", "latest"] | Mapping[str, str] | datetime
 
 class _Streams(SourceBase):
     """The streams, seen from the driver."""
+
+    #: An entry's place (a gap's row has no id, and is one per stream): its ledger id
+    #: (``transactional.ledger``).
+    position_columns: ClassVar[tuple[str, ...]] = ("stream", "id")
 
     def __init__(
         self,
