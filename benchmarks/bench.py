@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                 framework(**env, max_pending=4),
                 framework(**env, max_pending=4, sequence=True),
                 framework(**env, max_pending=4, check_determinism=False),
+                framework(**env, max_pending=4, ledger=False),
                 framework(**env, max_pending=4, auto=True),
                 *(framework(**env, max_pending=4, guarantee=g) for g in WEAKER),
             ]

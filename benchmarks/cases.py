@@ -90,7 +90,14 @@ def _commit_batch(committer: Any, txid: int, batch: DataFrame) -> None:
 
 
 def _raw(df: DataFrame) -> DataFrame:
-    return df.select(F.col("value").alias("raw"), F.lit(None).cast("string").alias("error"))
+    """The lines as the bolts read them; with null ledger ids, as with the ledger off
+    (the bolts account for their records, and read the id column)."""
+    from transactional.ledger import with_ids
+
+    return with_ids(
+        df.select(F.col("value").alias("raw"), F.lit(None).cast("string").alias("error")),
+        null=True,
+    )
 
 
 def bare_spark(spark: Any, data: Path, sink: str, redis_url: str, work: Path, **_: Any) -> Case:
@@ -165,6 +172,8 @@ NO_CHECK = "no determinism check"
 #: The guarantees below exactly-once: their cases are not candidates for the
 #: exactly-once targets, and are compared with the exactly-once case on their own.
 WEAKER = ("at_least_once", "at_most_once")
+#: Suffix of the case run without the record ledger (the others run with it).
+NO_LEDGER = "no ledger"
 #: The framework case on the transactional file spout (the others are partitioned).
 SEQUENCE = "file sequence"
 
@@ -185,6 +194,7 @@ def framework(
     check_determinism: bool = True,
     sequence: bool = False,
     guarantee: str = "exactly_once",
+    ledger: bool = True,
     **_: Any,
 ) -> Case:
     """``sequence``: the transactional file spout, ``per_txid`` lines a txid (one file of
@@ -226,6 +236,7 @@ def framework(
                 max_pending=max_pending,
                 check_determinism=check_determinism,
                 guarantee=guarantee,
+                ledger=ledger,
             ),
             batch_size=sizer,
         )
@@ -241,6 +252,8 @@ def framework(
         name = f"framework, {SEQUENCE}, max_pending={max_pending}"
     if not check_determinism:
         name += f", {NO_CHECK}"
+    if not ledger:
+        name += f", {NO_LEDGER}"
     note = (
         f"partitioned file spout, {per_partition} lines per partition per txid "
         f"({per_partition * partitions} per txid), SQLite store"

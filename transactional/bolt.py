@@ -28,6 +28,21 @@ class Bolt(ABC):
     #: subscribe to ``"<bolt name>:<stream>"``, or to ``"<bolt name>"`` for the default.
     outputs: ClassVar[tuple[str, ...]] = (DEFAULT_STREAM,)
 
+    #: The bolt accounts for every record it is given (``transactional.ledger``): each
+    #: goes on in an output that keeps its ``ledger.ID`` (a row-wise transform, a
+    #: dead-letter stream), is folded into an aggregate (``agg(..., *ledger.folded())``)
+    #: or is dropped on purpose (``ledger.drop(frame, reason)``). Its input then holds
+    #: ``ledger.ID``, and the runner checks, before each commit, that no record was lost
+    #: or duplicated. False (the default): the bolt runs as it always did, unchecked,
+    #: and never sees the ledger's columns.
+    accounts: ClassVar[bool] = False
+    #: With ``accounts``: groups of output streams among which each input record is
+    #: accounted for exactly once. None: one group of all ``outputs`` (a record goes to
+    #: exactly one stream, as a parse bolt's records go to its tweets or its dead
+    #: letters). A bolt that sends each record to several streams lists one group per
+    #: stream, e.g. ``(("hashtags",), ("users",))``.
+    routes: ClassVar[tuple[tuple[str, ...], ...] | None] = None
+
     @abstractmethod
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Any:
         """Return one DataFrame (the single declared stream) or a mapping with exactly
@@ -38,3 +53,22 @@ class Bolt(ABC):
     ) -> Mapping[str, DataFrame]:
         """Whole-batch step after ``process`` (e.g. an aggregation); identity by default."""
         return outputs
+
+
+def route_problem(bolt: Any) -> str | None:
+    """Why an accounting bolt's ``routes`` are not a partition of its outputs."""
+    outputs = list(bolt.outputs)
+    routes = getattr(bolt, "routes", None)
+    if routes is None:
+        return None
+    if isinstance(routes, str) or not all(
+        isinstance(r, tuple) and r and all(isinstance(s, str) for s in r) for r in routes
+    ):
+        return f"routes must be a tuple of non-empty tuples of stream names, got {routes!r}"
+    named = [s for r in routes for s in r]
+    if sorted(named) != sorted(outputs):
+        return (
+            f"routes {list(routes)} must name each of its outputs {outputs} exactly once "
+            "(each route: streams among which a record is accounted once)"
+        )
+    return None

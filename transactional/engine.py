@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from transactional.errors import ContractError
+from transactional.ledger import ID, RecordIds, Tally, check_positions, id_column, id_sums
 from transactional.spout import PARTITION_COLUMN
 
 if TYPE_CHECKING:
@@ -25,18 +26,25 @@ Digest = tuple[int, str]
 @dataclass(frozen=True)
 class Materialised:
     """One attempt's batch, read once: ``batch`` is what the bolts see, ``records`` its
-    row count, ``digests`` (when asked for) the digest of each emitted partition."""
+    row count, ``digests`` (when asked for) the digest of each emitted partition,
+    ``ids`` (when asked for) the ledger's tally of the records' ids
+    (``transactional.ledger``: the batch then holds them in ``ledger.ID``)."""
 
     batch: Any
     records: int
     digests: dict[int, Digest] | None = None
+    ids: Tally | None = None
 
 
 class Engine(Protocol):
     spark: Any
 
     def materialise(
-        self, frames: Sequence[Any], digest: bool, partitions: int | None = None
+        self,
+        frames: Sequence[Any],
+        digest: bool,
+        partitions: int | None = None,
+        ids: RecordIds | None = None,
     ) -> Materialised: ...
 
     def job_group(self, group: str, txid: int | None = None) -> Any: ...
@@ -95,7 +103,16 @@ class SparkEngine:
     stores the rows: two jobs, but one hash update a row, where observing three
     conditional sums per partition cost more from two partitions on
     (benchmarks/analysis.md, fifteenth round).
+
+    The ledger's ids (``ids``) are computed in the same pass, before the checkpoint (an
+    id from a row's place in the frames must be computed once), and their count and
+    XOR are observed or aggregated beside the count and the digests; the digests leave
+    the id column out, so a txid digested with the ledger on and replayed with it off
+    (or the reverse) still compares equal.
     """
+
+    #: The ledger can count this engine's batches (``transactional.ledger``).
+    counts_ids = True
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
@@ -108,35 +125,51 @@ class SparkEngine:
         self._local = threading.local()
 
     def materialise(
-        self, frames: Sequence[DataFrame], digest: bool, partitions: int | None = None
+        self,
+        frames: Sequence[DataFrame],
+        digest: bool,
+        partitions: int | None = None,
+        ids: RecordIds | None = None,
     ) -> Materialised:
         """``frames``: one frame per partition; or, with ``partitions``, one frame of
-        that many partitions, each row tagged with its own in ``PARTITION_COLUMN``."""
+        that many partitions, each row tagged with its own in ``PARTITION_COLUMN``.
+        ``ids``: give each record its ledger id (``ledger.ID``) and tally them."""
         from pyspark.sql import functions as F
 
         self._place()
+        counted = id_sums() if ids is not None else []
         if not digest:
             union = _union(frames)
             if partitions is not None:
                 union = union.drop(_PARTITION)
-            batch = union.localCheckpoint(eager=False)
-            records = int(_observed(batch, [F.count(F.lit(1)).alias("n")])["n"])
-            return Materialised(_few_tasks(batch, records), records)
+            batch = _with_ids(union, ids).localCheckpoint(eager=False)
+            got = _observed(batch, [F.count(F.lit(1)).alias("n"), *counted])
+            records = int(got["n"])
+            return Materialised(_few_tasks(batch, records), records, None, _tally(got, ids))
         if partitions is None and len(frames) == 1:
-            batch = frames[0].localCheckpoint(eager=False)
-            digest_of = _observed_digest(batch, _row_hash(batch))
-            return Materialised(_few_tasks(batch, digest_of[0]), digest_of[0], {0: digest_of})
+            batch = _with_ids(frames[0], ids).localCheckpoint(eager=False)
+            got = _observed(batch, [*_digest_sums(_row_hash(batch)), *counted])
+            digest_of = _digest(got)
+            return Materialised(
+                _few_tasks(batch, digest_of[0]), digest_of[0], {0: digest_of}, _tally(got, ids)
+            )
         if partitions is None:
             partitions = len(frames)
             tagged = _union([f.withColumn(_PARTITION, F.lit(p)) for p, f in enumerate(frames)])
         else:
             tagged = frames[0].withColumn(_PARTITION, F.col(_PARTITION).cast("int"))
-        tagged = tagged.localCheckpoint(eager=False)
+        tagged = _with_ids(tagged, ids).localCheckpoint(eager=False)
         batch = tagged.drop(_PARTITION)
-        found = _grouped_digests(tagged, _row_hash(batch), partitions)
+        rows = _grouped_digests(tagged, _row_hash(batch), partitions, counted)
+        found = {p: _digest(r) for p, r in rows.items()}
         digests = {p: found.get(p, (0, "0")) for p in range(partitions)}
         records = sum(n for n, _ in digests.values())
-        return Materialised(_few_tasks(batch, records), records, digests)
+        tally = None
+        if ids is not None:
+            tally = Tally()
+            for r in rows.values():
+                tally = tally + Tally.of(r["ledger_n"], r["ledger_x"])
+        return Materialised(_few_tasks(batch, records), records, digests, tally)
 
     @contextmanager
     def job_group(self, group: str, txid: int | None = None) -> Iterator[None]:
@@ -319,18 +352,29 @@ def _digest(got: Any) -> Digest:
     return int(got["n"]), str((hi << 32) + lo)
 
 
-def _observed_digest(batch: DataFrame, h: Column) -> Digest:
-    """The digest of a batch of one partition, observed in the materialising job: no tag
-    to store with each row or to test per partition (measured: a fifth of the
-    materialising job's CPU on a 125,000-line batch)."""
-    return _digest(_observed(batch, _digest_sums(h)))
+def _with_ids(frame: DataFrame, ids: RecordIds | None) -> DataFrame:
+    """``frame`` with each record's ledger id, when asked for."""
+    if ids is None:
+        return frame
+    if ids.position:
+        check_positions(ids, frame.columns)
+    return frame.select("*", id_column(ids))
 
 
-def _grouped_digests(tagged: DataFrame, h: Column, partitions: int) -> dict[int, Digest]:
-    """Each partition's digest, from one aggregation by the partition tag, whose map
-    stage also materialises the checkpoint."""
-    rows = tagged.groupBy(_PARTITION).agg(*_digest_sums(h)).collect()
-    found = {r[_PARTITION]: _digest(r) for r in rows}
+def _tally(got: Any, ids: RecordIds | None) -> Tally | None:
+    return None if ids is None else Tally.of(got["ledger_n"], got["ledger_x"])
+
+
+def _grouped_digests(
+    tagged: DataFrame, h: Column, partitions: int, extra: Sequence[Column] = ()
+) -> dict[int, Any]:
+    """Each partition's row of digest sums (and ``extra`` aggregates), from one
+    aggregation by the partition tag, whose map stage also materialises the checkpoint.
+    (A batch of one partition has its digest observed in the materialising job instead:
+    no tag to store with each row or to test per partition; measured: a fifth of the
+    materialising job's CPU on a 125,000-line batch.)"""
+    rows = tagged.groupBy(_PARTITION).agg(*_digest_sums(h), *extra).collect()
+    found = {r[_PARTITION]: r for r in rows}
     strays = [p for p in found if p is None or not 0 <= p < partitions]
     if strays:
         stray = min((p for p in strays if p is not None), default=None)
@@ -351,11 +395,14 @@ def _union(frames: Sequence[DataFrame]) -> DataFrame:
 
 
 def _row_hash(batch: DataFrame) -> Column:
-    """``xxhash64`` of every column, maps first turned into their sorted entries (Spark
-    does not hash maps, and a map's entry order is not part of its value)."""
+    """``xxhash64`` of every column but the ledger's id, maps first turned into their
+    sorted entries (Spark does not hash maps, and a map's entry order is not part of its
+    value)."""
     from pyspark.sql import functions as F
 
-    columns = [_hashable(F.col(f"`{f.name}`"), f.dataType) for f in batch.schema.fields]
+    columns = [
+        _hashable(F.col(f"`{f.name}`"), f.dataType) for f in batch.schema.fields if f.name != ID
+    ]
     return F.xxhash64(*columns) if columns else F.lit(0)
 
 

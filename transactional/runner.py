@@ -85,6 +85,7 @@ from transactional.errors import ConfigurationError
 from transactional.faults import FaultInjector
 from transactional.flow import AdaptiveBatchSize
 from transactional.guarantees import check_guarantee
+from transactional.ledger import announce
 from transactional.runtime.drivers import DRIVERS
 from transactional.runtime.executor import Executor
 from transactional.runtime.leadership import LeaderSession
@@ -200,6 +201,9 @@ class TransactionalRunner:
         cfg = self.config
         spout = self.topology.spout
         kind = self.topology.kind
+        # Before anything is touched: the bolts the ledger cannot check, said once here,
+        # or refused with ledger_strict.
+        announce(self.topology, cfg.ledger, cfg.ledger_strict)
         self.store.open(cfg.topology_id)
         self.store.register(TopologyIdentity(spout.identity(), kind.value))
         session = LeaderSession(

@@ -76,6 +76,12 @@ class _SpoutBase(ABC, Generic[M]):
     #: ``transactional.guarantees``): all, since every kind replays a stored batch. A
     #: spout that cannot replay one says ``frozenset({Guarantee.AT_MOST_ONCE})``.
     guarantees: ClassVar[frozenset[Guarantee]] = frozenset(Guarantee)
+    #: Columns of the emitted rows that together say where each record sits in the
+    #: source (Kafka: partition and offset), unique within a txid and the same on every
+    #: read: each record's ledger id is their hash (``transactional.ledger``), stable
+    #: even when a replay reads the batch in other Spark partitions. Empty: the id comes
+    #: from the txid and the row's place in the emitted frames.
+    position_columns: ClassVar[tuple[str, ...]] = ()
 
     def spark_conf(self) -> Mapping[str, str]:
         """Spark settings this spout needs on the runner's session (the jars of Spark's

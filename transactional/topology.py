@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from transactional.bolt import DEFAULT_STREAM, Bolt
+from transactional.bolt import DEFAULT_STREAM, Bolt, route_problem
 from transactional.committer import Committer
 from transactional.contracts import component
 from transactional.errors import ConfigurationError, TopologyValidationError
@@ -155,6 +155,11 @@ class TopologyBuilder:
 
         for node in self._bolts.values():
             check(f"bolt {node.name!r}", node.input)
+            problem = route_problem(node.bolt) if getattr(node.bolt, "accounts", False) else None
+            if problem is not None:
+                raise TopologyValidationError(
+                    f"{component('bolt', node.name, node.bolt)}: {problem}"
+                )
         for cnode in self._committers.values():
             for ref in cnode.inputs.values():
                 check(f"committer {cnode.name!r}", ref)

@@ -14,6 +14,13 @@ The counting rule: ``text`` is split on ASCII whitespace only (space, ``\\t``,
 of at least two characters starting with ``#`` is a hashtag, with ``@`` a user; tokens
 are kept verbatim (case and punctuation included); each distinct token counts once per
 tweet, and each distinct (user, hashtag) pair of a tweet counts once.
+
+The record ledger (``transactional.ledger``): every bolt here accounts for each record
+it is given, so the runner checks before each commit that none was lost or counted
+twice. The parse bolt carries each record's id into its tweet or its dead letter; the
+count bolt sends each tweet to its three streams, each a route of its own: a tweet is
+folded into the counts through its first hashtag (user, pair), and one without any is
+dropped, with that reason.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pyspark.sql import functions as F
 from transactional.bolt import DEFAULT_STREAM, Bolt
 from transactional.columns import Prebuilt
 from transactional.errors import ContractError
+from transactional.ledger import ID, drop, explode, folded
 from transactional.types import TransactionAttempt
 
 if TYPE_CHECKING:
@@ -124,15 +132,16 @@ class _ParseColumns:
 def _parse_columns() -> _ParseColumns:
     value, reason = F.col("value"), F.col("reason")
     valid = reason.isNull()
-    raw, error = F.col("raw"), F.col("error")
+    raw, error, record = F.col("raw"), F.col("error"), F.col(ID)
     return _ParseColumns(
-        wrapped=[raw, error, _in_array(raw).alias("in_array")],
-        parsed=[raw, error, _parse(raw, F.col("in_array")).alias("value")],
+        wrapped=[raw, error, record, _in_array(raw).alias("in_array")],
+        parsed=[raw, error, record, _parse(raw, F.col("in_array")).alias("value")],
         # The one-row ``inline`` is an optimisation barrier: a filter on a plain projected
         # ``reason`` would be pushed below the projection with the parse inlined into
         # every branch of its CASE, parsing each line several times (5x slower).
         checked=[
             F.col("raw"),
+            record,
             F.inline(F.array(F.struct(value, _reason(F.col("error"), value).alias("reason")))),
         ],
         rows=[
@@ -140,20 +149,23 @@ def _parse_columns() -> _ParseColumns:
             F.when(valid, F.variant_get(value, "$.text", "string")).alias("text"),
             F.when(~valid, F.col("raw")).alias("raw"),
             reason,
+            record,
         ],
         is_tweet=valid,
-        tweets=[F.col("id"), F.col("text")],
+        tweets=[F.col("id"), F.col("text"), record],
         is_dead=reason.isNotNull(),
-        dead_letters=[F.col("raw"), reason],
+        dead_letters=[F.col("raw"), reason, record],
     )
 
 
 class ParseTweets(Bolt):
     """Spout records ``(raw, error)`` -> tweets ``(id LONG, text STRING)`` on the default
     stream and ``(raw STRING, reason STRING)`` on ``dead_letters``: a bad line never
-    stops the topology and is never dropped, it is committed with the batch."""
+    stops the topology and is never dropped, it is committed with the batch. Each record
+    goes on in exactly one of the two, with its ledger id."""
 
     outputs = (DEFAULT_STREAM, DEAD_LETTERS)
+    accounts = True
     _columns = Prebuilt(_parse_columns)
 
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Mapping[str, DataFrame]:
@@ -203,20 +215,28 @@ class _CountColumns:
     hashtags: Column
     users: Column
     with_hashtags: Column
+    without_hashtags: Column
+    without_users: Column
+    without_pairs: Column
     user_and_hashtags: list[Column]
     users_hashtags: list[Column]
-    count: Column
+    count: list[Column]
 
 
 def _count_columns() -> _CountColumns:
+    no_hashtags, no_users = F.size("hashtags") == 0, F.size("users") == 0
     return _CountColumns(
-        tags=[_tokens("#").alias("hashtags"), _tokens("@").alias("users")],
-        hashtags=F.explode("hashtags").alias("hashtag"),
-        users=F.explode("users").alias("user"),
-        with_hashtags=F.size("hashtags") > 0,
-        user_and_hashtags=[F.explode("users").alias("user"), F.col("hashtags")],
-        users_hashtags=[F.col("user"), F.explode("hashtags").alias("hashtag")],
-        count=F.count(F.lit(1)).cast("long").alias("count"),
+        tags=[_tokens("#").alias("hashtags"), _tokens("@").alias("users"), F.col(ID)],
+        # Each tweet's id stays on its first hashtag (user, pair) only: counted once.
+        hashtags=explode("hashtags", "hashtag"),
+        users=explode("users", "user"),
+        with_hashtags=~no_hashtags,
+        without_hashtags=no_hashtags,
+        without_users=no_users,
+        without_pairs=no_hashtags | no_users,
+        user_and_hashtags=[explode("users", "user"), F.col("hashtags")],
+        users_hashtags=[F.col("user"), explode("hashtags", "hashtag")],
+        count=[F.count(F.lit(1)).cast("long").alias("count"), *folded()],
     )
 
 
@@ -225,8 +245,10 @@ class CountIds(Bolt):
     per id): with ``--record-ids``, every tweet is counted under its own id, so that a
     checker can name each tweet lost (0) or counted twice (2), not only a total off."""
 
+    accounts = True
+
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
-        return batch.select("id", F.lit(1).cast("long").alias("count"))
+        return batch.select("id", F.lit(1).cast("long").alias("count"), ID)
 
 
 class CountTags(Bolt):
@@ -236,15 +258,24 @@ class CountTags(Bolt):
     ``process`` emits one row per distinct token (or pair) per tweet; ``finish_batch``
     aggregates over the whole batch, as Storm's batch bolts do. Each stream is one pass
     over the parsed tweets.
+
+    Every tweet goes to each of the three streams (a route each, for the ledger): folded
+    into the counts of its first token (or pair), or dropped from a stream with the
+    reason it has nothing there.
     """
 
     outputs = (HASHTAGS, USERS, USERS_HASHTAGS)
+    accounts = True
+    routes = ((HASHTAGS,), (USERS,), (USERS_HASHTAGS,))
     _columns = Prebuilt(_count_columns)
 
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Mapping[str, DataFrame]:
         c = self._columns(batch)
         # Tokenised once, on first use, for the three streams.
         tags = batch.select(*c.tags).localCheckpoint(eager=False)
+        drop(tags.where(c.without_hashtags), "no hashtag", stream=HASHTAGS)
+        drop(tags.where(c.without_users), "no user", stream=USERS)
+        drop(tags.where(c.without_pairs), "no user and hashtag pair", stream=USERS_HASHTAGS)
         return {
             HASHTAGS: tags.select(c.hashtags),
             USERS: tags.select(c.users),
@@ -258,7 +289,7 @@ class CountTags(Bolt):
     ) -> Mapping[str, DataFrame]:
         count = self._columns(outputs[HASHTAGS]).count
         return {
-            HASHTAGS: outputs[HASHTAGS].groupBy("hashtag").agg(count),
-            USERS: outputs[USERS].groupBy("user").agg(count),
-            USERS_HASHTAGS: outputs[USERS_HASHTAGS].groupBy("user", "hashtag").agg(count),
+            HASHTAGS: outputs[HASHTAGS].groupBy("hashtag").agg(*count),
+            USERS: outputs[USERS].groupBy("user").agg(*count),
+            USERS_HASHTAGS: outputs[USERS_HASHTAGS].groupBy("user", "hashtag").agg(*count),
         }

@@ -13,7 +13,7 @@ import pytest
 
 from committers import CounterTable, DeltaCommitter, RedisCommitter
 from transactional.testing.committer_contract import CommitterContract, SinkUnderTest
-from transactional.types import CommitMode
+from transactional.types import CommitMode, CommitOutcome, Guarantee
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,22 @@ class DeltaSink(SinkUnderTest):
         return self.session
 
 
-class TestRedisCommitter(CommitterContract):
+class AppliesAgain(CommitterContract):
+    """The built-in committers take the cheaper way the contract allows under the
+    weaker guarantees: a held txid is applied again, never skipped."""
+
+    def test_unchecked_a_held_txid_is_applied_again(
+        self, sink: SinkUnderTest, transactional: CommitMode
+    ) -> None:
+        with self.opened(sink, transactional) as exact:
+            assert self.commit(sink, exact, 1, {"a": 1, "b": 2}) is CommitOutcome.APPLIED
+        with self.opened(sink, transactional, guarantee=Guarantee.AT_LEAST_ONCE) as again:
+            assert self.commit(sink, again, 1, {"a": 1, "b": 2}) is CommitOutcome.APPLIED
+            assert again.committed_txid() == 1
+        assert sink.read() == {"a": 2, "b": 4}
+
+
+class TestRedisCommitter(AppliesAgain):
     groups = True
 
     @pytest.fixture
@@ -74,7 +89,7 @@ class TestRedisCommitter(CommitterContract):
         return RedisSink(redis_url, spark)
 
 
-class TestDeltaCommitter(CommitterContract):
+class TestDeltaCommitter(AppliesAgain):
     groups = True
 
     @pytest.fixture

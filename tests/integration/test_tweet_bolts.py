@@ -16,6 +16,7 @@ import pytest
 
 from examples.tweets.bolts import CountTags, ParseTweets
 from examples.tweets.generate import generate
+from transactional.ledger import COLUMNS, FOLDED, ID, XOR, Tally, with_ids
 from transactional.types import TransactionAttempt
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -146,20 +147,30 @@ def test_hand_written_reasons() -> None:
 
 
 def test_parse_and_count_match_the_reference(spark: Any, lines: list[bytes]) -> None:
-    parsed = ParseTweets().process(ATTEMPT, _spout_frame(spark, lines))
-    assert set(parsed) == {"default", "dead_letters"}
+    given = with_ids(_spout_frame(spark, lines)).localCheckpoint()
+    ids = [r[ID] for r in given.collect()]  # in the lines' order
+    accounted = ParseTweets().process(ATTEMPT, given)
+    assert set(accounted) == {"default", "dead_letters"}
     counter = CountTags()
-    counted = counter.finish_batch(ATTEMPT, counter.process(ATTEMPT, parsed["default"]))
+    folds = counter.finish_batch(ATTEMPT, counter.process(ATTEMPT, accounted["default"]))
+    parsed = {name: frame.drop(*COLUMNS) for name, frame in accounted.items()}
+    counted = {name: frame.drop(*COLUMNS) for name, frame in folds.items()}
 
     tweets, dead = [], []
     hashtags: Counter[str] = Counter()
     users: Counter[str] = Counter()
     pairs: Counter[tuple[str, str]] = Counter()
-    for line in lines:
+    # The ledger: each line's id goes on with its tweet or its dead letter, and each
+    # tweet is folded once into each stream where it has a token (or a pair).
+    carried: dict[str, Tally] = {"default": Tally(), "dead_letters": Tally()}
+    folded = {"hashtags": Tally(), "users": Tally(), "users_hashtags": Tally()}
+    for line, record in zip(lines, ids, strict=True):
         raw, reason, tweet = reference(line)
         if tweet is None:
             dead.append((raw, reason))
+            carried["dead_letters"] += Tally.of(1, record)
             continue
+        carried["default"] += Tally.of(1, record)
         tweets.append(tweet)
         tokens = [t for t in ASCII_WHITESPACE.split(tweet[1]) if t]
         tags = {t for t in tokens if t.startswith("#") and len(t) >= 2}
@@ -167,6 +178,15 @@ def test_parse_and_count_match_the_reference(spark: Any, lines: list[bytes]) -> 
         hashtags.update(tags)
         users.update(mentions)
         pairs.update(product(mentions, tags))
+        for stream, has in (("hashtags", tags), ("users", mentions), ("users_hashtags", tags)):
+            if has and (stream != "users_hashtags" or mentions):
+                folded[stream] += Tally.of(1, record)
+    for name, expected in carried.items():
+        rows = accounted[name].select(ID).collect()
+        assert sum((Tally.of(1, r[ID]) for r in rows), Tally()) == expected, name
+    for name, expected in folded.items():
+        rows = folds[name].select(FOLDED, XOR).collect()
+        assert sum((Tally.of(r[FOLDED], r[XOR]) for r in rows), Tally()) == expected, name
 
     assert parsed["default"].schema.simpleString() == "struct<id:bigint,text:string>"
     assert parsed["dead_letters"].schema.simpleString() == "struct<raw:string,reason:string>"

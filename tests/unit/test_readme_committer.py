@@ -37,6 +37,7 @@ def test_the_readme_committer_passes_the_contract_as_printed(tmp_path: Path) -> 
     assert passed == {
         "test_commits_in_txid_order_are_applied",
         "test_a_transactional_replay_is_skipped_also_after_a_restart",
+        "test_unchecked_a_held_txid_is_applied_again_or_skipped_as_it_says",
         "test_a_deposed_leader_writes_nothing",
         "test_committed_txid_reads_the_sink_not_a_cache",
     }, done.stdout

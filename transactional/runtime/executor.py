@@ -90,6 +90,7 @@ class Executor:
             self.faults,
             self._measure,
             self.session.topology_id,
+            ledger=self.machine.settings.ledger,
         )
         self.reports: queue.Queue[Report] = queue.Queue()
         self._results: dict[TransactionAttempt, Report] = {}

@@ -7,12 +7,20 @@ non-deterministic source. Then every committer's ``collect_plan`` frames (per-ke
 dead letters) come to the driver as Arrow (``Engine.collect``: a job each, reading the
 kept batch, not the source). Every value a bolt or a
 committer hands back is checked against its contract (``transactional.contracts``).
+
+With the ledger on (``transactional.ledger``), the batch's records get their ids in
+the materialise job, each bolt is given what it may see (its input with the ids if it
+accounts, without the ledger's columns if not), each committer a checked bolt's stream
+observed and without the ledger's columns, and after the committers' jobs, before the
+attempt is reported processed, the books are checked: a bolt that lost or duplicated
+records fails the attempt (``LedgerError``), so nothing of it is committed.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,6 +28,7 @@ from transactional import contracts
 from transactional.bolt import DEFAULT_STREAM
 from transactional.engine import Digest, Engine
 from transactional.faults import FaultPoint
+from transactional.ledger import AttemptLedger, LedgerPlan
 from transactional.runtime.drivers import Batch, SpoutDriver
 from transactional.runtime.kept import Kept
 from transactional.runtime.messages import Processed
@@ -67,6 +76,24 @@ class Pipeline:
     measure: Measure
     #: Names the topology in the Spark jobs' descriptions.
     label: str = ""
+    #: Check the record ledger (``RunnerConfig.ledger``); only on an engine that counts
+    #: ids (``counts_ids``: Spark's).
+    ledger: bool = False
+
+    def __post_init__(self) -> None:
+        on = self.ledger and getattr(self.engine, "counts_ids", False)
+        self.books = LedgerPlan.of(self.topology, on)
+        #: The streams committers read.
+        self.terminal = frozenset(
+            ref for node in self.topology.committers for ref in node.inputs.values()
+        )
+        #: The ledger's part needs Spark frames: none when no bolt accounts.
+        self.keeps_books = bool(self.books.accounting) and getattr(self.engine, "counts_ids", False)
+
+    def _ledger(self, attempt: TransactionAttempt, tally: Any) -> AttemptLedger | None:
+        if not self.keeps_books:
+            return None
+        return AttemptLedger(self.books, attempt.txid, tally, terminal=self.terminal)
 
     def run(self, batch: Batch) -> Result:
         """The attempt's steps. What it kept in Spark is released here if a step fails,
@@ -86,7 +113,11 @@ class Pipeline:
         began = time.perf_counter()
         step("emit")
         frames, partitions = self.driver.frames(batch)
-        read = self.engine.materialise(frames, self.driver.digests, partitions)
+        ids = self.books.record_ids(attempt.txid)
+        if ids is None:
+            read = self.engine.materialise(frames, self.driver.digests, partitions)
+        else:
+            read = self.engine.materialise(frames, self.driver.digests, partitions, ids=ids)
         made.append(read.batch)
         self.measure(attempt, "emit", began)
         if read.records == 0 and not self.driver.spout.commit_empty_batches:
@@ -96,12 +127,16 @@ class Pipeline:
             return Result(empty, nothing, read.digests)
         began = time.perf_counter()
         step("process")
-        streams = self._bolts(attempt, read.batch, made)
+        books = self._ledger(attempt, read.ids)
+        streams = self._bolts(attempt, read.batch, made, books)
         self.faults.check(FaultPoint.PROCESS, attempt, batch.number)
         self.measure(attempt, "process", began)
         began = time.perf_counter()
         step("prepare")
-        prepared = self._prepare(attempt, streams, made)
+        prepared = self._prepare(attempt, streams, made, books)
+        if books is not None:
+            step("ledger")  # jobs only for what no committer read, or a recount
+            books.check()
         self.measure(attempt, "prepare", began)
         groupable = all(
             node.committer.groupable(p)
@@ -118,20 +153,35 @@ class Pipeline:
         made: list[Any] = []
         since = self.engine.mark()
         try:
-            read = self.engine.materialise([frame], self.driver.digests)
+            ids = self.books.record_ids(WARM_UP.txid)
+            if ids is None:
+                read = self.engine.materialise([frame], self.driver.digests)
+            else:
+                read = self.engine.materialise([frame], self.driver.digests, ids=ids)
             made.append(read.batch)
             if read.records:
-                self._prepare(WARM_UP, self._bolts(WARM_UP, read.batch, made), made)
+                books = self._ledger(WARM_UP, read.ids)
+                streams = self._bolts(WARM_UP, read.batch, made, books)
+                self._prepare(WARM_UP, streams, made, books)
+                if books is not None:
+                    books.check()
             return read.records
         finally:
             Kept(tuple(made), since).release(self.engine)
 
     def _prepare(
-        self, attempt: TransactionAttempt, streams: dict[tuple[str, str], Any], made: list[Any]
+        self,
+        attempt: TransactionAttempt,
+        streams: dict[tuple[str, str], Any],
+        made: list[Any],
+        books: AttemptLedger | None = None,
     ) -> list[Any]:
         """Every committer's ``collect_plan`` collected together, then each one's
         ``prepare_collected``; ``prepare`` for a committer that collects nothing."""
         nodes = self.topology.committers
+        if books is not None:
+            read = {ref: books.committer_input(ref, streams[ref]) for ref in self.terminal}
+            streams = {**streams, **read}
         inputs = [{k: streams[ref] for k, ref in node.inputs.items()} for node in nodes]
         plans = []
         for node, given in zip(nodes, inputs, strict=True):
@@ -151,7 +201,11 @@ class Pipeline:
         return prepared
 
     def _bolts(
-        self, attempt: TransactionAttempt, batch: Any, made: list[Any]
+        self,
+        attempt: TransactionAttempt,
+        batch: Any,
+        made: list[Any],
+        books: AttemptLedger | None = None,
     ) -> dict[tuple[str, str], Any]:
         is_frame = self.engine.is_frame
         txid = attempt.txid
@@ -159,10 +213,16 @@ class Pipeline:
         for node in self.topology.bolts:
             who = contracts.component("bolt", node.name, node.bolt)
             outputs = tuple(node.bolt.outputs)
-            out = node.bolt.process(attempt, streams[node.input])
-            out = contracts.bolt_streams(out, outputs, is_frame, who, "process", txid)
-            out = node.bolt.finish_batch(attempt, out)
-            out = contracts.bolt_streams(out, outputs, is_frame, who, "finish_batch", txid)
+            given = streams[node.input]
+            with nullcontext() if books is None else books.running(node):
+                if books is not None:
+                    given = books.bolt_input(node, given)
+                out = node.bolt.process(attempt, given)
+                out = contracts.bolt_streams(out, outputs, is_frame, who, "process", txid)
+                out = node.bolt.finish_batch(attempt, out)
+                out = contracts.bolt_streams(out, outputs, is_frame, who, "finish_batch", txid)
+            if books is not None:
+                books.outputs(node, out)
             for stream in outputs:
                 streams[(node.name, stream)] = out[stream]
                 made.append(out[stream])

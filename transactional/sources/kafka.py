@@ -121,6 +121,9 @@ class _KafkaTopic(SourceBase):
     #: A range of offsets may hold no record (compaction, transaction markers) and still
     #: be needed to move on: such a txid commits.
     commit_empty_batches: ClassVar[bool] = True
+    #: A record's place in the topic (a gap's row names the first offset lost, which no
+    #: record of the batch has): its ledger id (``transactional.ledger``).
+    position_columns: ClassVar[tuple[str, ...]] = ("partition", "offset")
 
     def __init__(
         self,

@@ -91,7 +91,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.preflight import SECONDS, check_redis
@@ -145,6 +145,10 @@ MAX_BLOCK_MS = 10_000
 
 class _Streams(SourceBase):
     """The streams, seen from the driver."""
+
+    #: An entry's place (a gap's row has no id, and is one per stream): its ledger id
+    #: (``transactional.ledger``).
+    position_columns: ClassVar[tuple[str, ...]] = ("stream", "id")
 
     def __init__(
         self,

@@ -51,10 +51,15 @@ class InMemoryEngine:
         self.descriptions: list[str] = []
 
     def materialise(
-        self, frames: Sequence[list[Any]], digest: bool, partitions: int | None = None
+        self,
+        frames: Sequence[list[Any]],
+        digest: bool,
+        partitions: int | None = None,
+        ids: Any = None,
     ) -> Materialised:
         """With ``partitions``: ``frames`` is one list of ``(partition, row)`` pairs (an
-        in-memory spout's ``emit_partitions``)."""
+        in-memory spout's ``emit_partitions``). ``ids``: never given (its frames are
+        lists, which the ledger does not count: ``counts_ids`` is not set)."""
         if partitions is not None:
             strays = {p for p, _ in frames[0]} - set(range(partitions))
             if strays:

@@ -1,0 +1,379 @@
+"""The record ledger on real Spark: a bolt that accounts for its records and still loses
+or duplicates some fails its txid before anything is committed, naming the bolt, the
+stream and the exact number (computed here, without Spark); a bolt that accounts and
+balances, the tweet demo among them, commits as before with no Spark job added; a bolt
+that does not account runs unchanged, named once at start."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from examples.tweets.bolts import DEAD_LETTERS, HASHTAGS, USERS, USERS_HASHTAGS
+from examples.tweets.generate import generate
+from examples.tweets.sinks import make_committer
+from examples.tweets.topology import build_topology
+from tests.integration.topologies import RangeSpout
+from transactional import (
+    BatchConfigurationError,
+    Bolt,
+    CommitOutcome,
+    Committer,
+    ConfigurationError,
+    TopologyBuilder,
+)
+from transactional.bolt import DEFAULT_STREAM
+from transactional.ledger import COLUMNS, ID, AttemptLedger, LedgerError, drop, folded
+from transactional.sources.files import FilesPartitionedSpout
+from transactional.testing import TopologyHarness
+from transactional.types import CommitMode, TransactionAttempt
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+pytestmark = pytest.mark.integration
+
+TOTAL, BATCH = 40, 20
+#: The first txid's numbers: the one a failing bolt fails on (max_pending=1).
+FIRST = range(0, BATCH)
+
+
+class RowsCommitter(Committer):
+    """Every committed row of each input, collected through ``collect_plan`` (the path of
+    the ready-made committers: the ledger's totals come out of these jobs)."""
+
+    def __init__(self) -> None:
+        self.last_txid = 0
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+        self.columns: set[str] = set()
+
+    def collect_plan(
+        self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]
+    ) -> Mapping[str, DataFrame]:
+        return dict(inputs)
+
+    def prepare_collected(
+        self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame], collected: Any
+    ) -> Any:
+        for frame in inputs.values():
+            self.columns.update(frame.columns)
+        return {name: table.to_pylist() for name, table in collected.items()}
+
+    def commit(self, attempt: TransactionAttempt, prepared: Any) -> CommitOutcome:
+        if attempt.txid <= self.last_txid:
+            return CommitOutcome.SKIPPED
+        for name, rows in prepared.items():
+            self.rows.setdefault(name, []).extend(rows)
+        self.last_txid = attempt.txid
+        return CommitOutcome.APPLIED
+
+    def committed_txid(self) -> int | None:
+        return self.last_txid
+
+
+class Lossy(Bolt):
+    """Leaves out every fifth number, and says nothing of them."""
+
+    accounts = True
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        return batch.where(F.col("id") % 5 != 0)
+
+
+class DuplicatingJoin(Bolt):
+    """Labels each number by its remainder mod 3: remainder 0 has two labels, so a left
+    join gives those rows twice."""
+
+    accounts = True
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        labels = batch.sparkSession.createDataFrame(
+            [(0, "zero"), (0, "nought"), (1, "one"), (2, "two")], "k LONG, label STRING"
+        )
+        keyed = batch.withColumn("k", F.col("id") % 3)
+        return keyed.join(labels, "k", "left").drop("k")
+
+
+class ForgottenBranch(Bolt):
+    """Small numbers one way, big ones the other, and the middle forgotten."""
+
+    outputs = ("small", "big")
+    accounts = True
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> dict[str, DataFrame]:
+        return {
+            "small": batch.where(F.col("id") % BATCH < 5),
+            "big": batch.where(F.col("id") % BATCH >= 10),
+        }
+
+
+class Balanced(Bolt):
+    """Every form of accounting at once, on two routes: evens carried and odds dropped;
+    odds above 30 folded into sums by remainder mod 3 and the rest dropped."""
+
+    outputs = ("evens", "sums")
+    accounts = True
+    routes = (("evens",), ("sums",))
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> dict[str, DataFrame]:
+        even = F.col("id") % 2 == 0
+        drop(batch.where(~even), "odd", stream="evens")
+        drop(batch.where(even | (F.col("id") <= 30)), "not an odd above 30", stream="sums")
+        odds = batch.where(~even & (F.col("id") > 30))
+        return {
+            "evens": batch.where(even).withColumn("half", F.col("id") / 2),
+            "sums": odds.groupBy((F.col("id") % 3).alias("r")).agg(
+                F.sum("id").alias("s"), *folded()
+            ),
+        }
+
+
+class Plain(Bolt):
+    """A user's filter that does not account: what it sees and gives must not change."""
+
+    seen: ClassVar[list[list[str]]] = []
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        Plain.seen.append(batch.columns)
+        return batch.where(F.col("id") % 5 != 0)
+
+
+def harness(spark: Any, tmp_path: Path, bolt: Bolt, sink: RowsCommitter, **config: Any) -> Any:
+    outputs = tuple(bolt.outputs)
+
+    def build() -> Any:
+        builder = TopologyBuilder().set_spout(RangeSpout(TOTAL, BATCH)).set_bolt("b", bolt)
+        inputs = {s: f"b:{s}" for s in outputs}
+        return builder.set_committer("sink", sink, inputs).build()
+
+    return TopologyHarness(build, spark, topology_id="ledger", state_dir=tmp_path, **config)
+
+
+def failed_ledger(spark: Any, tmp_path: Path, bolt: Bolt) -> tuple[LedgerError, RowsCommitter]:
+    sink = RowsCommitter()
+    with pytest.raises(BatchConfigurationError) as caught:
+        harness(spark, tmp_path, bolt, sink).run_until_drained(max_pending=1)
+    cause = caught.value.cause
+    assert isinstance(cause, LedgerError), cause
+    assert caught.value.txid == 1 and cause.txid == 1
+    return cause, sink
+
+
+def test_a_lossy_bolt_fails_its_txid_and_nothing_is_committed(spark: Any, tmp_path: Path) -> None:
+    error, sink = failed_ledger(spark, tmp_path, Lossy())
+    lost = sum(1 for n in FIRST if n % 5 == 0)
+    assert (error.given, error.accounted, error.unaccounted) == (BATCH, BATCH - lost, lost)
+    assert error.streams == (DEFAULT_STREAM,)
+    assert f"bolt 'b' ({__name__}.Lossy) on stream 'default', txid 1: {lost} record(s)" in str(
+        error
+    )
+    assert sink.last_txid == 0 and sink.rows == {}
+
+
+def test_a_duplicating_join_fails_its_txid(spark: Any, tmp_path: Path) -> None:
+    error, sink = failed_ledger(spark, tmp_path, DuplicatingJoin())
+    twice = sum(1 for n in FIRST if n % 3 == 0)
+    assert (error.given, error.accounted, error.unaccounted) == (BATCH, BATCH + twice, -twice)
+    assert f"on stream 'default', txid 1: {twice} record(s) accounted for more than once" in str(
+        error
+    )
+    assert sink.last_txid == 0 and sink.rows == {}
+
+
+def test_a_filter_that_forgot_a_branch_fails_its_txid(spark: Any, tmp_path: Path) -> None:
+    error, sink = failed_ledger(spark, tmp_path, ForgottenBranch())
+    forgotten = sum(1 for n in FIRST if 5 <= n % BATCH < 10)
+    assert (error.unaccounted, error.streams) == (forgotten, ("small", "big"))
+    assert f"streams 'small' and 'big' together, txid 1: {forgotten} record(s)" in str(error)
+    assert sink.last_txid == 0 and sink.rows == {}
+
+
+def recounts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The txids whose observed totals had to be recounted (none, when the committers'
+    jobs gave every total)."""
+    calls: list[int] = []
+    original = AttemptLedger._recount
+
+    def spy(self: AttemptLedger) -> None:
+        calls.append(self.txid)
+        original(self)
+
+    monkeypatch.setattr(AttemptLedger, "_recount", spy)
+    return calls
+
+
+def test_carried_folded_and_dropped_records_balance(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recounted = recounts(monkeypatch)
+    sink = RowsCommitter()
+    run = harness(spark, tmp_path, Balanced(), sink).run_until_drained()
+    assert run.stats.failures == 0 and sink.last_txid == TOTAL // BATCH
+    evens = sorted((n, n / 2) for n in range(TOTAL) if n % 2 == 0)
+    assert sorted((r["id"], r["half"]) for r in sink.rows["evens"]) == evens
+    sums: Counter[int] = Counter()
+    for n in range(31, TOTAL, 2):
+        sums[n % 3] += n
+    got: Counter[int] = Counter()
+    for r in sink.rows["sums"]:
+        got[r["r"]] += r["s"]
+    assert got == sums
+    assert not sink.columns & set(COLUMNS)  # no ledger column reached the committer
+    assert recounted == []
+
+
+def test_ledger_off_lets_a_lossy_bolt_commit(spark: Any, tmp_path: Path) -> None:
+    sink = RowsCommitter()
+    run = harness(spark, tmp_path, Lossy(), sink, ledger=False).run_until_drained()
+    assert run.stats.failures == 0
+    assert sorted(r["id"] for r in sink.rows["default"]) == [n for n in range(TOTAL) if n % 5 != 0]
+    assert not sink.columns & set(COLUMNS)
+
+
+def test_a_bolt_that_does_not_account_runs_unchanged_and_is_named_once(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    Plain.seen.clear()
+    sink = RowsCommitter()
+    with caplog.at_level(logging.WARNING, logger="transactional.ledger"):
+        run = harness(spark, tmp_path, Plain(), sink).run_until_drained()
+    assert run.stats.failures == 0
+    assert sorted(r["id"] for r in sink.rows["default"]) == [n for n in range(TOTAL) if n % 5 != 0]
+    assert Plain.seen == [["id"]] * (TOTAL // BATCH)  # the spout's columns, as before
+    assert sink.columns == {"id"}
+    said = [r.getMessage() for r in caplog.records if r.name == "transactional.ledger"]
+    assert len(said) == 1
+    assert f"bolt 'b' ({__name__}.Plain) does not account for its records" in said[0]
+    assert "set accounts = True" in said[0]
+
+    strict = RowsCommitter()
+    with pytest.raises(ConfigurationError, match=r"ledger cannot check bolt 'b'.*--ledger-strict"):
+        harness(spark, tmp_path / "strict", Plain(), strict, ledger_strict=True).run_until_drained()
+    assert strict.last_txid == 0
+
+
+@pytest.fixture(scope="module")
+def tweets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ledger-tweets") / "in"
+    generate(path, count=600, seed=11, partitions=2, bad_rate=0.02)
+    return path
+
+
+def test_the_tweet_topology_balances_with_no_spark_job_added(
+    spark: Any,
+    tmp_path: Path,
+    tweets: Path,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The demo's bolts (parse, count, and the per-tweet ids) account for every record;
+    the check is made from the jobs the txid runs anyway: the same jobs per txid with the
+    ledger on and off, no recount, and the same counts in the sink."""
+    recounted = recounts(monkeypatch)
+    runs = {}
+    for on in (True, False):
+        prefix = f"{'on' if on else 'off'}:"
+
+        def build(prefix: str = prefix) -> Any:
+            committer = make_committer(
+                "redis",
+                CommitMode.TRANSACTIONAL,
+                redis_url=redis_url,
+                redis_key_prefix=prefix,
+                record_ids=True,
+            )
+            return build_topology(FilesPartitionedSpout(tweets, 150), committer, record_ids=True)
+
+        h = TopologyHarness(build, spark, topology_id=f"tweets-{on}", state_dir=tmp_path / prefix)
+        runs[on] = h.run_until_drained(max_pending=1, ledger=on, warm_up=False).stats
+    assert runs[True].failures == runs[False].failures == 0
+    assert runs[True].records == runs[False].records == 600
+    assert [t.jobs for t in runs[True].timings] == [t.jobs for t in runs[False].timings]
+    assert recounted == []
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    for table in (HASHTAGS, USERS, USERS_HASHTAGS, "tweet_ids"):
+        assert client.hgetall(f"on:{table}") == client.hgetall(f"off:{table}"), table
+    assert client.lrange(f"on:{DEAD_LETTERS}", 0, -1) == client.lrange(f"off:{DEAD_LETTERS}", 0, -1)
+    assert client.llen(f"on:{DEAD_LETTERS}") > 0
+    assert (
+        sum(int(v) for v in client.hgetall("on:tweet_ids").values())
+        + client.llen(f"on:{DEAD_LETTERS}")
+        == 600
+    )
+
+
+def test_a_recount_that_balances_lets_the_txid_go_on(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A committer that keeps its input in a checkpoint hides it from the observation
+    (read as zero): the ledger recounts, finds the bolt balanced, and the txid commits."""
+
+    class Checkpointing(RowsCommitter):
+        def collect_plan(
+            self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]
+        ) -> Mapping[str, DataFrame]:
+            return {n: f.localCheckpoint(eager=False) for n, f in inputs.items()}
+
+    class Carry(Bolt):
+        accounts = True
+
+        def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+            return batch.withColumn("twice", F.col("id") * 2)
+
+    sink = Checkpointing()
+    with caplog.at_level(logging.WARNING, logger="transactional.ledger"):
+        run = harness(spark, tmp_path, Carry(), sink).run_until_drained()
+    assert run.stats.failures == 0
+    assert sorted(r["twice"] for r in sink.rows["default"]) == [2 * n for n in range(TOTAL)]
+    said = [r.getMessage() for r in caplog.records if "exact recount does" in r.getMessage()]
+    assert len(said) == TOTAL // BATCH
+    assert ID not in sink.columns
+
+
+class WordSpout(RangeSpout):
+    """Words, every seventh missing: ``None``."""
+
+    def emit_batch(self, attempt: TransactionAttempt, meta: Any) -> DataFrame:
+        word = F.when(F.col("id") % 7 == 0, F.lit(None)).otherwise(
+            F.concat(F.lit("w"), (F.col("id") % 3).cast("string"))
+        )
+        return super().emit_batch(attempt, meta).select(word.alias("word"))
+
+
+def test_the_readmes_ledger_example_balances(spark: Any, tmp_path: Path) -> None:
+    import re
+
+    from tests.readme import README
+
+    section = README.read_text().split("### The record ledger\n", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block is not None
+    example: dict[str, Any] = {"__name__": "readme_example"}
+    exec(compile(block.group(1), str(README), "exec"), example)
+    sink = RowsCommitter()
+
+    def build() -> Any:
+        return (
+            TopologyBuilder()
+            .set_spout(WordSpout(TOTAL, BATCH))
+            .set_bolt("count", example["CountWords"]())
+            .set_committer("sink", sink, "count")
+            .build()
+        )
+
+    run = TopologyHarness(build, spark, topology_id="words", state_dir=tmp_path).run_until_drained()
+    assert run.stats.failures == 0
+    got: Counter[str] = Counter()
+    for r in sink.rows["default"]:
+        got[r["word"]] += r["count"]
+    assert got == Counter(f"w{n % 3}" for n in range(TOTAL) if n % 7 != 0)

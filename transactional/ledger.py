@@ -1,0 +1,713 @@
+"""The record ledger: Storm's acker, at batch scale.
+
+Storm gives every tuple a 64-bit id, and a bolt that anchors its outputs to its input
+and acks it lets the acker XOR the ids of a tuple tree down to zero. Here a batch is a
+DataFrame, so the ledger keeps the same arithmetic per bolt and per txid: every record
+of a txid gets a 64-bit id when it is read (``ID``), and a bolt that *accounts*
+(``Bolt.accounts = True``) says, for each record it was given, where it went:
+
+- **carried**: an output row that still holds the record's ``ID`` (a row-wise
+  transform: ``select(..., ID)``, ``withColumn``, ``where`` on the input). Nothing more
+  to write: the runner sees the column. A record split into several rows (one tweet,
+  several hashtags) marks one child as its carrier: ``explode(column, alias)`` keeps
+  the id on the first element only, so the record is counted once;
+- **folded** into an aggregate row: the row carries how many records it folded and
+  the XOR of their ids (``FOLDED``, ``XOR``): add ``*folded()`` to the ``agg(...)``;
+- **dead-lettered**: a dead-letter stream is an output stream like any other, and
+  carries the id of each record sent there;
+- **dropped on purpose**: ``drop(frame, reason)`` inside ``process``/``finish_batch``
+  names the rows of the input the bolt leaves out, and why.
+
+**The balance.** Per accounting bolt, the ledger compares the records given
+(count and XOR of ids) with the records accounted for, on each *route* of the bolt: a
+set of output streams among which each record is accounted once
+(``Bolt.routes``: by default all outputs form one route, so a record goes to exactly
+one of them, as tweets or dead letters; a bolt that sends every record to each of its
+streams, as the tweet counter does, lists one route per stream). The XOR alone would
+let a record seen twice cancel out, and the count alone would let one record lost
+and another duplicated pass; together, only a coincidence of 64-bit hashes can hide
+an error (the ids are hashes, so no structure in the source makes one likely).
+
+**Ids** come from the record's source position, so a replay of the same batch gives
+the same ids: a spout that knows its positions names their columns
+(``position_columns``: Kafka's partition and offset, a Redis stream and entry id), and
+the id is the ``xxhash64`` of them. A spout that does not gets the ``xxhash64`` of the
+txid and the row's place in the emitted frames (``monotonically_increasing_id``: the
+Spark partition and the row within it), which a replay repeats when the spout's
+frames come back with the same partitions in the same order, as every ready-made and
+list-based source does. The ids are only ever compared within one attempt, so an
+assumption broken costs nothing but the ids' stability across replays; they are
+computed once, in the job that reads and keeps the batch.
+
+**Where it runs, and what it costs.** No Spark job of its own on the way of a txid
+that balances. The batch's ids are counted and XORed in the materialise job
+(``Engine.materialise``). Each stream an accounting bolt hands a committer is observed
+(``DataFrame.observe``) where the committer reads it, so its count and XOR, and those
+of the rows dropped on its route, come out of the committers' own collect jobs. A
+bolt's stream that only another accounting bolt reads is not observed: its total is
+what that bolt accounted for on each of its routes, so the ledger checks the chain
+from the batch to the sinks in one sum per route. What no job computed (a stream only
+a committer without ``collect_plan`` reads, a route whose streams no committer reads)
+is counted by a job of its own.
+
+Observed metrics are exact for a result stage, but Spark may apply a map stage's
+updates twice when a task is re-run, a committer that keeps its input in a
+checkpoint hides it from the observation (read as zero), and a ``limit`` may stop
+before the end. So an observed imbalance is never final: the ledger then counts every
+accounting bolt's input, streams and drops exactly, with jobs of their own, and only
+that recount can fail the txid, naming the first bolt (in topology order) that does
+not balance, its input, its streams and the number of records unaccounted for.
+That is a ``LedgerError``, a ``ContractError``: the bolt's code loses or duplicates
+records of this batch and would on every attempt, so the run halts at once, before
+anything of the txid is committed, as for any broken contract; the stored state is
+kept and a fixed bolt resumes at the same txid. A recount that balances is logged and
+the txid goes on.
+
+**Never in a sink.** The ledger's columns (``COLUMNS``) are dropped from every frame
+a committer is given, and a bolt that does not account never sees them: its batch is
+the spout's rows as before, so ``select("*")``, ``distinct()`` or a schema check behave
+as they always did. A bolt that does not account is not checked; the run names those
+bolts once at start (``announce``), and ``RunnerConfig.ledger_strict`` refuses them.
+With the ledger off (``RunnerConfig.ledger = False``, ``--no-ledger``) nothing is
+computed or checked; an accounting bolt still finds ``ID`` in its input (null), so
+the same code runs either way.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from transactional.contracts import component
+from transactional.errors import ConfigurationError, ContractError, LedgerError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from transactional.topology import BoltNode, Topology
+
+__all__ = [
+    "COLUMNS",
+    "DROPPED",
+    "FOLDED",
+    "ID",
+    "XOR",
+    "LedgerError",
+    "Tally",
+    "drop",
+    "explode",
+    "folded",
+    "with_ids",
+]
+
+log = logging.getLogger("transactional.ledger")
+
+#: A record's 64-bit id (LONG), added when the batch is read; null on a row that does
+#: not carry a record (a non-first child of an ``explode``).
+ID = "__transactional_id"
+#: On an aggregate row: how many records it folded (LONG) ...
+FOLDED = "__transactional_folded"
+#: ... and the XOR of their ids (LONG).
+XOR = "__transactional_xor"
+#: The ledger's own marker of a dropped record's row (its reason); never in a stream.
+DROPPED = "__transactional_dropped"
+#: Every column of the ledger: none reaches a committer.
+COLUMNS = (ID, FOLDED, XOR, DROPPED)
+
+_MASK = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Tally:
+    """A multiset of record ids, summarised: how many, and their XOR (as an unsigned
+    64-bit number). Adding two tallies is the union of the multisets; a tally minus
+    another is what the first holds beyond the second."""
+
+    records: int = 0
+    xor: int = 0
+
+    @classmethod
+    def of(cls, records: Any, xor: Any) -> Tally:
+        """From Spark's results: a sum or XOR over no rows is null."""
+        return cls(int(records or 0), int(xor or 0) & _MASK)
+
+    def __add__(self, other: Tally) -> Tally:
+        return Tally(self.records + other.records, self.xor ^ other.xor)
+
+    def __sub__(self, other: Tally) -> Tally:
+        return Tally(self.records - other.records, self.xor ^ other.xor)
+
+
+# ---------------------------------------------------------------- the helpers
+
+
+def folded() -> list[Column]:
+    """The aggregate columns that make a ``groupBy(...).agg(...)`` row account for the
+    records it folds: ``frame.groupBy("k").agg(F.count("*"), *folded())``. A row whose
+    ``ID`` is null (a non-carrier child) folds nothing."""
+    from pyspark.sql import functions as F
+
+    return [
+        F.count(F.col(ID)).cast("long").alias(FOLDED),
+        F.bit_xor(F.col(ID)).alias(XOR),
+    ]
+
+
+def explode(column: str, alias: str) -> Column:
+    """``F.explode(column).alias(alias)`` that keeps ``ID`` on the first element only:
+    the record is carried by one child, so it is counted once however many it has.
+    Gives the columns ``alias`` and ``ID``; use it in a ``select`` in place of the
+    input's ``ID``. A record whose array is empty or null has no child: ``drop`` it,
+    with its reason."""
+    from pyspark.sql import functions as F
+
+    def child(value: Column, index: Column) -> Column:
+        return F.struct(value.alias(alias), F.when(index == 0, F.col(ID)).alias(ID))
+
+    return F.inline(F.transform(F.col(column), child))
+
+
+def drop(frame: DataFrame, reason: str, stream: str | None = None) -> None:
+    """Account the records of ``frame`` (rows of the bolt's input, with their ``ID``) as
+    dropped on purpose, for ``reason``. Call it inside an accounting bolt's ``process``
+    or ``finish_batch``; ``stream`` names the route the records leave (needed only when
+    the bolt has several routes). Costs nothing until the txid's jobs run: the rows are
+    counted in the job of a committer that reads the route. Outside a runner (a bolt
+    called directly, in a test of its own) it does nothing."""
+    books = _CURRENT.get()
+    if books is not None:
+        books.drop(frame, reason, stream)
+
+
+def with_ids(frame: DataFrame, *, null: bool = False) -> DataFrame:
+    """``frame`` with an ``ID`` per row, as the runner gives an accounting bolt its batch:
+    to call such a bolt directly (a test, a benchmark's bare baseline). ``null``: ids
+    that count nothing, as with the ledger off."""
+    from pyspark.sql import functions as F
+
+    if null:
+        return frame.withColumn(ID, F.lit(None).cast("long"))
+    return frame.withColumn(ID, F.xxhash64(F.monotonically_increasing_id()))
+
+
+#: The bolt being run on this thread, for ``drop``.
+_CURRENT: contextvars.ContextVar[_BoltBooks | None] = contextvars.ContextVar(
+    "transactional_ledger_bolt", default=None
+)
+
+
+# ---------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class RecordIds:
+    """How the records of one txid get their ids (``Engine.materialise``)."""
+
+    txid: int
+    #: The spout's ``position_columns`` (empty: the row's place in the emitted frames).
+    position: tuple[str, ...] = ()
+    #: Names the spout in an error.
+    spout: str = "spout"
+
+
+def id_column(ids: RecordIds) -> Column:
+    """The ``ID`` of each record: ``xxhash64`` of its position columns, or of the txid
+    and the row's place in the emitted frames."""
+    from pyspark.sql import functions as F
+
+    if ids.position:
+        return F.xxhash64(*[F.col(f"`{c}`") for c in ids.position]).alias(ID)
+    return F.xxhash64(F.lit(ids.txid).cast("long"), F.monotonically_increasing_id()).alias(ID)
+
+
+def check_positions(ids: RecordIds, columns: Sequence[str]) -> None:
+    missing = [c for c in ids.position if c not in columns]
+    if missing:
+        raise ContractError(
+            f"{ids.spout} declares position_columns {list(ids.position)}, but its batch "
+            f"has no column(s) {missing} (it has {list(columns)}): keep them in the "
+            "emitted frame, or leave position_columns empty"
+        )
+
+
+def id_sums() -> list[Column]:
+    """The batch's tally, as observed metrics ``ledger_n`` and ``ledger_x``."""
+    from pyspark.sql import functions as F
+
+    return [F.count(F.col(ID)).alias("ledger_n"), F.bit_xor(F.col(ID)).alias("ledger_x")]
+
+
+def routes_of(bolt: Any) -> tuple[tuple[str, ...], ...]:
+    """The bolt's routes: its ``routes``, or one route of all its outputs."""
+    routes = getattr(bolt, "routes", None)
+    return tuple(tuple(r) for r in routes) if routes else (tuple(bolt.outputs),)
+
+
+@dataclass(frozen=True)
+class LedgerPlan:
+    """What the ledger does for one topology, decided before the first txid.
+
+    ``accounting``: bolts whose class sets ``accounts`` (their input always has ``ID``);
+    ``checked``: those the ledger balances (the ledger is on, and their input is the
+    spout's batch or a stream of a checked bolt); ``unchecked``: every other bolt, with
+    why, as the start-up message names them."""
+
+    on: bool
+    accounting: frozenset[str] = frozenset()
+    checked: frozenset[str] = frozenset()
+    unchecked: tuple[tuple[str, str], ...] = ()
+    routes: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    position: tuple[str, ...] = ()
+    spout: str = "spout"
+
+    @classmethod
+    def of(cls, topology: Topology, on: bool) -> LedgerPlan:
+        from transactional.topology import SPOUT
+
+        accounting, checked, unchecked = set(), set(), []
+        for node in topology.bolts:
+            who = component("bolt", node.name, node.bolt)
+            upstream = node.input[0]
+            if not getattr(node.bolt, "accounts", False):
+                unchecked.append((who, "does not account for its records"))
+                continue
+            accounting.add(node.name)
+            if upstream == SPOUT or upstream in checked:
+                checked.add(node.name)
+            else:
+                unchecked.append((who, f"reads {upstream!r}, which the ledger does not check"))
+        spout = topology.spout
+        return cls(
+            on=on,
+            accounting=frozenset(accounting),
+            checked=frozenset(checked) if on else frozenset(),
+            unchecked=tuple(unchecked),
+            routes={n.name: routes_of(n.bolt) for n in topology.bolts if n.name in accounting},
+            position=tuple(getattr(spout, "position_columns", ()) or ()),
+            spout=component("spout", SPOUT, spout),
+        )
+
+    def record_ids(self, txid: int) -> RecordIds | None:
+        """The ids to give the batch of ``txid``; None: no bolt is checked."""
+        if not self.checked:
+            return None
+        return RecordIds(txid, self.position, self.spout)
+
+
+#: How a bolt that does not account is let in, for the start-up message.
+HOW = (
+    "set accounts = True on its class and account for each record: keep "
+    "transactional.ledger.ID in a row-wise output, add *folded() to an agg(...), send it "
+    "to a dead-letter stream with its ID, or drop(frame, reason)"
+)
+
+
+def announce(topology: Topology, on: bool, strict: bool) -> LedgerPlan:
+    """Once, at start: which bolts the ledger cannot check and how to let it; with
+    ``strict``, refuse them (``ConfigurationError``, before anything is stored)."""
+    if strict and not on:
+        raise ConfigurationError(
+            "ledger_strict (--ledger-strict) refuses bolts the ledger cannot check, but the "
+            "ledger is off (--no-ledger): turn the ledger on or drop --ledger-strict"
+        )
+    plan = LedgerPlan.of(topology, on)
+    if not on or not plan.unchecked:
+        return plan
+    names = "; ".join(f"{who} {why}" for who, why in plan.unchecked)
+    if strict:
+        raise ConfigurationError(
+            f"the ledger cannot check {names}, and ledger_strict (--ledger-strict) refuses "
+            f"such bolts: {HOW}; or run without --ledger-strict"
+        )
+    log.warning(
+        "ledger cannot check %s: they run as before, unchecked. To let it: %s "
+        "(--ledger-strict refuses such bolts)",
+        names,
+        HOW,
+    )
+    return plan
+
+
+# ---------------------------------------------------------------- one attempt
+
+
+def _account(columns: Sequence[str]) -> tuple[Column, Column]:
+    """Each row's part of a tally: ``(FOLDED, XOR)`` on an aggregate row, ``(1, ID)`` on
+    a row that carries a record, nothing on a row with neither."""
+    from pyspark.sql import functions as F
+
+    carried_n = F.when(F.col(ID).isNotNull(), F.lit(1)) if ID in columns else None
+    carried_x = F.col(ID) if ID in columns else None
+    n_parts = [
+        c for c in (F.col(FOLDED) if FOLDED in columns else None, carried_n) if c is not None
+    ]
+    x_parts = [c for c in (F.col(XOR) if XOR in columns else None, carried_x) if c is not None]
+    n = F.coalesce(*n_parts, F.lit(0)).cast("long")
+    x = F.coalesce(*x_parts, F.lit(0)).cast("long")
+    return n, x
+
+
+@dataclass(eq=False)
+class Tap:
+    """One stream of a checked bolt, with the rows its route dropped (if this stream
+    carries them): its ``rows`` observed, and what a committer is given (``given``: the
+    same rows without the dropped ones and without the ledger's columns)."""
+
+    frame: Any
+    columns: tuple[str, ...]
+    drops: list[tuple[Any, str]]
+    _rows: Any = None
+    _observation: Any = None
+    _given: Any = None
+    _exact: tuple[Tally, Tally] | None = None
+    _metric_columns: tuple[str, ...] = ()
+
+    def _metrics(self, columns: Sequence[str]) -> list[Column]:
+        from pyspark.sql import functions as F
+
+        n, x = _account(columns)
+        if DROPPED not in columns:
+            return [F.sum(n).alias("n"), F.bit_xor(x).alias("x")]
+        kept, gone = F.col(DROPPED).isNull(), F.col(DROPPED).isNotNull()
+        return [
+            F.sum(F.when(kept, n)).alias("n"),
+            F.bit_xor(F.when(kept, x)).alias("x"),
+            F.sum(F.when(gone, n)).alias("dn"),
+            F.bit_xor(F.when(gone, x)).alias("dx"),
+        ]
+
+    def rows(self) -> Any:
+        """The stream's rows and the drops' (``DROPPED``: their reason), observed."""
+        if self._rows is None:
+            from pyspark.sql import Observation
+            from pyspark.sql import functions as F
+
+            rows = self.frame
+            if self.drops:
+                for frame, reason in self.drops:
+                    marked = frame.select(F.col(ID), F.lit(reason).alias(DROPPED))
+                    rows = rows.unionByName(marked, allowMissingColumns=True)
+            columns = (*self.columns, *((ID, DROPPED) if self.drops else ()))
+            self._observation = Observation(f"ledger-{uuid.uuid4().hex}")
+            self._rows = rows.observe(self._observation, *self._metrics(columns))
+            self._metric_columns = columns
+        return self._rows
+
+    def given(self) -> Any:
+        """What a committer reads: the stream's own rows, without the ledger's columns."""
+        if self._given is None:
+            from pyspark.sql import functions as F
+
+            rows = self.rows()
+            if self.drops:
+                rows = rows.where(F.col(DROPPED).isNull())
+            present = [c for c in COLUMNS if c in self._metric_columns]
+            self._given = rows.drop(*present)
+        return self._given
+
+    def observed(self) -> tuple[Tally, Tally] | None:
+        """(stream, drops) as a committer's job observed them; None: no job read it."""
+        if self._observation is None:
+            return None
+        try:
+            if not self._observation._jo.future().isCompleted():
+                return None
+        except Exception:  # another Spark's Observation: count it instead
+            return None
+        return self._split(self._observation.get)
+
+    def exact(self) -> tuple[Tally, Tally]:
+        """(stream, drops) counted by a job of their own (once)."""
+        if self._exact is None:
+            rows = self.rows()
+            got = rows.agg(*self._metrics(self._metric_columns)).collect()[0].asDict()
+            self._exact = self._split(got)
+        return self._exact
+
+    @staticmethod
+    def _split(got: Mapping[str, Any]) -> tuple[Tally, Tally]:
+        return Tally.of(got["n"], got["x"]), Tally.of(got.get("dn"), got.get("dx"))
+
+
+@dataclass(eq=False)
+class _BoltBooks:
+    """What ``drop`` records for the bolt being run."""
+
+    who: str
+    outputs: tuple[str, ...]
+    routes: tuple[tuple[str, ...], ...]
+    accounts: bool
+    drops: dict[int, list[tuple[Any, str]]] = field(default_factory=dict)
+
+    def drop(self, frame: Any, reason: str, stream: str | None) -> None:
+        if not self.accounts:
+            raise ContractError(
+                f"{self.who} calls transactional.ledger.drop() but does not account for "
+                "its records: set accounts = True on its class (and account for every "
+                "record), or do not call drop()"
+            )
+        if not isinstance(reason, str) or not reason:
+            raise ContractError(f"{self.who}: drop() needs a reason (a non-empty string)")
+        if stream is None:
+            if len(self.routes) != 1:
+                raise ContractError(
+                    f"{self.who} has routes {list(self.routes)}: name the stream the "
+                    "records leave, drop(frame, reason, stream=...)"
+                )
+            route = 0
+        elif stream in self.outputs:
+            route = next(i for i, r in enumerate(self.routes) if stream in r)
+        else:
+            raise ContractError(
+                f"{self.who}: drop(..., stream={stream!r}) names no stream of its "
+                f"outputs {list(self.outputs)}"
+            )
+        if ID not in frame.columns:
+            raise ContractError(
+                f"{self.who}: drop({reason!r}) was given rows without "
+                f"transactional.ledger.ID: drop rows of the bolt's input, with their ID"
+            )
+        self.drops.setdefault(route, []).append((frame, reason))
+
+
+@dataclass(eq=False)
+class AttemptLedger:
+    """One attempt's books: what each bolt was given and accounted for, and the check
+    before the commit (``check``)."""
+
+    plan: LedgerPlan
+    txid: int
+    #: The batch's tally from the materialise job (None: no ids were given).
+    batch: Tally | None
+    _columns: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    _frames: dict[tuple[str, str], Any] = field(default_factory=dict)
+    _drops: dict[str, dict[int, list[tuple[Any, str]]]] = field(default_factory=dict)
+    _taps: dict[tuple[str, str], Tap] = field(default_factory=dict)
+    _given: dict[tuple[str, str], Any] = field(default_factory=dict)
+    _readers: dict[tuple[str, str], list[BoltNode]] = field(default_factory=dict)
+    _nodes: list[BoltNode] = field(default_factory=list)
+    #: The streams committers read.
+    terminal: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def counting(self) -> bool:
+        return self.batch is not None
+
+    # -------------------------------------------------------------- the bolts
+
+    def bolt_input(self, node: BoltNode, frame: Any) -> Any:
+        """What ``node`` is given: with ``ID`` (null when not counted) if it accounts,
+        else without any ledger column."""
+        from pyspark.sql import functions as F
+
+        columns = self._columns_of(node.input, frame)
+        if node.name in self.plan.accounting:
+            if ID in columns:
+                return frame
+            return frame.withColumn(ID, F.lit(None).cast("long"))
+        present = [c for c in COLUMNS if c in columns]
+        return frame.drop(*present) if present else frame
+
+    def _columns_of(self, ref: tuple[str, str], frame: Any) -> tuple[str, ...]:
+        from transactional.topology import SPOUT
+
+        if ref in self._columns:
+            return self._columns[ref]
+        # Of the spout's batch, only ID matters, and it is there when counted.
+        spout = (ID,) if self.counting else ()
+        columns = spout if ref[0] == SPOUT else tuple(frame.columns)
+        self._columns[ref] = columns
+        return columns
+
+    @contextmanager
+    def running(self, node: BoltNode) -> Iterator[None]:
+        """``node``'s ``process`` and ``finish_batch`` run inside: ``drop`` records there."""
+        routes = self.plan.routes.get(node.name, (tuple(node.bolt.outputs),))
+        books = _BoltBooks(
+            component("bolt", node.name, node.bolt),
+            tuple(node.bolt.outputs),
+            routes,
+            node.name in self.plan.accounting,
+            self._drops.setdefault(node.name, {}),
+        )
+        token = _CURRENT.set(books)
+        try:
+            yield
+        finally:
+            _CURRENT.reset(token)
+
+    def outputs(self, node: BoltNode, streams: Mapping[str, Any]) -> None:
+        """``node``'s streams, each checked to account for records in a form the ledger
+        reads (a checked bolt), and their columns noted."""
+        self._nodes.append(node)
+        self._readers.setdefault(node.input, []).append(node)
+        accounting = node.name in self.plan.accounting
+        checked = node.name in self.plan.checked and self.counting
+        who = component("bolt", node.name, node.bolt)
+        for stream, frame in streams.items():
+            ref = (node.name, stream)
+            self._frames[ref] = frame
+            if not accounting:
+                self._columns[ref] = ()  # never given the ledger's columns
+                continue
+            columns = tuple(frame.columns)
+            self._columns[ref] = columns
+            if not checked:
+                continue
+            if DROPPED in columns:
+                raise ContractError(
+                    f"{who} stream {stream!r} has the column {DROPPED!r}, which the "
+                    "ledger keeps for itself: rename it"
+                )
+            if (FOLDED in columns) != (XOR in columns):
+                raise ContractError(
+                    f"{who} stream {stream!r} has only one of {FOLDED!r} and {XOR!r}: "
+                    "fold with *transactional.ledger.folded(), which gives both"
+                )
+            if ID not in columns and FOLDED not in columns:
+                raise ContractError(
+                    f"{who} accounts for its records (accounts = True), but its stream "
+                    f"{stream!r} (columns {[c for c in columns if c not in COLUMNS]}) carries "
+                    "none of them: keep transactional.ledger.ID in it (a row-wise transform), "
+                    "fold it with agg(..., *folded()), or drop(frame, reason) what it leaves out"
+                )
+
+    # -------------------------------------------------------------- the committers
+
+    def committer_input(self, ref: tuple[str, str], frame: Any) -> Any:
+        """What a committer reading ``ref`` is given: a checked bolt's stream observed
+        (the same frame for every committer that reads it), any other without the
+        ledger's columns."""
+        if ref in self._given:
+            return self._given[ref]
+        if ref[0] in self.plan.checked and self.counting:
+            given = self._tap(ref).given()
+        else:
+            present = [c for c in COLUMNS if c in self._columns_of(ref, frame)]
+            given = frame.drop(*present) if present else frame
+        self._given[ref] = given
+        return given
+
+    def _tap(self, ref: tuple[str, str]) -> Tap:
+        tap = self._taps.get(ref)
+        if tap is None:
+            name, stream = ref
+            drops: list[tuple[Any, str]] = []
+            for index, route in enumerate(self.plan.routes[name]):
+                if stream in route and self._carrier(name, route) == stream:
+                    drops = self._drops.get(name, {}).get(index, [])
+            tap = Tap(self._frames[ref], self._columns[ref], list(drops))
+            self._taps[ref] = tap
+        return tap
+
+    def _carrier(self, name: str, route: tuple[str, ...]) -> str:
+        """The stream of ``route`` whose observation counts the route's drops: the first
+        a committer reads, else the first."""
+        return next((s for s in route if (name, s) in self.terminal), route[0])
+
+    # -------------------------------------------------------------- the check
+
+    def check(self) -> None:
+        """Before anything of the txid is committed: every checked bolt balances, from
+        what the txid's jobs observed; an observed imbalance is recounted exactly, and
+        only the recount fails the txid (``LedgerError``)."""
+        if not self.counting or not self.plan.checked:
+            return
+        if self._balanced(exact=False):
+            return
+        self._recount()
+        log.warning(
+            "ledger txid=%d: the observed totals did not balance but an exact recount "
+            "does (a task re-run in a map stage, or a committer that keeps its input in "
+            "a checkpoint or reads part of it); the txid goes on",
+            self.txid,
+        )
+
+    def _checked_nodes(self) -> list[BoltNode]:
+        return [n for n in self._nodes if n.name in self.plan.checked]
+
+    def _part(self, ref: tuple[str, str], exact: bool) -> tuple[Tally, Tally] | None:
+        tap = self._tap(ref)
+        if exact:
+            return tap.exact()
+        return tap.observed() if ref in self.terminal else None
+
+    def _balanced(self, exact: bool) -> bool:
+        """One sum per route, from the sinks back to the batch; every way of knowing a
+        stream's tally must agree."""
+        from transactional.bolt import DEFAULT_STREAM
+        from transactional.topology import SPOUT
+
+        totals: dict[str, list[Tally]] = {}  # bolt -> its routes' totals
+        for node in reversed(self._checked_nodes()):
+            route_totals = []
+            for route in self.plan.routes[node.name]:
+                total = Tally()
+                for stream in route:
+                    ref = (node.name, stream)
+                    candidates = self._candidates(ref, totals, exact)
+                    if len(set(candidates)) > 1:
+                        return False
+                    total = total + candidates[0]
+                total = total + self._route_drops(node.name, route, exact)
+                route_totals.append(total)
+            totals[node.name] = route_totals
+        given = [self.batch] if self.batch is not None else []
+        for reader in self._readers.get((SPOUT, DEFAULT_STREAM), []):
+            given += totals.get(reader.name, [])
+        return len(set(given)) <= 1
+
+    def _candidates(
+        self, ref: tuple[str, str], totals: Mapping[str, list[Tally]], exact: bool
+    ) -> list[Tally]:
+        candidates = []
+        part = self._part(ref, exact)
+        if part is not None:
+            candidates.append(part[0])
+        for reader in self._readers.get(ref, []):
+            candidates += totals.get(reader.name, [])
+        if not candidates:
+            candidates.append(self._tap(ref).exact()[0])
+        return candidates
+
+    def _route_drops(self, name: str, route: tuple[str, ...], exact: bool) -> Tally:
+        index = self.plan.routes[name].index(route)
+        if not self._drops.get(name, {}).get(index):
+            return Tally()
+        part = self._part((name, self._carrier(name, route)), exact)
+        if part is None:
+            part = self._tap((name, self._carrier(name, route))).exact()
+        return part[1]
+
+    def _recount(self) -> None:
+        """Every checked bolt's input, streams and drops counted exactly; the first bolt
+        that does not balance fails the txid."""
+        from transactional.topology import SPOUT
+
+        for node in self._checked_nodes():
+            if node.input[0] == SPOUT:
+                assert self.batch is not None
+                given = self.batch
+                source = "the spout's batch"
+            else:
+                given = self._tap(node.input).exact()[0]
+                source = f"stream {node.input[0]}:{node.input[1]}"
+            for route in self.plan.routes[node.name]:
+                accounted = Tally()
+                for stream in route:
+                    accounted = accounted + self._tap((node.name, stream)).exact()[0]
+                accounted = accounted + self._route_drops(node.name, route, exact=True)
+                if accounted != given:
+                    raise LedgerError(
+                        component("bolt", node.name, node.bolt),
+                        source,
+                        route,
+                        self.txid,
+                        given.records,
+                        accounted.records,
+                    )
