@@ -282,10 +282,22 @@ def printed_tops(text: str) -> dict[tuple[str, str], list[tuple[str, int]]]:
 
 def run_summary(text: str) -> dict[str, int]:
     """The figures of the demo's one ``run_done`` line (``committed_txids``, ``records``,
-    ``failures``); an AssertionError when the line is missing or printed twice."""
+    ``failures``, and ``dropped_txids``/``dropped_records`` when some were dropped; its
+    ``guarantee`` is ``run_guarantee``'s); an AssertionError when the line is missing or
+    printed twice."""
+    fields = _run_done(text)
+    return {k: int(v) for k, v in fields.items() if k != "guarantee"}
+
+
+def run_guarantee(text: str) -> str:
+    """The guarantee the demo's ``run_done`` line names."""
+    return _run_done(text)["guarantee"]
+
+
+def _run_done(text: str) -> dict[str, str]:
     lines = [line for line in text.splitlines() if line.startswith("run_done ")]
     assert len(lines) == 1, f"expected one run_done line, found {len(lines)}:\n{text[-2000:]}"
-    return {k: int(v) for k, v in (item.split("=", 1) for item in lines[0].split()[1:])}
+    return dict(item.split("=", 1) for item in lines[0].split()[1:])
 
 
 def generated_tweets(directory: Path, count: int, seed: int) -> tuple[Path, Expected]:

@@ -228,13 +228,13 @@ class TransactionalRunner:
         )
         stored = driver.load(state)
         log.info(
-            "runner started topology=%s guarantee=%s currtx=%d replays=%s max_pending=%d fence=%s",
+            "runner started topology=%s currtx=%d replays=%s max_pending=%d fence=%s guarantee=%s",
             cfg.topology_id,
-            cfg.guarantee,
             state.currtx,
             sorted(t for t in stored if t >= state.currtx),
             cfg.max_pending,
             session.token,
+            cfg.guarantee,
         )
         if cfg.guarantee is Guarantee.AT_MOST_ONCE:
             self._warn_unknown_sinks()

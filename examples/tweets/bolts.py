@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from transactional.bolt import DEFAULT_STREAM, Bolt
 from transactional.columns import Prebuilt
 from transactional.errors import ContractError
-from transactional.ledger import ID, drop, explode, folded
+from transactional.ledger import COLUMNS, ID, drop, explode, folded
 from transactional.types import TransactionAttempt
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class ParseTweets(Bolt):
 def _check_records(batch: DataFrame) -> None:
     """A spout of the wrong shape is a wiring mistake: say so at the first batch, by
     name, rather than fail every attempt deep inside Spark's analyser."""
-    have = dict(batch.dtypes)
+    have = {name: kind for name, kind in batch.dtypes if name not in COLUMNS}  # the spout's
     if any(have.get(name) != kind for name, kind in RECORD_COLUMNS.items()):
         expected = ", ".join(f"{n} {k.upper()}" for n, k in RECORD_COLUMNS.items())
         got = ", ".join(f"{n} {k.upper()}" for n, k in have.items()) or "no columns"

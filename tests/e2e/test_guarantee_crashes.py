@@ -41,6 +41,7 @@ from tests.processes import (
     killed,
     reap_session,
     redis_txid,
+    run_guarantee,
     store_state,
     stored_metas,
 )
@@ -193,6 +194,7 @@ def test_killed_at_every_step_keeps_the_guarantees_promise_exactly(
     for kill in chain.kills:  # every kill happened, at its step, and took the JVM along
         assert (kill.returncode, kill.marked, kill.jvms_killed) == (-9, True, True), kill
     assert chain.final_returncode == 0, chain.outputs[-1][-3000:]
+    assert run_guarantee(chain.outputs[-1]) == chain.guarantee  # the run says what it gave
     got = (
         redis_contents(chain.redis_url)
         if sink == "redis"
