@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 
 from committers import Count, CounterTable, DeltaCommitter, Last, Max, Min, RedisCommitter
 from transactional import Bolt, TopologyBuilder
+from transactional.ledger import ID, drop, folded
 from transactional.sources.delta import DeltaTableSpout
 from transactional.sources.files import FilesPartitionedSpout
 from transactional.sources.redis_streams import RedisStreamsPartitionedSpout
@@ -40,9 +41,15 @@ SCHEMA = "account STRING, amount DECIMAL(18,3)"
 class SumAmounts(Bolt):
     """Per account: the sum as a DOUBLE (``total``) and as an exact DECIMAL (``exact``);
     a record the source flagged (a CSV line that does not fit the schema) goes to the
-    dead letters with its text and the reason."""
+    dead letters with its text and the reason.
+
+    It accounts for its records (``transactional.ledger``): each record is folded into
+    its account's sums or sent to the dead letters (one route), and carried into
+    ``records`` or dropped from it as a dead letter (another)."""
 
     outputs = ("default", "records", "dead_letters")
+    accounts = True
+    routes = (("default", "dead_letters"), ("records",))
 
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Mapping[str, DataFrame]:
         if "fields" in batch.columns:  # Redis Streams: the entry's fields as text
@@ -56,20 +63,25 @@ class SumAmounts(Bolt):
                 F.coalesce("error", F.when(~fits, F.lit("amount is not a decimal(18,3)"))).alias(
                     "error"
                 ),
+                ID,
             )
         elif "error" not in batch.columns:  # Parquet: typed rows, nothing to flag
             batch = batch.select("*", F.lit(None).cast("string").alias("raw"))
             batch = batch.select("*", F.lit(None).cast("string").alias("error"))
         ok = F.col("error").isNull()
+        drop(batch.where(~ok), "a dead letter", stream="records")
         return {
             "default": batch.where(ok)
             .groupBy("account")
             .agg(
                 F.sum(F.col("amount").cast("double")).alias("total"),
                 F.sum("amount").alias("exact"),
+                *folded(),
             ),
-            "records": batch.where(ok).select("account", "amount", F.col("amount").alias("size")),
-            "dead_letters": batch.where(~ok).select("raw", F.col("error").alias("reason")),
+            "records": batch.where(ok).select(
+                "account", "amount", F.col("amount").alias("size"), ID
+            ),
+            "dead_letters": batch.where(~ok).select("raw", F.col("error").alias("reason"), ID),
         }
 
 

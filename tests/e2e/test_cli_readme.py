@@ -71,6 +71,7 @@ def test_the_readme_module_runs_through_a_crash_and_is_exact(spark: Any, tmp_pat
         "--until-drained",
         "--batch-size",
         str(BATCH),
+        "--ledger-strict",  # the README's bolt accounts for its records: refused otherwise
     ]
 
     killed = cli(*args, "--crash-at", "after_sink_write:2", cwd=project, environ=environ)

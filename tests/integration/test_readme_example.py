@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.readme import every_bolt_checked
+from transactional.ledger import ID, with_ids
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -21,7 +24,8 @@ def readme_example() -> str:
 @pytest.mark.integration
 def test_readme_example_counts_every_word_once(spark: object) -> None:
     namespace: dict[str, object] = {"__name__": "readme_example"}
-    exec(compile(readme_example(), str(README), "exec"), namespace)
+    with every_bolt_checked():
+        exec(compile(readme_example(), str(README), "exec"), namespace)
     words = namespace["WORDS"]
     assert isinstance(words, list)
     sink = namespace["sink"]
@@ -42,8 +46,12 @@ def test_readme_prebuilt_columns_bolt_splits_every_batch_with_the_same_columns(
     texts = [["a b", "b"], ["c a a"]]
     built = []
     for txid, lines in enumerate(texts, start=1):
-        batch = spark.createDataFrame([(t,) for t in lines], "text string")  # type: ignore[attr-defined]
-        words = [r.word for r in bolt.process(txid, batch).collect()]
-        assert Counter(words) == Counter(w for t in lines for w in t.split(" "))
+        plain = spark.createDataFrame([(t,) for t in lines], "text string")  # type: ignore[attr-defined]
+        batch = with_ids(plain)  # as the runner gives an accounting bolt its batch
+        rows = bolt.process(txid, batch).collect()
+        assert Counter(r.word for r in rows) == Counter(w for t in lines for w in t.split(" "))
+        # Each text carried by one word (its first): the ledger counts it once.
+        carried = Counter(r[ID] for r in rows if r[ID] is not None)
+        assert sorted(carried.values()) == [1] * len(lines)
         built.append(bolt._columns(batch))
     assert built[0] is built[1]  # the second batch reused the first one's columns
