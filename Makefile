@@ -49,20 +49,21 @@ unit: venv
 	$(BIN)/pytest -q tests/unit
 
 test: deps venv lint typecheck
-	$(BIN)/pytest -q -ra -m "not slow and not cluster"
+	$(BIN)/pytest -q -ra --durations=15 -m "not slow and not cluster"
 
-# The longest suites (the SIGKILL crash matrix, user topologies crashed and rerun through
-# `transactional run`, snapshots against a running writer: ~22 min on 2 cores); CI runs it
-# after `make test`.
+# The longest suites (the SIGKILL crash matrices of the three guarantees, user topologies
+# crashed and rerun through `transactional run`, snapshots against a running writer:
+# ~40 min on 2 cores); CI runs it after `make test`. Each suite prints its 15 slowest
+# tests, so a CI log says where its time went.
 test-slow: deps venv
-	$(BIN)/pytest -q -ra -m "slow and not cluster"
+	$(BIN)/pytest -q -ra --durations=15 -m "slow and not cluster"
 
 # A Spark standalone master and workers, a three-server ZooKeeper ensemble and a Redis
 # Cluster (three masters, a replica each), on loopback, started by the tests from the
 # installed packages; CI runs it after
 # `make test-slow`.
 cluster-test: deps venv
-	$(BIN)/pytest -q -ra -m cluster
+	$(BIN)/pytest -q -ra --durations=15 -m cluster
 
 # The fault campaign at scale (python -m tests.chaos): ZooKeeper, a Redis Cluster and a
 # Spark standalone cluster on loopback, every spout kind, both sinks, SIGKILLs at every
