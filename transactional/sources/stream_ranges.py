@@ -23,11 +23,9 @@ local n = #entries
 if n == 0 then return {0, false, false} end
 return {n, entries[1][1], entries[n][1]}
 """
-#: A new range and the stream's counts in one atomic step: what ``NEXT`` returns,
-#: then ``entries-added``, ``length``, ``max-deleted-entry-id`` and the first entry's id
-#: (false: none) as ``XINFO STREAM`` says at that moment, so that no trim can fall
-#: between the counts a loss is judged by and the range they judge.
-DECIDE = """
+#: The stream's counts as ``XINFO STREAM`` says them now (``added``, ``length``,
+#: ``deleted``, ``first``): the opening of both deciding scripts.
+COUNTS = """
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local added, length, deleted, first = 0, 0, '0-0', false
 for i = 1, #info, 2 do
@@ -37,12 +35,20 @@ for i = 1, #info, 2 do
   elseif k == 'max-deleted-entry-id' then deleted = v
   elseif k == 'first-entry' and v then first = v[1] end
 end
-local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+"""
+#: A new range and the stream's counts in one atomic step: what ``NEXT`` returns,
+#: then ``entries-added``, ``length``, ``max-deleted-entry-id`` and the first entry's id
+#: (false: none) as ``XINFO STREAM`` says at that moment, so that no trim can fall
+#: between the counts a loss is judged by and the range they judge.
+DECIDE = (
+    COUNTS
+    + """local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
 local n = #entries
 local last = false
 if n > 0 then last = entries[n][1] end
 return {n, last, added, length, deleted, first}
 """
+)
 #: ``DECIDE`` through the consumer group ``ARGV[3]``, as consumer ``ARGV[4]``: the range
 #: after ``ARGV[1]`` (the end of the stored ranges) takes first the entries the group
 #: delivered there already and no stored range holds (a runner died, or its store write
@@ -53,7 +59,8 @@ return {n, last, added, length, deleted, first}
 #: delivered again. Replies as ``DECIDE``, then how many entries the
 #: ``XREADGROUP`` delivered. Ids are compared as decimal strings: Lua's numbers are
 #: doubles, and an id's parts are 64-bit.
-DECIDE_GROUP = """
+DECIDE_GROUP = (
+    """
 local function parts(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if ms then return ms, seq end
@@ -67,16 +74,9 @@ local function below(a, b)
   if #as ~= #bs then return #as < #bs end
   return as < bs
 end
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-local added, length, deleted, first = 0, 0, '0-0', false
-for i = 1, #info, 2 do
-  local k, v = info[i], info[i + 1]
-  if k == 'entries-added' then added = v
-  elseif k == 'length' then length = v
-  elseif k == 'max-deleted-entry-id' then deleted = v
-  elseif k == 'first-entry' and v then first = v[1] end
-end
-local delivered = false
+"""
+    + COUNTS
+    + """local delivered = false
 for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   local name, last = nil, nil
   for i = 1, #group, 2 do
@@ -113,6 +113,7 @@ if n < wanted then
 end
 return {n, last, added, length, deleted, first, fresh}
 """
+)
 #: Entries counted per script call when counting a stream's tail.
 COUNT_BLOCK = 100_000
 #: How many entries ``(ARGV[1], ARGV[2]]`` holds now.
