@@ -31,7 +31,7 @@ class Bolt(ABC):
     #: The bolt accounts for every record it is given (``transactional.ledger``): each
     #: goes on in an output that keeps its ``ledger.ID`` (a row-wise transform, a
     #: dead-letter stream), is folded into an aggregate (``agg(..., *ledger.folded())``)
-    #: or is dropped on purpose (``ledger.drop(frame, reason)``). Its input then holds
+    #: or is dropped on purpose (``ledger.drop_where``, ``ledger.drop``). Its input then holds
     #: ``ledger.ID``, and the runner checks, before each commit, that no record was lost
     #: or duplicated. False (the default): the bolt runs as it always did, unchecked,
     #: and never sees the ledger's columns.

@@ -15,8 +15,12 @@ of a txid gets a 64-bit id when it is read (``ID``), and a bolt that *accounts*
   the XOR of their ids (``FOLDED``, ``XOR``): add ``*folded()`` to the ``agg(...)``;
 - **dead-lettered**: a dead-letter stream is an output stream like any other, and
   carries the id of each record sent there;
-- **dropped on purpose**: ``drop(frame, reason)`` inside ``process``/``finish_batch``
-  names the rows of the input the bolt leaves out, and why.
+- **dropped on purpose**: ``drop_where(frame, condition, reason)`` marks rows of an
+  output dropped (a null key's group the bolt folded what had nothing to count into,
+  say): they stay in the stream's plan, so they are counted in the same pass, and
+  reach no sink; or ``drop(frame, reason)`` inside ``process``/``finish_batch`` names
+  rows of the input the bolt leaves out, and why (they are unioned into the stream a
+  committer reads: a second pass over them, and the stream loses its partitioning).
 
 **The balance.** Per accounting bolt, the ledger compares the records given
 (count and XOR of ids) with the records accounted for, on each *route* of the bolt: a
@@ -43,7 +47,8 @@ computed once, in the job that reads and keeps the batch.
 that balances. The batch's ids are counted and XORed in the materialise job
 (``Engine.materialise``). Each stream an accounting bolt hands a committer is observed
 (``DataFrame.observe``) where the committer reads it, so its count and XOR, and those
-of the rows dropped on its route, come out of the committers' own collect jobs. A
+of the rows dropped on its route (marked in it, or ``drop``'s), come out of the
+committers' own collect jobs. A
 bolt's stream that only another accounting bolt reads is not observed: its total is
 what that bolt accounted for on each of its routes, so the ledger checks the chain
 from the batch to the sinks in one sum per route. What no job computed (a stream only
@@ -100,6 +105,7 @@ __all__ = [
     "LedgerError",
     "Tally",
     "drop",
+    "drop_where",
     "explode",
     "folded",
     "with_ids",
@@ -114,7 +120,8 @@ ID = "__transactional_id"
 FOLDED = "__transactional_folded"
 #: ... and the XOR of their ids (LONG).
 XOR = "__transactional_xor"
-#: The ledger's own marker of a dropped record's row (its reason); never in a stream.
+#: A row dropped on purpose (its reason): marked in a stream by ``drop_where``, on
+#: ``drop``'s rows by the ledger; no committer or bolt is ever given such a row.
 DROPPED = "__transactional_dropped"
 #: Every column of the ledger: none reaches a committer.
 COLUMNS = (ID, FOLDED, XOR, DROPPED)
@@ -158,18 +165,25 @@ def folded() -> list[Column]:
     ]
 
 
-def explode(column: str, alias: str) -> Column:
+def explode(column: str, alias: str, *, outer: bool = False) -> Column:
     """``F.explode(column).alias(alias)`` that keeps ``ID`` on the first element only:
     the record is carried by one child, so it is counted once however many it has.
     Gives the columns ``alias`` and ``ID``; use it in a ``select`` in place of the
     input's ``ID``. A record whose array is empty or null has no child: ``drop`` it,
-    with its reason."""
+    with its reason; or, with ``outer``, it keeps one row, ``alias`` null, that carries
+    it (to fold it into a group ``drop_where`` then marks dropped: no second pass)."""
     from pyspark.sql import functions as F
 
     def child(value: Column, index: Column) -> Column:
         return F.struct(value.alias(alias), F.when(index == 0, F.col(ID)).alias(ID))
 
-    return F.inline(F.transform(F.col(column), child))
+    children = F.transform(F.col(column), child)
+    if outer:
+        # A null of the elements' type (no element 1 there).
+        none = F.try_element_at(F.col(column), F.lit(1))
+        alone = F.array(F.struct(none.alias(alias), F.col(ID).alias(ID)))
+        children = F.when(F.size(F.col(column)) > 0, children).otherwise(alone)
+    return F.inline(children)
 
 
 def drop(frame: DataFrame, reason: str, stream: str | None = None) -> None:
@@ -182,6 +196,29 @@ def drop(frame: DataFrame, reason: str, stream: str | None = None) -> None:
     books = _CURRENT.get()
     if books is not None:
         books.drop(frame, reason, stream)
+
+
+def drop_where(frame: DataFrame, condition: Column, reason: str) -> DataFrame:
+    """``frame`` (an output stream of an accounting bolt) with its rows where
+    ``condition`` holds dropped on purpose, for ``reason``: no committer or bolt sees
+    them, and the records they carry (their ``ID``, or folded) are accounted as dropped
+    on the stream's route. Unlike ``drop``, the rows stay in the stream's own plan,
+    so their count comes out of the same pass as the stream's (a committer that
+    aggregates the stream again by the bolt's keys needs no second shuffle): fold a
+    record that has nothing to count into a group of its own (``explode(...,
+    outer=True)``, a null key) and drop that group. Outside a runner, with the ledger
+    off, or in a bolt that does not account, the rows are simply left out (a filter)."""
+    from pyspark.sql import functions as F
+
+    if not isinstance(reason, str) or not reason:
+        raise ContractError("drop_where() needs a reason (a non-empty string)")
+    books = _CURRENT.get()
+    if books is None or not books.accounts:
+        return frame.where(~F.coalesce(condition, F.lit(False)))
+    mark = F.when(condition, F.lit(reason))
+    if DROPPED in frame.columns:
+        mark = F.coalesce(F.col(DROPPED), mark)
+    return frame.withColumn(DROPPED, mark)
 
 
 def with_ids(frame: DataFrame, *, null: bool = False) -> DataFrame:
@@ -303,7 +340,8 @@ class LedgerPlan:
 HOW = (
     "set accounts = True on its class and account for each record: keep "
     "transactional.ledger.ID in a row-wise output, add *folded() to an agg(...), send it "
-    "to a dead-letter stream with its ID, or drop(frame, reason)"
+    "to a dead-letter stream with its ID, or drop_where(output, condition, reason) or "
+    "drop(input_rows, reason)"
 )
 
 
@@ -352,11 +390,29 @@ def _account(columns: Sequence[str]) -> tuple[Column, Column]:
     return n, x
 
 
+def _kept(frame: Any, columns: Sequence[str]) -> Any:
+    """``frame`` without the rows ``drop_where`` marked dropped (and without the mark)."""
+    from pyspark.sql import functions as F
+
+    if DROPPED not in columns:
+        return frame
+    return frame.where(F.col(DROPPED).isNull()).drop(DROPPED)
+
+
+def _plain(frame: Any, columns: Sequence[str]) -> Any:
+    """``frame`` as a reader the ledger does not check is given it: no dropped row, no
+    ledger column."""
+    frame = _kept(frame, columns)
+    present = [c for c in COLUMNS if c in columns and c != DROPPED]
+    return frame.drop(*present) if present else frame
+
+
 @dataclass(eq=False)
 class Tap:
-    """One stream of a checked bolt, with the rows its route dropped (if this stream
-    carries them): its ``rows`` observed, and what a committer is given (``given``: the
-    same rows without the dropped ones and without the ledger's columns)."""
+    """One stream of a checked bolt, with the rows its route dropped (``drop``'s frames,
+    if this stream carries them; ``drop_where`` marks rows in the stream itself): its
+    ``rows`` observed, and what a committer is given (``given``: the same rows without
+    the dropped ones and without the ledger's columns)."""
 
     frame: Any
     columns: tuple[str, ...]
@@ -392,7 +448,7 @@ class Tap:
                 for frame, reason in self.drops:
                     marked = frame.select(F.col(ID), F.lit(reason).alias(DROPPED))
                     rows = rows.unionByName(marked, allowMissingColumns=True)
-            columns = (*self.columns, *((ID, DROPPED) if self.drops else ()))
+            columns = tuple(dict.fromkeys((*self.columns, *((ID, DROPPED) if self.drops else ()))))
             self._observation = Observation(f"ledger-{uuid.uuid4().hex}")
             self._rows = rows.observe(self._observation, *self._metrics(columns))
             self._metric_columns = columns
@@ -404,7 +460,7 @@ class Tap:
             from pyspark.sql import functions as F
 
             rows = self.rows()
-            if self.drops:
+            if DROPPED in self._metric_columns:
                 rows = rows.where(F.col(DROPPED).isNull())
             present = [c for c in COLUMNS if c in self._metric_columns]
             self._given = rows.drop(*present)
@@ -507,11 +563,11 @@ class AttemptLedger:
 
         columns = self._columns_of(node.input, frame)
         if node.name in self.plan.accounting:
+            frame = _kept(frame, columns)
             if ID in columns:
                 return frame
             return frame.withColumn(ID, F.lit(None).cast("long"))
-        present = [c for c in COLUMNS if c in columns]
-        return frame.drop(*present) if present else frame
+        return _plain(frame, columns)
 
     def _columns_of(self, ref: tuple[str, str], frame: Any) -> tuple[str, ...]:
         from transactional.topology import SPOUT
@@ -559,11 +615,6 @@ class AttemptLedger:
             self._columns[ref] = columns
             if not checked:
                 continue
-            if DROPPED in columns:
-                raise ContractError(
-                    f"{who} stream {stream!r} has the column {DROPPED!r}, which the "
-                    "ledger keeps for itself: rename it"
-                )
             if (FOLDED in columns) != (XOR in columns):
                 raise ContractError(
                     f"{who} stream {stream!r} has only one of {FOLDED!r} and {XOR!r}: "
@@ -588,8 +639,7 @@ class AttemptLedger:
         if ref[0] in self.plan.checked and self.counting:
             given = self._tap(ref).given()
         else:
-            present = [c for c in COLUMNS if c in self._columns_of(ref, frame)]
-            given = frame.drop(*present) if present else frame
+            given = _plain(frame, self._columns_of(ref, frame))
         self._given[ref] = given
         return given
 
@@ -676,13 +726,20 @@ class AttemptLedger:
         return candidates
 
     def _route_drops(self, name: str, route: tuple[str, ...], exact: bool) -> Tally:
+        """What ``name`` dropped on ``route``: ``drop``'s frames (counted where their
+        carrier stream is) and the rows ``drop_where`` marked in the route's streams."""
         index = self.plan.routes[name].index(route)
-        if not self._drops.get(name, {}).get(index):
-            return Tally()
-        part = self._part((name, self._carrier(name, route)), exact)
-        if part is None:
-            part = self._tap((name, self._carrier(name, route))).exact()
-        return part[1]
+        carrier = self._carrier(name, route) if self._drops.get(name, {}).get(index) else None
+        total = Tally()
+        for stream in route:
+            ref = (name, stream)
+            if stream != carrier and DROPPED not in self._columns[ref]:
+                continue
+            part = self._part(ref, exact)
+            if part is None:
+                part = self._tap(ref).exact()
+            total = total + part[1]
+        return total
 
     def _recount(self) -> None:
         """Every checked bolt's input, streams and drops counted exactly; the first bolt

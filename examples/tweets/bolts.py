@@ -19,8 +19,8 @@ The record ledger (``transactional.ledger``): every bolt here accounts for each 
 it is given, so the runner checks before each commit that none was lost or counted
 twice. The parse bolt carries each record's id into its tweet or its dead letter; the
 count bolt sends each tweet to its three streams, each a route of its own: a tweet is
-folded into the counts through its first hashtag (user, pair), and one without any is
-dropped, with that reason.
+folded into the counts through its first hashtag (user, pair), and one without any into
+a group of its own, which is dropped (``drop_where``), with that reason.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from transactional.bolt import DEFAULT_STREAM, Bolt
 from transactional.columns import Prebuilt
 from transactional.errors import ContractError
-from transactional.ledger import COLUMNS, ID, drop, explode, folded
+from transactional.ledger import COLUMNS, ID, drop_where, explode, folded
 from transactional.types import TransactionAttempt
 
 if TYPE_CHECKING:
@@ -214,28 +214,28 @@ class _CountColumns:
     tags: list[Column]
     hashtags: Column
     users: Column
-    with_hashtags: Column
-    without_hashtags: Column
-    without_users: Column
-    without_pairs: Column
+    paired: list[Column]
     user_and_hashtags: list[Column]
     users_hashtags: list[Column]
     count: list[Column]
 
 
 def _count_columns() -> _CountColumns:
-    no_hashtags, no_users = F.size("hashtags") == 0, F.size("users") == 0
+    pairs = (F.size("hashtags") > 0) & (F.size("users") > 0)
     return _CountColumns(
         tags=[_tokens("#").alias("hashtags"), _tokens("@").alias("users"), F.col(ID)],
-        # Each tweet's id stays on its first hashtag (user, pair) only: counted once.
-        hashtags=explode("hashtags", "hashtag"),
-        users=explode("users", "user"),
-        with_hashtags=~no_hashtags,
-        without_hashtags=no_hashtags,
-        without_users=no_users,
-        without_pairs=no_hashtags | no_users,
-        user_and_hashtags=[explode("users", "user"), F.col("hashtags")],
-        users_hashtags=[F.col("user"), explode("hashtags", "hashtag")],
+        # Each tweet's id stays on its first hashtag (user, pair) only: counted once. A
+        # tweet with none keeps one row, a null key, that carries it into a group of its
+        # own, which finish_batch drops (the ledger counts it in the same pass).
+        hashtags=explode("hashtags", "hashtag", outer=True),
+        users=explode("users", "user", outer=True),
+        paired=[
+            F.when(pairs, F.col("users")).alias("users"),
+            F.when(pairs, F.col("hashtags")).alias("hashtags"),
+            F.col(ID),
+        ],
+        user_and_hashtags=[explode("users", "user", outer=True), F.col("hashtags")],
+        users_hashtags=[F.col("user"), explode("hashtags", "hashtag", outer=True)],
         count=[F.count(F.lit(1)).cast("long").alias("count"), *folded()],
     )
 
@@ -260,8 +260,8 @@ class CountTags(Bolt):
     over the parsed tweets.
 
     Every tweet goes to each of the three streams (a route each, for the ledger): folded
-    into the counts of its first token (or pair), or dropped from a stream with the
-    reason it has nothing there.
+    into the counts of its first token (or pair), or, when it has none there, into a
+    null key's group, which ``finish_batch`` drops (``drop_where``) with that reason.
     """
 
     outputs = (HASHTAGS, USERS, USERS_HASHTAGS)
@@ -273,13 +273,10 @@ class CountTags(Bolt):
         c = self._columns(batch)
         # Tokenised once, on first use, for the three streams.
         tags = batch.select(*c.tags).localCheckpoint(eager=False)
-        drop(tags.where(c.without_hashtags), "no hashtag", stream=HASHTAGS)
-        drop(tags.where(c.without_users), "no user", stream=USERS)
-        drop(tags.where(c.without_pairs), "no user and hashtag pair", stream=USERS_HASHTAGS)
         return {
             HASHTAGS: tags.select(c.hashtags),
             USERS: tags.select(c.users),
-            USERS_HASHTAGS: tags.where(c.with_hashtags)
+            USERS_HASHTAGS: tags.select(*c.paired)
             .select(*c.user_and_hashtags)
             .select(*c.users_hashtags),
         }
@@ -288,8 +285,11 @@ class CountTags(Bolt):
         self, attempt: TransactionAttempt, outputs: Mapping[str, DataFrame]
     ) -> Mapping[str, DataFrame]:
         count = self._columns(outputs[HASHTAGS]).count
+        hashtags = outputs[HASHTAGS].groupBy("hashtag").agg(*count)
+        users = outputs[USERS].groupBy("user").agg(*count)
+        pairs = outputs[USERS_HASHTAGS].groupBy("user", "hashtag").agg(*count)
         return {
-            HASHTAGS: outputs[HASHTAGS].groupBy("hashtag").agg(*count),
-            USERS: outputs[USERS].groupBy("user").agg(*count),
-            USERS_HASHTAGS: outputs[USERS_HASHTAGS].groupBy("user", "hashtag").agg(*count),
+            HASHTAGS: drop_where(hashtags, F.col("hashtag").isNull(), "no hashtag"),
+            USERS: drop_where(users, F.col("user").isNull(), "no user"),
+            USERS_HASHTAGS: drop_where(pairs, F.col("user").isNull(), "no user and hashtag pair"),
         }

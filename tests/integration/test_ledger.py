@@ -32,7 +32,15 @@ from transactional import (
     TopologyBuilder,
 )
 from transactional.bolt import DEFAULT_STREAM
-from transactional.ledger import COLUMNS, ID, AttemptLedger, LedgerError, drop, folded
+from transactional.ledger import (
+    COLUMNS,
+    ID,
+    AttemptLedger,
+    LedgerError,
+    drop,
+    drop_where,
+    folded,
+)
 from transactional.sources.files import FilesPartitionedSpout
 from transactional.testing import TopologyHarness
 from transactional.types import CommitMode, TransactionAttempt
@@ -228,6 +236,107 @@ def test_carried_folded_and_dropped_records_balance(
     assert got == sums
     assert not sink.columns & set(COLUMNS)  # no ledger column reached the committer
     assert recounted == []
+
+
+class Marks(Bolt):
+    """Carries every number on, marking multiples of 4 dropped in the stream itself;
+    ``lose``: also leaves out multiples of 5 and says nothing of them."""
+
+    accounts = True
+
+    def __init__(self, lose: bool = False) -> None:
+        self.lose = lose
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        kept = batch.where(F.col("id") % 5 != 0) if self.lose else batch
+        return drop_where(kept, F.col("id") % 4 == 0, "a multiple of 4")
+
+
+class SumsByRemainder(Bolt):
+    """Folds what it is given into sums by remainder mod 3, and drops the group of
+    remainder 2 (after folding it)."""
+
+    accounts = True
+    seen: ClassVar[list[list[str]]] = []
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        SumsByRemainder.seen.append(batch.columns)
+        sums = batch.groupBy((F.col("id") % 3).alias("r")).agg(F.sum("id").alias("s"), *folded())
+        return drop_where(sums, F.col("r") == 2, "remainder 2")
+
+
+def chain(spark: Any, tmp_path: Path, sink: RowsCommitter, **config: Any) -> Any:
+    """spout -> marks -> (sums, plain) -> sink: a marked stream read by an accounting
+    bolt, a bolt that does not account, and a committer."""
+
+    def build() -> Any:
+        return (
+            TopologyBuilder()
+            .set_spout(RangeSpout(TOTAL, BATCH))
+            .set_bolt("marks", Marks())
+            .set_bolt("sums", SumsByRemainder(), "marks")
+            .set_bolt("plain", Plain(), "marks")
+            .set_committer("sink", sink, {"marked": "marks", "sums": "sums", "plain": "plain"})
+            .build()
+        )
+
+    return TopologyHarness(build, spark, topology_id="marks", state_dir=tmp_path, **config)
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["ledger on", "ledger off"])
+def test_rows_marked_dropped_reach_no_sink_and_no_bolt_and_balance(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on: bool
+) -> None:
+    recounted = recounts(monkeypatch)
+    Plain.seen.clear()
+    SumsByRemainder.seen.clear()
+    sink = RowsCommitter()
+    run = chain(spark, tmp_path, sink, ledger=on).run_until_drained(max_pending=1)
+    assert run.stats.failures == 0 and sink.last_txid == TOTAL // BATCH
+    kept = [n for n in range(TOTAL) if n % 4 != 0]
+    assert sorted(r["id"] for r in sink.rows["marked"]) == kept
+    assert sorted(r["id"] for r in sink.rows["plain"]) == [n for n in kept if n % 5 != 0]
+    sums: Counter[int] = Counter()
+    for n in kept:
+        if n % 3 != 2:
+            sums[n % 3] += n
+    got: Counter[int] = Counter()
+    for r in sink.rows["sums"]:
+        got[r["r"]] += r["s"]
+    assert got == sums
+    assert Plain.seen == [["id"]] * (TOTAL // BATCH)  # neither the ledger's columns nor the mark
+    assert not sink.columns & set(COLUMNS)
+    # Every tally, the marked rows' too, came out of the committer's jobs.
+    assert recounted == []
+
+
+def test_a_bolt_that_marks_some_rows_and_loses_others_fails_its_txid(
+    spark: Any, tmp_path: Path
+) -> None:
+    error, sink = failed_ledger(spark, tmp_path, Marks(lose=True))
+    lost = sum(1 for n in FIRST if n % 5 == 0)  # multiples of 4 among them too: lost, not marked
+    assert (error.given, error.unaccounted) == (BATCH, lost)
+    assert sink.last_txid == 0 and sink.rows == {}
+
+
+class MarksUnaccounted(Bolt):
+    """Calls drop_where but does not account for its records: a filter."""
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        return drop_where(batch, F.col("id") % 4 == 0, "a multiple of 4")
+
+
+def test_drop_where_outside_the_ledger_is_a_filter(spark: Any, tmp_path: Path) -> None:
+    """Outside a runner (a bolt's own test), and in a bolt that does not account."""
+    frame = spark.range(10)
+    left = drop_where(frame, F.col("id") % 4 == 0, "a multiple of 4")
+    assert sorted(r["id"] for r in left.collect()) == [1, 2, 3, 5, 6, 7, 9]
+    assert left.columns == ["id"]
+    sink = RowsCommitter()
+    run = harness(spark, tmp_path, MarksUnaccounted(), sink).run_until_drained(max_pending=1)
+    assert run.stats.failures == 0
+    assert sorted(r["id"] for r in sink.rows["default"]) == [n for n in range(TOTAL) if n % 4]
+    assert sink.columns == {"id"}
 
 
 def test_ledger_off_lets_a_lossy_bolt_commit(spark: Any, tmp_path: Path) -> None:
