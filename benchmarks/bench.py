@@ -202,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         metavar="TEXT",
-        help="run only the cases whose name holds TEXT (e.g. 'max_pending=4')",
+        action="append",
+        help="run only the cases whose name holds TEXT (e.g. 'max_pending=4'); repeat it "
+        "for the cases that hold any of them",
     )
     args = parser.parse_args(argv)
     if args.quick:
@@ -256,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                 framework(**env, max_pending=4, auto=True),
                 *(framework(**env, max_pending=4, guarantee=g) for g in WEAKER),
             ]
-            chosen = [c for c in cases if args.only is None or args.only in c.name]
+            chosen = [c for c in cases if args.only is None or any(t in c.name for t in args.only)]
             warm_up(chosen, progress)
             results += measure_paired(chosen, args.repeat, progress)
         longer: list[str] = []

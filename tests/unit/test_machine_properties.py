@@ -306,6 +306,126 @@ def commit_thread(
 ACTIONS = ["tick", "worker", "commit", "data", "leadership", "crash", "fenced", "timeout"]
 
 
+def config_of(guarantee: Guarantee, **knobs: object) -> RunnerConfig:
+    return RunnerConfig(
+        topology_id="machine",
+        guarantee=guarantee,
+        max_attempts=4,
+        attempt_timeout_s=10.0,
+        backoff_initial_s=0.5,
+        backoff_max_s=2.0,
+        poll_interval_s=1.0,
+        poll_max_s=8.0,
+        max_reelections=100,
+        **knobs,  # type: ignore[arg-type]
+    )
+
+
+def run_schedule(
+    config: RunnerConfig, world: World, total: int, steps: int, data: st.DataObject
+) -> Machine:
+    """Runs ``steps`` actions hypothesis picks (with faults), then drains with none: every
+    worker and commit completes and time passes until every record is in the sink or was
+    lost with its txid. Returns the last machine (a crash or a poison batch starts a new
+    one from the store)."""
+    at_most_once = config.guarantee is Guarantee.AT_MOST_ONCE
+
+    def fail(what: str) -> bool:
+        return data.draw(st.sampled_from([False, False, False, True]), label=f"fail {what}")
+
+    def restart(why: str) -> Machine:
+        world.log.append(f"restart ({why}) from currtx={world.store.currtx}")
+        world.pending.clear()
+        world.commits_queued.clear()
+        world.halted = None
+        world.idle = None
+        fresh = Machine(config)
+        run_commands(fresh, world, fresh.step(world.opened(), world.now), fail)
+        return fresh
+
+    def gone(attempt: TransactionAttempt) -> bool:
+        """The store moved past the queued commit (at_most_once: dropped) or retracted it
+        (cannot happen for a queued commit)."""
+        if at_most_once:
+            return attempt.txid < world.store.currtx
+        return attempt.txid not in world.store.metas
+
+    machine = Machine(config)
+    run_commands(machine, world, machine.step(Opened(1, frozenset()), world.now), fail)
+    crashes = 0
+    try:
+        for _ in range(steps):
+            action = data.draw(st.sampled_from(ACTIONS), label="action")
+            world.log.append(f"{action} at t={world.now}")
+            if action == "tick":
+                world.now += data.draw(st.sampled_from([0.0, 0.5, 1.0, 4.0, 11.0]), label="dt")
+                run_commands(machine, world, machine.step(Tick(), world.now), fail)
+            elif action == "worker" and world.pending:
+                event = world.pending.pop(data.draw(st.integers(0, len(world.pending) - 1)))
+                if data.draw(st.booleans(), label="worker fails") and isinstance(event, Processed):
+                    event = Failed(event.attempt, Boom("process"), Phase.PROCESS)
+                world.log.append(f"{event}")
+                run_commands(machine, world, machine.step(event, world.now), fail)
+            elif action == "commit" and world.commits_queued:
+                attempt, last = world.commits_queued.pop(0)  # one commit thread: in order
+                if gone(attempt):
+                    continue
+                outcome = data.draw(st.sampled_from(["ok", "ok", "fail", "lost reply"]))
+                for event in commit_thread(world, attempt, last, outcome):
+                    world.log.append(f"{event} ({outcome})")
+                    run_commands(machine, world, machine.step(event, world.now), fail)
+            elif action == "data" and world.available < total:
+                world.available = data.draw(st.integers(world.available + 1, total))
+            elif action == "leadership":
+                lost = LeadershipLost(LostLeadershipError("session expired"))
+                run_commands(machine, world, machine.step(lost, world.now), fail)
+            elif action == "fenced" and not at_most_once:
+                run_commands(
+                    machine,
+                    world,
+                    machine.step(LeadershipLost(FencedError("newer")), world.now),
+                    fail,
+                )
+                assert world.halted is not None and world.halted.reason is HaltReason.DEPOSED
+                machine = restart("deposed, started again")
+            elif action == "timeout":
+                world.now += config.attempt_timeout_s or 0
+                run_commands(machine, world, machine.step(Tick(), world.now), fail)
+            elif action == "crash" and crashes < 3:
+                crashes += 1
+                machine = restart("crash")
+            if world.halted is not None:
+                assert world.halted.reason is HaltReason.POISON, world.halted
+                # at_most_once never retries, so no attempt lives to time out twice.
+                poisons = Boom if at_most_once else (Boom, AttemptTimeoutError)
+                assert isinstance(world.halted.error, poisons)
+                machine = restart("poison batch: the operator removed the cause")
+
+        # Drain: no more faults; time passes, every worker and commit completes.
+        world.log.append("drain")
+        world.available = total
+        for _ in range(2000):
+            done = len(world.sink.applied) + sum(b - a for a, b in world.lost.values())
+            if world.pending:
+                event = world.pending.pop(0)
+                run_commands(machine, world, machine.step(event, world.now), never)
+            elif world.commits_queued:
+                attempt, last = world.commits_queued.pop(0)
+                if not gone(attempt):
+                    for event in commit_thread(world, attempt, last, "ok"):
+                        run_commands(machine, world, machine.step(event, world.now), never)
+            elif machine.drained(world.now) and done == total:
+                break
+            else:
+                world.now += machine.wait_time(world.now)
+                run_commands(machine, world, machine.step(Tick(), world.now), never)
+            assert world.halted is None, world.halted
+    finally:
+        note("\n".join(world.log[-300:]))  # the schedule, when an example fails
+    assert machine.drained(world.now), "did not drain"
+    return machine
+
+
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -329,106 +449,15 @@ def test_random_schedules_keep_every_invariant_and_count_each_record_once(
     steps: int,
     data: st.DataObject,
 ) -> None:
-    config = RunnerConfig(
-        topology_id="machine",
+    config = config_of(
+        Guarantee.EXACTLY_ONCE,
         max_pending=max_pending,
         max_group=max_group,
         group_wait_s=group_wait,
-        max_attempts=4,
-        attempt_timeout_s=10.0,
-        backoff_initial_s=0.5,
-        backoff_max_s=2.0,
-        poll_interval_s=1.0,
-        poll_max_s=8.0,
-        max_reelections=100,
     )
     initially = data.draw(st.integers(0, total), label="available at start")
     world = World(batch, initially, data.draw(st.booleans(), label="always ready"))
-
-    def fail(what: str) -> bool:
-        return data.draw(st.sampled_from([False, False, False, True]), label=f"fail {what}")
-
-    machine = Machine(config)
-    run_commands(machine, world, machine.step(Opened(1, frozenset()), world.now), fail)
-    crashes = 0
-
-    def restart(why: str) -> Machine:
-        world.log.append(f"restart ({why}) from currtx={world.store.currtx}")
-        world.pending.clear()
-        world.commits_queued.clear()
-        world.halted = None
-        world.idle = None
-        fresh = Machine(config)
-        run_commands(fresh, world, fresh.step(world.opened(), world.now), fail)
-        return fresh
-
-    try:
-        for _ in range(steps):
-            action = data.draw(st.sampled_from(ACTIONS), label="action")
-            world.log.append(f"{action} at t={world.now}")
-            if action == "tick":
-                world.now += data.draw(st.sampled_from([0.0, 0.5, 1.0, 4.0, 11.0]), label="dt")
-                run_commands(machine, world, machine.step(Tick(), world.now), fail)
-            elif action == "worker" and world.pending:
-                event = world.pending.pop(data.draw(st.integers(0, len(world.pending) - 1)))
-                if data.draw(st.booleans(), label="worker fails") and isinstance(event, Processed):
-                    event = Failed(event.attempt, Boom("process"), Phase.PROCESS)
-                world.log.append(f"{event}")
-                run_commands(machine, world, machine.step(event, world.now), fail)
-            elif action == "commit" and world.commits_queued:
-                attempt, last = world.commits_queued.pop(0)  # one commit thread: in order
-                if attempt.txid not in world.store.metas:
-                    continue  # retracted since (cannot happen for a queued commit)
-                outcome = data.draw(st.sampled_from(["ok", "ok", "fail", "lost reply"]))
-                for event in commit_thread(world, attempt, last, outcome):
-                    world.log.append(f"{event} ({outcome})")
-                    run_commands(machine, world, machine.step(event, world.now), fail)
-            elif action == "data" and world.available < total:
-                world.available = data.draw(st.integers(world.available + 1, total))
-            elif action == "leadership":
-                lost = LeadershipLost(LostLeadershipError("session expired"))
-                run_commands(machine, world, machine.step(lost, world.now), fail)
-            elif action == "fenced":
-                run_commands(
-                    machine,
-                    world,
-                    machine.step(LeadershipLost(FencedError("newer")), world.now),
-                    fail,
-                )
-                assert world.halted is not None and world.halted.reason is HaltReason.DEPOSED
-                machine = restart("deposed, started again")
-            elif action == "timeout":
-                world.now += config.attempt_timeout_s or 0
-                run_commands(machine, world, machine.step(Tick(), world.now), fail)
-            elif action == "crash" and crashes < 3:
-                crashes += 1
-                machine = restart("crash")
-            if world.halted is not None:
-                assert world.halted.reason is HaltReason.POISON, world.halted
-                assert isinstance(world.halted.error, Boom | AttemptTimeoutError)
-                machine = restart("poison batch: the operator removed the cause")
-
-        # Drain: no more faults; time passes, every worker and commit completes.
-        world.log.append("drain")
-        world.available = total
-        for _ in range(2000):
-            if world.pending:
-                event = world.pending.pop(0)
-                run_commands(machine, world, machine.step(event, world.now), never)
-            elif world.commits_queued:
-                attempt, last = world.commits_queued.pop(0)
-                if attempt.txid in world.store.metas:
-                    for event in commit_thread(world, attempt, last, "ok"):
-                        run_commands(machine, world, machine.step(event, world.now), never)
-            elif machine.drained(world.now) and len(world.sink.applied) == total:
-                break
-            else:
-                world.now += machine.wait_time(world.now)
-                run_commands(machine, world, machine.step(Tick(), world.now), never)
-            assert world.halted is None, world.halted
-    finally:
-        note("\n".join(world.log[-300:]))  # the schedule, when an example fails
-    assert machine.drained(world.now), "did not drain"
+    machine = run_schedule(config, world, total, steps, data)
     assert world.sink.applied == list(range(total)), "records lost or counted twice"
     commits = world.sink.commits  # the last txid of each commit (a group's, or its own)
     assert commits == sorted(set(commits))
@@ -472,19 +501,7 @@ def test_at_most_once_counts_each_record_at_most_once_and_loses_only_what_it_rep
     steps: int,
     data: st.DataObject,
 ) -> None:
-    config = RunnerConfig(
-        topology_id="machine",
-        guarantee=Guarantee.AT_MOST_ONCE,
-        max_pending=max_pending,
-        max_group=max_group,
-        max_attempts=4,
-        attempt_timeout_s=10.0,
-        backoff_initial_s=0.5,
-        backoff_max_s=2.0,
-        poll_interval_s=1.0,
-        poll_max_s=8.0,
-        max_reelections=100,
-    )
+    config = config_of(Guarantee.AT_MOST_ONCE, max_pending=max_pending, max_group=max_group)
     initially = data.draw(st.integers(0, total), label="available at start")
     world = World(
         batch,
@@ -492,81 +509,7 @@ def test_at_most_once_counts_each_record_at_most_once_and_loses_only_what_it_rep
         data.draw(st.booleans(), label="always ready"),
         guarantee=Guarantee.AT_MOST_ONCE,
     )
-
-    def fail(what: str) -> bool:
-        return data.draw(st.sampled_from([False, False, False, True]), label=f"fail {what}")
-
-    def restart(why: str) -> Machine:
-        world.log.append(f"restart ({why}) from currtx={world.store.currtx}")
-        world.pending.clear()
-        world.commits_queued.clear()
-        world.halted = None
-        world.idle = None
-        fresh = Machine(config)
-        run_commands(fresh, world, fresh.step(world.opened(), world.now), fail)
-        return fresh
-
-    machine = Machine(config)
-    run_commands(machine, world, machine.step(Opened(1, frozenset()), world.now), fail)
-    crashes = 0
-    try:
-        for _ in range(steps):
-            action = data.draw(st.sampled_from(ACTIONS), label="action")
-            world.log.append(f"{action} at t={world.now}")
-            if action == "tick":
-                world.now += data.draw(st.sampled_from([0.0, 0.5, 1.0, 4.0, 11.0]), label="dt")
-                run_commands(machine, world, machine.step(Tick(), world.now), fail)
-            elif action == "worker" and world.pending:
-                event = world.pending.pop(data.draw(st.integers(0, len(world.pending) - 1)))
-                if data.draw(st.booleans(), label="worker fails") and isinstance(event, Processed):
-                    event = Failed(event.attempt, Boom("process"), Phase.PROCESS)
-                world.log.append(f"{event}")
-                run_commands(machine, world, machine.step(event, world.now), fail)
-            elif action == "commit" and world.commits_queued:
-                attempt, last = world.commits_queued.pop(0)
-                if attempt.txid < world.store.currtx:
-                    continue  # the store moved past it (dropped) before its commit ran
-                outcome = data.draw(st.sampled_from(["ok", "ok", "fail", "lost reply"]))
-                for event in commit_thread(world, attempt, last, outcome):
-                    world.log.append(f"{event} ({outcome})")
-                    run_commands(machine, world, machine.step(event, world.now), fail)
-            elif action == "data" and world.available < total:
-                world.available = data.draw(st.integers(world.available + 1, total))
-            elif action == "leadership":
-                lost = LeadershipLost(LostLeadershipError("session expired"))
-                run_commands(machine, world, machine.step(lost, world.now), fail)
-            elif action == "timeout":
-                world.now += config.attempt_timeout_s or 0
-                run_commands(machine, world, machine.step(Tick(), world.now), fail)
-            elif action == "crash" and crashes < 3:
-                crashes += 1
-                machine = restart("crash")
-            if world.halted is not None:
-                assert world.halted.reason is HaltReason.POISON, world.halted
-                assert isinstance(world.halted.error, Boom)
-                machine = restart("the operator removed the cause")
-
-        world.log.append("drain")
-        world.available = total
-        for _ in range(2000):
-            done = len(world.sink.applied) + sum(b - a for a, b in world.lost.values())
-            if world.pending:
-                event = world.pending.pop(0)
-                run_commands(machine, world, machine.step(event, world.now), never)
-            elif world.commits_queued:
-                attempt, last = world.commits_queued.pop(0)
-                if attempt.txid >= world.store.currtx:
-                    for event in commit_thread(world, attempt, last, "ok"):
-                        run_commands(machine, world, machine.step(event, world.now), never)
-            elif machine.drained(world.now) and done == total:
-                break
-            else:
-                world.now += machine.wait_time(world.now)
-                run_commands(machine, world, machine.step(Tick(), world.now), never)
-            assert world.halted is None, world.halted
-    finally:
-        note("\n".join(world.log[-300:]))
-    assert machine.drained(world.now), "did not drain"
+    machine = run_schedule(config, world, total, steps, data)
     applied = world.sink.applied
     assert len(applied) == len(set(applied)), "a record counted twice"
     lost = {r for a, b in world.lost.values() for r in range(a, b)}
