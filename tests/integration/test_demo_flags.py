@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,10 +85,13 @@ class Session:
 def topic(kafka: KafkaServer) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    # A name of its own: the fixture may be set up again in one broker's life (pytest
+    # tears a module's fixture down when the tests of several modules interleave).
+    name = f"demo-flags-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
-    for future in admin.create_topics([NewTopic("demo-flags", 2, 1)]).values():
+    for future in admin.create_topics([NewTopic(name, 2, 1)]).values():
         future.result(timeout=60)
-    return "demo-flags"
+    return name
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ passes the contract suite (pytest run on the block, in a process of its own)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,8 @@ def test_the_readme_committer_passes_the_contract_as_printed(tmp_path: Path) -> 
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "test_my_committer.py"],
         cwd=tmp_path,
+        # The suite's own options (a --basetemp above this directory) are not the user's.
+        env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
         capture_output=True,
         text=True,
         timeout=120,
