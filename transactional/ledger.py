@@ -448,7 +448,8 @@ class Tap:
                 for frame, reason in self.drops:
                     marked = frame.select(F.col(ID), F.lit(reason).alias(DROPPED))
                     rows = rows.unionByName(marked, allowMissingColumns=True)
-            columns = tuple(dict.fromkeys((*self.columns, *((ID, DROPPED) if self.drops else ()))))
+            marks = (ID, DROPPED) if self.drops else ()
+            columns = tuple(dict.fromkeys((*self.columns, *marks)))
             self._observation = Observation(f"ledger-{uuid.uuid4().hex}")
             self._rows = rows.observe(self._observation, *self._metrics(columns))
             self._metric_columns = columns
@@ -457,13 +458,8 @@ class Tap:
     def given(self) -> Any:
         """What a committer reads: the stream's own rows, without the ledger's columns."""
         if self._given is None:
-            from pyspark.sql import functions as F
-
             rows = self.rows()
-            if DROPPED in self._metric_columns:
-                rows = rows.where(F.col(DROPPED).isNull())
-            present = [c for c in COLUMNS if c in self._metric_columns]
-            self._given = rows.drop(*present)
+            self._given = _plain(rows, self._metric_columns)
         return self._given
 
     def observed(self) -> tuple[Tally, Tally] | None:
