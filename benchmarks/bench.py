@@ -42,6 +42,7 @@ from benchmarks.growth import (
     measure_growth,
 )
 from benchmarks.overheads import overheads_section
+from benchmarks.overlap import measure as measure_overlap
 from benchmarks.redis_commit import commit_table
 from benchmarks.report import (
     Result,
@@ -200,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         "(0: skip it)",
     )
     parser.add_argument(
+        "--overlap-delay-ms",
+        type=float,
+        default=300.0,
+        help="how far away the Redis server of the overlapping-commits section is, in ms "
+        "(benchmarks.overlap; 0: skip it)",
+    )
+    parser.add_argument(
         "--only",
         metavar="TEXT",
         action="append",
@@ -332,6 +340,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"{GROUP_FIELDS:,} fields: the script's work is per field either way.",
                 "",
             ]
+        overlap: list[str] = []
+        if args.overlap_delay_ms and "redis" in args.sinks.split(",") and args.only is None:
+            overlap = [
+                "## Commits on a latency-bound path (overlapping commits)",
+                "",
+                *measure_overlap(
+                    spark, redis_server.port, args.overlap_delay_ms, 40, args.repeat, progress
+                ),
+                "",
+                "A proxy on loopback delays every request to Redis (`tests.latency`); "
+                "'commits at once' is the most requests it saw waiting for Redis together. "
+                "Under at_least_once a committer whose commits commute lets up to "
+                "max_pending of them run at once (`Committer.overlapping_commits`); see "
+                "`benchmarks/overlap.py`.",
+                "",
+            ]
         sections = [
             "# Benchmark results",
             "",
@@ -357,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             "the rest of a txid's path is the same (see docs/architecture.md, Three "
             "guarantees).",
             "",
+            *overlap,
             "## CPU per run (medians)",
             "",
             *cpu_table(results, CORES),

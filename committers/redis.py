@@ -147,7 +147,9 @@ class RedisCommitter(RedisReads, CounterCommitter):
     def _keys(self) -> dict[str, str]:
         """Every key a commit touches (what it is -> the key; a staging list stands for
         all of them: they differ only after the namespace)."""
-        keys = {f"{s} key": self._key(s) for s in ("txid", "undo", "undo_dl", "mode", "fence")}
+        keys = {
+            f"{s} key": self._key(s) for s in ("txid", "undo", "undo_dl", "mode", "fence", "ahead")
+        }
         keys |= {"value types": self._key("value_types"), "staging": self._key("stage:0")}
         keys["dead letters list"] = self.dead_letters_key
         keys |= {f"hash of {name!r}": self._hash(name) for name in self._tables}
@@ -280,6 +282,17 @@ class RedisCommitter(RedisReads, CounterCommitter):
                 batch.dead_letters.append(json.dumps(item, ensure_ascii=False))
         return batch
 
+    def overlapping_commits(self) -> bool:
+        """Transactional mode with no last values and no double sums: the script keeps
+        the marker at the end of the unbroken run of txids held, commits that land
+        before one below them waiting in a sorted set (``ahead``). Dead letters of
+        overlapping commits may be listed out of txid order; each keeps its own txid."""
+        return self.mode is CommitMode.TRANSACTIONAL and not any(
+            table.aggregate == "last"
+            or (table.aggregate == "sum" and table.declared.kind == "double")
+            for table in self._tables.values()
+        )
+
     def groupable(self, prepared: Any) -> bool:
         """A batch of at most ``GROUP_FIELDS`` fields: a group's sums are added on the
         driver, exactly, which pays only for small batches."""
@@ -334,6 +347,10 @@ class RedisCommitter(RedisReads, CounterCommitter):
                     staged.append(self._stage(client, counter.pop("f")))
                     keys.append(staged[-1])
                     counter["st"] = len(keys)
+            settled = None if self.context is None else self.context.settled
+            if settled is not None and payload["unchecked"]:
+                keys.append(self._key("ahead"))
+                payload["ahead"], payload["settled"] = len(keys), settled()
             (status, detail), acked = run_script(
                 client, self._script, keys, json.dumps(payload), self._replicas, self.wait_timeout_s
             )

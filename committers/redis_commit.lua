@@ -26,7 +26,7 @@
 --
 -- Keys: 1 txid, 2 undo log, 3 undo dead-letter count, 4 mode, 5 dead-letter list,
 -- 6 fence, 7 value types (hash name -> declared type), 8.. the counter hashes, then the
--- staging lists. A counter's fields and increments come in the argument (``c.f``, a
+-- staging lists, then (overlapping commits) the sorted set of txids held ahead. A counter's fields and increments come in the argument (``c.f``, a
 -- flat list) or, for a large commit, in a staging list the committer filled before with
 -- bounded, pipelined JSON chunks of that flat list (``c.st``: its key; read here,
 -- deleted by the committer). Fields are read with one ``HMGET`` and written with one
@@ -62,6 +62,7 @@ local last_n = last and tonumber(last)
 -- at_least_once and at_most_once (``batch.unchecked``, transactional mode only): no
 -- last-txid check; a txid held is applied again, and the marker never moves back.
 local unchecked = batch.unchecked and not opaque
+local held_n = last_n
 if unchecked then
   if last_n and last_n > txid then batch.txid = last end
   last_n = nil
@@ -342,7 +343,25 @@ for i = 1, pushed, 1000 do
   redis.call('RPUSH', KEYS[5], unpack(batch.dead, i, math.min(i + 999, pushed)))
 end
 if opaque then redis.call('SET', KEYS[3], pushed) end
-redis.call('SET', KEYS[1], batch.txid)
+if unchecked and batch.ahead then
+  -- Overlapping commits (at_least_once, ``batch.ahead``: the key of a sorted set): the
+  -- marker ends the unbroken run of txids held from the first, so that a txid at or
+  -- below it is held whatever order the commits landed in. A commit that lands before
+  -- one below it waits in the set until the run reaches it. Every txid below
+  -- ``batch.settled`` is held (the runner's store moved past them).
+  local ahead = KEYS[batch.ahead]
+  local run = math.max(held_n or 0, tonumber(batch.settled) - 1)
+  if first > run + 1 then
+    for t = first, txid do redis.call('ZADD', ahead, t, t) end
+  else
+    run = math.max(run, txid)
+    while redis.call('ZSCORE', ahead, run + 1) do run = run + 1 end
+    redis.call('ZREMRANGEBYSCORE', ahead, '-inf', run)
+  end
+  if run > 0 then redis.call('SET', KEYS[1], run) end
+else
+  redis.call('SET', KEYS[1], batch.txid)
+end
 redis.call('SET', KEYS[4], batch.mode)
 if fence then redis.call('SET', KEYS[6], batch.fence) end
 return {status, last or ''}

@@ -55,6 +55,10 @@ class CommitterContext:
     #: already holds is applied again (the marker still moves, never back). Opaque mode
     #: keeps its undo, which is what lets it take a replay that differs.
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    #: Overlapping commits (``Committer.overlapping_commits``, under ``at_least_once``):
+    #: the txid below which every sink holds every txid (the store's ``currtx``), read
+    #: at each commit. None: commits run one at a time, in txid order.
+    settled: Callable[[], int] | None = None
 
     @property
     def checked(self) -> bool:
@@ -68,7 +72,9 @@ class Committer(ABC):
     The runner guarantees: ``prepare`` runs once per attempt, possibly in parallel with
     other txids' ``prepare`` and with ``commit`` of a lower txid; ``commit`` runs for
     one txid at a time, in strictly increasing txid order with no gap, except that a
-    txid is committed again (same or new attempt) after a failure or restart. The
+    txid is committed again (same or new attempt) after a failure or restart, and that
+    a committer whose ``overlapping_commits()`` says yes may, under ``at_least_once``,
+    see commits of the txids after one running start on other threads before it ends. The
     runner's warm-up also prepares an attempt of txid 0 that is never committed, so
     ``prepare`` must not write to the sink.
 
@@ -156,6 +162,17 @@ class Committer(ABC):
         """Write ``prepared`` for ``attempt.txid`` atomically with the txid. Raise
         ``FencedError`` (writing nothing) if the sink holds a higher fence token than
         ``context.fence_token``: another runner leads now."""
+
+    def overlapping_commits(self) -> bool:
+        """Whether, under ``at_least_once``, commits of different txids may run at once:
+        the runner then sends up to ``max_pending`` of them without waiting for the one
+        before, and the store still moves past them in txid order. Say yes only when
+        commits applied in any order leave the sink as they would in txid order (sums of
+        integers or decimals, minimums, maximums: not a last value, not a double sum,
+        whose rounding depends on the order) and the txid the sink keeps stays the end
+        of an unbroken run from the first (``CommitterContext.settled`` says where the
+        run stands). Default False."""
+        return False
 
     def groupable(self, prepared: Any) -> bool:
         """Whether the attempt whose ``prepare`` gave ``prepared`` may be committed in a

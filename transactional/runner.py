@@ -227,23 +227,27 @@ class TransactionalRunner:
             cfg.guarantee,
         )
         stored = driver.load(state)
+        machine = Machine(cfg, overlap=self._overlap(cfg))
         log.info(
-            "runner started topology=%s currtx=%d replays=%s max_pending=%d fence=%s guarantee=%s",
+            "runner started topology=%s currtx=%d replays=%s max_pending=%d fence=%s "
+            "guarantee=%s commits_at_once=%d",
             cfg.topology_id,
             state.currtx,
             sorted(t for t in stored if t >= state.currtx),
             cfg.max_pending,
             session.token,
             cfg.guarantee,
+            machine.overlap,
         )
         if cfg.guarantee is Guarantee.AT_MOST_ONCE:
             self._warn_unknown_sinks()
         if cfg.start_from is not None:
             self._check_start_from(spout, state)
         spout.open(SpoutContext(self.engine.spark, cfg.topology_id, self._sizing, cfg.start_from))
+        settled = (lambda: machine.currtx) if machine.overlap > 1 else None
         for node in self.topology.committers:
-            node.committer.open(session.context(self.engine.spark, node.name, cfg.guarantee))
-        machine = Machine(cfg)
+            context = session.context(self.engine.spark, node.name, cfg.guarantee, settled)
+            node.committer.open(context)
         probes: list[Probe] = [Timings(self.stats, self.batch_size), Logs()]
         if cfg.status_interval_s > 0:
             self._status = Status(
@@ -274,6 +278,14 @@ class TransactionalRunner:
         )
         self._executor = executor
         return executor, opened(driver, self.topology.committers, state, stored, cfg.guarantee)
+
+    def _overlap(self, cfg: RunnerConfig) -> int:
+        """How many commits may run at once: ``max_pending`` under ``at_least_once`` when
+        every committer says its commits may overlap, else one at a time."""
+        committers = [node.committer for node in self.topology.committers]
+        if cfg.guarantee is not Guarantee.AT_LEAST_ONCE or not committers:
+            return 1
+        return cfg.max_pending if all(c.overlapping_commits() for c in committers) else 1
 
     def _warn_unknown_sinks(self) -> None:
         """``at_most_once`` tells what a restart dropped by what the sinks hold: a

@@ -6,6 +6,7 @@ against counts computed here in plain Python."""
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import threading
 import time
@@ -141,7 +142,8 @@ def test_a_zookeeper_session_expiring_keeps_the_weaker_guarantees_promise(
     spark: Any, redis_url: str, zk_hosts: str, guarantee: Guarantee
 ) -> None:
     """The session ends right after txid 2's commit, with txids after it in flight:
-    at_least_once replays them (the sink never held them: nothing twice, nothing lost);
+    at_least_once replays them (nothing lost; its commits overlap, so one of them may
+    have landed before the loss and count twice: whole batches, once each at most);
     at_most_once drops them, and the sink misses exactly the batches it reported."""
     store = ZooKeeperStateStore(zk_hosts, session_timeout=4.0)
     fences: list[int | None] = []
@@ -161,7 +163,16 @@ def test_a_zookeeper_session_expiring_keeps_the_weaker_guarantees_promise(
         assert not dropped
     assert stats.dropped_txids == len(dropped)
     kept = [n for n in range(300) if n // 50 + 1 not in dropped]  # txid t: [50(t-1), 50t)
-    assert buckets(redis_url) == dict(Counter(f"k{n % 7}" for n in kept))
+    got = buckets(redis_url)
+    if guarantee is Guarantee.AT_LEAST_ONCE:  # the txids in flight at the loss, again
+        again = [
+            [n for n in range(300) if n // 50 + 1 in txids]
+            for k in range(4)
+            for txids in itertools.combinations(range(3, 6), k)
+        ]
+        assert got in [dict(Counter(f"k{n % 7}" for n in kept + twice)) for twice in again]
+    else:
+        assert got == dict(Counter(f"k{n % 7}" for n in kept))
     assert stats.reelections >= 1
 
 

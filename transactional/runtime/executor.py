@@ -3,7 +3,8 @@ them into events: the only place with threads and Spark job groups.
 
 Threads: the coordinator (the caller of ``run``) feeds the machine and carries out
 every command except two: processing (bolts and the committers' ``prepare``) runs on
-``max_pending`` worker threads, commits on one commit thread. Those report back through
+``max_pending`` worker threads, commits on one commit thread (on ``max_pending`` when
+commits overlap, ``Machine.overlap``). Those report back through
 one queue; the coordinator feeds the reports to the machine in arrival order. Each
 attempt's Spark jobs run in a job group of their own, cancelled when the attempt is
 dropped.
@@ -97,7 +98,7 @@ class Executor:
         #: What each processed attempt keeps in Spark until it is committed or dropped.
         self._releaser = Releaser(self.engine)
         self._workers = ThreadPoolExecutor(self.machine.settings.max_pending, "txn-process")
-        self._committer = ThreadPoolExecutor(1, "txn-commit")
+        self._committer = ThreadPoolExecutor(self.machine.overlap, "txn-commit")
         #: Names this run's Spark job groups (``drivers.job_group``).
         self.run = uuid.uuid4().hex[:8]
 
@@ -406,16 +407,16 @@ class Executor:
         """Cancel what is in flight. A commit already running is let finish, and on a
         requested stop (Ctrl-C, SIGTERM) waited for, and advanced past if it succeeded:
         cancelling it could leave one sink written and the next not, until a replay."""
-        committing = self.machine.committing
+        committing = {first for first, _ in self.machine.commits}
         for slot in list(self.machine.slots.values()):
-            if slot.txid != committing:
+            if slot.txid not in committing:
                 quietly(partial(self.engine.cancel, self._group(slot.attempt)), "cancel job group")
         self._workers.shutdown(wait=False, cancel_futures=True)
         stopped = self.stopping.is_set()
         self._committer.shutdown(wait=stopped, cancel_futures=True)
-        if stopped and committing is not None:
-            self._advance_finished_commit(self.machine.slots[committing].attempt)
-        if committing is None or stopped:  # no commit thread still reads a batch
+        if stopped and committing:
+            self._advance_finished_commits()
+        if not committing or stopped:  # no commit thread still reads a batch
             self._release_left()
         self._releaser.shutdown(wait=False)
 
@@ -438,7 +439,9 @@ class Executor:
                 return
             self._releaser.release(report.kept)
 
-    def _advance_finished_commit(self, attempt: TransactionAttempt) -> None:
+    def _advance_finished_commits(self) -> None:
+        """On a stop, once the commit threads are done: the store moves past the commits
+        that succeeded, in txid order, up to the first that did not."""
         self.machine.stopping = True
         while True:
             try:
@@ -446,12 +449,10 @@ class Executor:
             except queue.Empty:
                 return
             event = report.event
-            if isinstance(event, m.CommitBegan):
-                continue
-            if isinstance(event, m.Committed) and event.attempt == attempt:
+            if isinstance(event, m.Committed) and self.machine.is_current(event.attempt):
                 try:
                     self.receive(report)
                 except Exception as exc:  # it replays, and its sinks skip it
-                    log.warning("advance on stop failed txid=%d error=%r", attempt.txid, exc)
-            if isinstance(event, m.Committed | m.Failed) and event.attempt == attempt:
-                return
+                    txid = event.attempt.txid
+                    log.warning("advance on stop failed txid=%d error=%r", txid, exc)
+                    return

@@ -41,7 +41,7 @@ class FailureRules:
     next_txid: int
     retry_at: float
     not_ready: bool
-    committing: int | None
+    commits: list[tuple[int, int]]
     pinned: tuple[int, int] | None
 
     def _check_timeouts(self, now: float, out: list[Command]) -> None:
@@ -83,11 +83,11 @@ class FailureRules:
             out.append(Backoff(txid, error, phase, failures, self.retry_at))
 
     def _drop_from(self, txid: int, out: list[Command], failed: bool) -> None:
-        """Drop ``txid`` and every in-flight txid above it (step 5; step 7 drops all)."""
+        """Drop ``txid`` and every in-flight txid above it (step 5; step 7 drops all),
+        with the commits of them (a commit's thread still running is not waited for)."""
+        self.commits = [(a, b) for a, b in self.commits if b < txid]
         for t in sorted(t for t in self.slots if t >= txid):
             slot = self.slots.pop(t)
-            if self.committing == t:
-                self.committing = None
             out.append(Cancel(slot.attempt, failed))
 
     def _drops_for_good(self, txid: int, error: Exception, phase: Phase) -> bool:
@@ -127,9 +127,9 @@ class FailureRules:
             return
         self.counts.failures += 1
         members = [slot]
-        if self.committing == txid:
+        if self.commits and self.commits[0][0] == txid:  # never more than one here
             members = self._committing()
-            self.committing = self.pinned = None
+            self.commits, self.pinned = [], None
         for member in members:
             member.awaiting_commit = (
                 member.state is SlotState.COMMITTING and phase is not Phase.COMMIT

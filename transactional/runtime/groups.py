@@ -20,7 +20,7 @@ class CommitGroups:
     settings: RunnerConfig
     currtx: int
     slots: dict[int, Slot]
-    committing: int | None
+    commits: list[tuple[int, int]]
     pinned: tuple[int, int] | None
 
     def window(self) -> int:
@@ -34,7 +34,12 @@ class CommitGroups:
         """The slots to commit now, from ``currtx``: exactly the pinned group once all
         of it is processed; else the processed, groupable txids in a row, at most
         ``max_group``, once the next is not one still processing that ``group_wait_s``
-        lets them wait for. Empty: nothing to commit yet."""
+        lets them wait for. While commits run (overlapping commits): the txid after the
+        last of them, alone, once processed (the store records one group: the first's).
+        Empty: nothing to commit yet."""
+        if self.commits:
+            after = self.slots.get(self.commits[-1][1] + 1)
+            return [after] if after is not None and after.state is SlotState.PROCESSED else []
         if self.pinned is not None:
             txids = range(self.pinned[0], self.pinned[1] + 1)
             found = [self.slots.get(t) for t in txids]
@@ -62,9 +67,9 @@ class CommitGroups:
         return members
 
     def _committing(self) -> list[Slot]:
-        """The slots of the running commit, in txid order."""
-        assert self.committing is not None and self.pinned is not None
-        return [self.slots[t] for t in range(self.pinned[0], self.pinned[1] + 1)]
+        """The slots of the first commit running (from ``currtx``), in txid order."""
+        first, last = self.commits[0]
+        return [self.slots[t] for t in range(first, last + 1)]
 
     def _in_pinned_group(self, txid: int) -> bool:
         """Whether ``txid`` is in a pinned group of two or more (one that may have

@@ -15,10 +15,12 @@ _COMMIT_STATES = (SlotState.COMMITTING, SlotState.ADVANCING)
 
 def check_invariants(machine: Machine) -> None:
     """At most ``max_pending`` txids in flight (or a pinned group's size), all inside the
-    window from ``currtx`` and below the next txid to start; at most one commit, of
-    ``currtx`` and the txids after it in its (pinned) group; the pinned group starts at
-    ``currtx``. (That a new group is at most ``max_group`` is checked where groups are
-    formed, by the tests.)"""
+    window from ``currtx`` and below the next txid to start; at most ``overlap`` commits
+    (one, except under ``at_least_once``), the first from ``currtx``, each from the txid
+    after the one before, and after the first one txid each; the txids being committed
+    or advanced are exactly theirs; the pinned group starts at ``currtx`` and, while
+    commits run, is the first's. (That a new group is at most ``max_group`` is checked
+    where groups are formed, by the tests.)"""
     currtx, slots = machine.currtx, machine.slots
     window = range(currtx, currtx + machine.window())
     problems = []
@@ -30,16 +32,19 @@ def check_invariants(machine: Machine) -> None:
         problems.append(f"next txid {machine.next_txid} outside {window}")
     if any(t >= machine.next_txid for t in slots):
         problems.append(f"in flight {sorted(slots)} at or past {machine.next_txid}")
-    if machine.committing is not None and machine.committing != currtx:
-        problems.append(f"committing {machine.committing} with currtx={currtx}")
+    commits, pinned = machine.commits, machine.pinned
+    if len(commits) > machine.overlap:
+        problems.append(f"{len(commits)} commits running, overlap {machine.overlap}")
+    starts = [currtx, *(b + 1 for _, b in commits)][: len(commits)]
+    if [a for a, _ in commits] != starts or any(a > b for a, b in commits):
+        problems.append(f"commits {commits} with currtx={currtx}")
+    if any(a != b for a, b in commits[1:]):
+        problems.append(f"commits {commits}: a group after the first")
     busy = sorted(s.txid for s in slots.values() if s.state in _COMMIT_STATES)
-    pinned = machine.pinned
-    if machine.committing is not None and pinned is None:
-        problems.append(f"committing {machine.committing} with no pinned group")
-    last = pinned[1] if machine.committing is not None and pinned is not None else None
-    group = [] if last is None else list(range(currtx, last + 1))
-    if busy and (busy != group or machine.committing != currtx):
-        problems.append(f"commits of {busy} with currtx={currtx}, committing up to {last}")
+    if busy != [t for a, b in commits for t in range(a, b + 1)]:
+        problems.append(f"commits of {busy} with currtx={currtx}, committing {commits}")
+    if commits and pinned != commits[0]:
+        problems.append(f"committing {commits} with pinned group {pinned}")
     if pinned is not None and pinned[0] != currtx:
         problems.append(f"pinned group {pinned} does not start at currtx={currtx}")
     if problems:

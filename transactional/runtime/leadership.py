@@ -63,11 +63,18 @@ class LeaderSession:
         self.store.check_leadership()
 
     def context(
-        self, spark: Any, name: str, guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+        self,
+        spark: Any,
+        name: str,
+        guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
+        settled: Callable[[], int] | None = None,
     ) -> CommitterContext:
         """A committer's context: it carries this session's token, raised in place when
-        the leadership is taken back, this session's check, and the run's guarantee."""
-        context = CommitterContext(spark, self.topology_id, name, self.token, self.check, guarantee)
+        the leadership is taken back, this session's check, the run's guarantee and,
+        when commits overlap, where the store stands."""
+        context = CommitterContext(
+            spark, self.topology_id, name, self.token, self.check, guarantee, settled
+        )
         self._contexts.append(context)
         return context
 

@@ -24,9 +24,19 @@ alone). A pinned group's txid that comes out empty on replay is committed in its
 not retracted. (The group rules are in ``groups``; what a failure does, in
 ``failures``: both parts of ``Machine``.)
 
+Overlapping commits (``overlap`` above 1: ``at_least_once`` with committers whose
+commits may run at once, ``Committer.overlapping_commits``): up to ``overlap`` commits
+run together, the first at ``currtx`` (a group, as above), each after it one txid, sent
+in txid order without waiting for the one before to finish. The store still moves past
+them one commit at a time, in txid order: a commit that finished before an earlier one
+waits, its txids ``ADVANCING``, until the earlier one is advanced past. A failure drops
+the failed commit and everything above it, as always; what of it had reached the sink is
+applied again by the replay, which ``at_least_once`` allows.
+
 The invariants of DESIGN.md section 4 are asserted after every step
 (``invariants.check_invariants``): at most ``max_pending`` txids in flight, all inside the window;
-at most one commit running, and only of ``currtx``; commits advance one txid at a time
+the commits running start at ``currtx`` and follow each other with no gap (at most
+``overlap`` of them; one, except under ``at_least_once``); commits advance in txid order
 with no gap; a txid whose metadata is stored is only ever replayed, never decided again.
 """
 
@@ -103,16 +113,28 @@ class Machine(CommitGroups, FailureRules):
     stopping: bool = False
     #: The txid whose start was asked for and not yet answered.
     starting: int | None = None
-    #: The first txid of the commit running (``currtx``); its txids are ``pinned``.
-    committing: int | None = None
-    #: ``(first, last)``: the txids the next commit must be, exactly (see the module);
-    #: while one runs, its own.
+    #: The commits sent and not yet advanced past, ``(first, last)`` each, in txid
+    #: order: the first from ``currtx``, each from the txid after the one before. Their
+    #: txids are ``COMMITTING``, then ``ADVANCING`` once the commit is done.
+    commits: list[tuple[int, int]] = field(default_factory=list)
+    #: ``(first, last)``: the txids the next commit from ``currtx`` must be, exactly (see
+    #: the module); while one runs, the first running's own.
     pinned: tuple[int, int] | None = None
+    #: How many commits may run at once (see the module): 1, except under
+    #: ``at_least_once`` with committers whose commits may overlap.
+    overlap: int = 1
     opened: bool = False
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
         self.poll_interval = self.settings.poll_interval_s
+        if self.overlap > 1 and self.settings.guarantee is not Guarantee.AT_LEAST_ONCE:
+            raise InvariantError(f"overlapping commits under {self.settings.guarantee}")
+
+    @property
+    def committing(self) -> int | None:
+        """The first txid of the first commit running (``currtx``), if one runs."""
+        return self.commits[0][0] if self.commits else None
 
     # ------------------------------------------------------------------ the one entry
 
@@ -157,7 +179,7 @@ class Machine(CommitGroups, FailureRules):
         if self._room() and not self.not_ready and self.retry_at <= now and self.poll_at <= now:
             deadlines.append(now)
         head = self.slots.get(self.currtx)
-        if head is not None and head.processed_at is not None and self.committing is None:
+        if head is not None and head.processed_at is not None and not self.commits:
             deadlines.append(head.processed_at + self.settings.group_wait_s)
         wait = min(deadlines, default=now + 1.0) - now
         return max(0.001, min(wait, 1.0))
@@ -255,11 +277,20 @@ class Machine(CommitGroups, FailureRules):
         slot = self._current(event.attempt, SlotState.COMMITTING)
         if slot is None:
             return
-        members = self._committing()
-        for member in members:
+        last = next(b for a, b in self.commits if a == slot.txid)
+        for txid in range(slot.txid, last + 1):
+            member = self.slots[txid]
             member.state = SlotState.ADVANCING
             member.deadline = None
-        out.append(Advance(slot.attempt, members[-1].txid))
+        self._advance_first(out)
+
+    def _advance_first(self, out: list[Command]) -> None:
+        """Move the store past the first commit running once it is done (one that finished
+        before it waits for it)."""
+        if self.commits:
+            members = self._committing()
+            if all(m.state is SlotState.ADVANCING for m in members):
+                out.append(Advance(members[0].attempt, members[-1].txid))
 
     def _advanced(self, event: Advanced, now: float, out: list[Command]) -> None:
         slot = self._current(event.attempt, SlotState.ADVANCING)
@@ -276,16 +307,18 @@ class Machine(CommitGroups, FailureRules):
             self.attempts.pop(txid, None)
             self.counts.records += member.records
             out.append(Acknowledge(member.attempt, member.number, member.records, member.queued_s))
-        self.committing = self.pinned = None
+        self.commits.pop(0)
+        self.pinned = self.commits[0] if self.commits else None
         self.currtx = last + 1
         self.stored = {t for t in self.stored if t > last}
         self.counts.committed_txids += len(members)
         self.counts.grouped_commits += len(members) > 1
         self.counts.last_committed = last
+        self._advance_first(out)  # a commit after it that finished first
 
     def _skipped(self, event: Skipped, now: float, out: list[Command]) -> None:
         slot = self._current(event.attempt, SlotState.DROPPED)
-        if slot is None or slot.txid != self.currtx or self.committing is not None:
+        if slot is None or slot.txid != self.currtx or self.commits:
             raise InvariantError(f"skipped {event.attempt} with currtx={self.currtx}")
         txid = slot.txid
         del self.slots[txid]
@@ -372,7 +405,7 @@ class Machine(CommitGroups, FailureRules):
         commit, if one ran past its deadline, has an outcome). Also while stopping: a
         dropped txid is never to be emitted again, by this run or the next."""
         head = self.slots.get(self.currtx)
-        if self.committing is not None or head is None or head.state is not SlotState.DROPPED:
+        if self.commits or head is None or head.state is not SlotState.DROPPED:
             return False
         if head.awaiting_commit or now < self.retry_at:
             return False
@@ -382,21 +415,21 @@ class Machine(CommitGroups, FailureRules):
         return True
 
     def _maybe_commit(self, now: float, out: list[Command]) -> None:
-        if self.committing is not None or self.stopping:
-            return  # a stop lets a running commit finish, and starts none
-        members = self._next_group(now)
-        if not members:
-            return
-        for slot in members:
-            slot.state = SlotState.COMMITTING
-            if slot.processed_at is not None:
-                slot.queued_s = now - slot.processed_at
-            slot.deadline = None  # starts when the commit thread takes it up (CommitBegan)
-        first, last = members[0], members[-1]
-        self.committing = first.txid
-        self.pinned = (first.txid, last.txid)
-        more = tuple((s.attempt, s.number) for s in members[1:])
-        out.append(Commit(first.attempt, first.number, more))
+        while len(self.commits) < self.overlap and not self.stopping:  # a stop starts none
+            members = self._next_group(now)
+            if not members:
+                return
+            for slot in members:
+                slot.state = SlotState.COMMITTING
+                if slot.processed_at is not None:
+                    slot.queued_s = now - slot.processed_at
+                slot.deadline = None  # starts when the commit thread takes it up (CommitBegan)
+            first, last = members[0], members[-1]
+            if not self.commits:
+                self.pinned = (first.txid, last.txid)
+            self.commits.append((first.txid, last.txid))
+            more = tuple((s.attempt, s.number) for s in members[1:])
+            out.append(Commit(first.attempt, first.number, more))
 
     # ------------------------------------------------------------------ helpers
 

@@ -1,0 +1,95 @@
+"""A TCP proxy on loopback that delays every request by a fixed time, as a server a few
+milliseconds away would, and counts the requests in flight at once: what the tests and
+the benchmark use to put a latency-bound commit path in front of a real Redis, and to
+see from outside the runner whether its commits overlapped.
+
+    with LatencyProxy(port_of_redis, delay_s=0.02) as proxy:
+        ...  # clients connect to proxy.port
+    proxy.most_in_flight  # 2 or more: two connections waited for replies at once
+
+A connection's request is "in flight" from the moment its bytes leave for the server
+(after the delay) until the first bytes of a reply come back. Only the client-to-server
+direction is delayed, by ``delay_s`` per chunk read: one round trip costs ``delay_s``
+more than it would on loopback.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import suppress
+from types import TracebackType
+
+
+class LatencyProxy:
+    def __init__(self, target_port: int, delay_s: float, target_host: str = "127.0.0.1"):
+        self.target = (target_host, target_port)
+        self.delay_s = delay_s
+        self.most_in_flight = 0
+        self._in_flight: set[int] = set()
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+
+    def __enter__(self) -> LatencyProxy:
+        threading.Thread(target=self._accept, daemon=True, name="latency-accept").start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._closed.set()
+        self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._sockets += [client, server]
+            key = client.fileno()
+            threading.Thread(target=self._requests, args=(client, server, key), daemon=True).start()
+            threading.Thread(target=self._replies, args=(server, client, key), daemon=True).start()
+
+    def _requests(self, client: socket.socket, server: socket.socket, key: int) -> None:
+        try:
+            while data := client.recv(65536):
+                time.sleep(self.delay_s)
+                with self._lock:
+                    self._in_flight.add(key)
+                    self.most_in_flight = max(self.most_in_flight, len(self._in_flight))
+                server.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _shut(server)
+
+    def _replies(self, server: socket.socket, client: socket.socket, key: int) -> None:
+        try:
+            while data := server.recv(65536):
+                with self._lock:
+                    self._in_flight.discard(key)
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _shut(client)
+
+
+def _shut(sock: socket.socket) -> None:
+    with suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
