@@ -31,10 +31,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from committers import CounterTable, RedisCommitter
-from tests.latency import LatencyProxy
 from transactional import Bolt, TopologyBuilder, TransactionalSpout
 from transactional.ledger import ID, folded
 from transactional.testing import Range, TopologyHarness
+from transactional.testing.latency import LatencyProxy
 from transactional.topology import Topology
 from transactional.types import Guarantee, TransactionAttempt
 

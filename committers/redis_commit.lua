@@ -26,8 +26,9 @@
 --
 -- Keys: 1 txid, 2 undo log, 3 undo dead-letter count, 4 mode, 5 dead-letter list,
 -- 6 fence, 7 value types (hash name -> declared type), 8.. the counter hashes, then the
--- staging lists, then (overlapping commits) the sorted set of txids held ahead. A counter's fields and increments come in the argument (``c.f``, a
--- flat list) or, for a large commit, in a staging list the committer filled before with
+-- staging lists, then (overlapping commits) the sorted set of txids held ahead. A
+-- counter's fields and increments come in the argument (``c.f``, a flat list) or, for
+-- a large commit, in a staging list the committer filled before with
 -- bounded, pipelined JSON chunks of that flat list (``c.st``: its key; read here,
 -- deleted by the committer). Fields are read with one ``HMGET`` and written with one
 -- ``HSET`` per ``CHUNK`` of them: a ``redis.call`` costs more than the command it runs

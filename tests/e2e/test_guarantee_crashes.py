@@ -20,12 +20,20 @@ each run dies after the commits of what the run before left, so "applied again b
 next run" holds. Under ``at_most_once`` a run never emits again what the one before left
 in flight, so each run dies at the next step of the protocol for the first txid it
 decides anew (one past the last the store holds), over a longer input.
+
+Overlapping commits (``at_least_once`` with Redis alone, whose commits commute) have a
+chain of their own, a commit per txid, through a proxy that delays every request to Redis
+so that commits wait on the network and overlap: a later txid's commit may land before
+an earlier one's (it did in the runs that made this test), or be cut by the kill. What each run applied is read from the sink itself, as the
+difference of the per-tweet counts before and after it, so the count needs no
+assumption about which commits a kill let land.
 """
 
 from __future__ import annotations
 
 import io
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +55,8 @@ from tests.processes import (
 )
 from tests.processes import delta_txid as delta_sink_txid
 from tests.reference import Expected, combined, expected_counts, expected_of_range, without
+from transactional.faults import FaultPoint
+from transactional.testing.latency import LatencyProxy
 from transactional.testing.servers import RedisServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
@@ -178,9 +188,13 @@ def chain(
 
 def records_of(chain: Chain, meta: Any) -> Expected:
     """The records a transactional file batch holds: its byte ranges, read here."""
+    return records_of_input(chain.input, meta)
+
+
+def records_of_input(directory: Path, meta: Any) -> Expected:
     return combined(
         *(
-            expected_of_range(chain.input / s["file"], s["offset"], s["length"])
+            expected_of_range(directory / s["file"], s["offset"], s["length"])
             for s in meta["segments"]
         )
     )
@@ -226,3 +240,117 @@ def test_killed_at_every_step_keeps_the_guarantees_promise_exactly(
             if any(t > held for held in kill.held.values())
         }
         assert reported == not_everywhere
+
+
+#: Where overlapping commits are killed: the first commit not yet written while the next
+#: may be landing, after a write with later commits in flight, before a later write, and
+#: after an advance. Before the first commit starts nothing is in flight to overlap, so
+#: the earlier steps are the chain above's.
+OVERLAP_CHAIN = [
+    (FaultPoint.BEFORE_SINK_WRITE, 1),
+    (FaultPoint.AFTER_SINK_WRITE, 2),
+    (FaultPoint.BEFORE_SINK_WRITE, 4),
+    (FaultPoint.AFTER_ADVANCE, 4),
+]
+#: Each request to Redis waits this long: a commit takes longer than processing a batch.
+REDIS_DELAY_S = 0.4
+
+
+@dataclass
+class Overlapped:
+    input: Path
+    expected: Expected
+    runs: list[tuple[int, bool, bool]] = field(default_factory=list)  # (code, marked, jvms)
+    pending: list[dict[int, Any]] = field(default_factory=list)  # past currtx, at each kill
+    snapshots: list[Expected] = field(default_factory=list)  # the sink after each run
+    outputs: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def overlapped(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Overlapped:
+    work = tmp_path_factory.mktemp("overlapped")
+    path, expected = tweets(work, 150)
+    result = Overlapped(path, expected)
+    direct = fresh_db(redis_server, 8)
+    state = work / "state"
+    with LatencyProxy(redis_server.port, REDIS_DELAY_S) as proxy, adopting_orphans():
+        args = [
+            "-v",  # the runner's start line says how many commits overlap
+            "run",
+            "--input",
+            str(path),
+            "--spout",
+            "transactional",
+            "--sink",
+            "redis",
+            "--record-ids",
+            "--guarantee",
+            "at_least_once",
+            "--redis-url",
+            f"redis://127.0.0.1:{proxy.port}/8",
+            "--state-dir",
+            str(state),
+            "--batch-size",
+            "25",
+            "--max-pending",
+            "3",
+            "--max-group",
+            "1",  # a commit per txid: each after the first may overlap the one before
+            "--until-drained",
+            "--master",
+            "local[2]",
+            "--top",
+            "0",
+        ]
+        for k, (point, txid) in enumerate(OVERLAP_CHAIN):
+            run = DemoProcess([*args, "--crash-at", f"{point.value}:{txid}"], work / f"r{k}.log")
+            code = run.wait()
+            exits = reap_session(run.pid)
+            proxy.wait_idle(60)  # what the dead run sent has reached Redis
+            output = run.output()
+            result.outputs.append(output)
+            jvms = [status for command, status in exits.values() if command == "java"]
+            currtx, _ = store_state(state)
+            result.runs.append(
+                (
+                    code,
+                    output.count(f"crash_at point={point.value} txid={txid} ") == 1,
+                    bool(jvms) and all(killed(s) for s in jvms),
+                )
+            )
+            result.pending.append({t: m for t, m in stored_metas(state).items() if t >= currtx})
+            result.snapshots.append(redis_contents(direct))
+        final = DemoProcess(args, work / "final.log")
+        result.runs.append((final.wait(), True, True))
+        reap_session(final.pid)
+        proxy.wait_idle(60)
+        result.outputs.append(final.output())
+        result.snapshots.append(redis_contents(direct))
+    return result
+
+
+@pytest.mark.timeout(1200)
+def test_overlapping_commits_killed_at_every_step_count_again_exactly_what_was_replayed(
+    overlapped: Overlapped,
+) -> None:
+    *kills, final = overlapped.runs
+    for code, marked, jvms in kills:  # every kill happened, at its step, with the JVM
+        assert (code, marked, jvms) == (-9, True, True), overlapped.outputs
+    assert final[0] == 0, overlapped.outputs[-1][-3000:]
+    for output in overlapped.outputs:  # every run let its commits overlap
+        assert "guarantee=at_least_once commits_at_once=3" in output
+    again = []
+    before: Counter[int] = Counter()
+    for pending, after in zip(overlapped.pending, overlapped.snapshots, strict=False):
+        applied = after.ids - before  # what this run wrote, per tweet
+        for meta in pending.values():  # a batch the store had not moved past ...
+            batch = records_of_input(overlapped.input, meta)
+            landed = {applied[i] for i in batch.ids}
+            assert landed in ({0}, {1}), (meta, landed)  # whole, once, or not at all
+            if landed == {1}:  # ... written by the run, so replayed and written again
+                again.append(batch)
+        before = after.ids
+    assert again  # some kill left a written batch to replay: the double count is real
+    got = overlapped.snapshots[-1]
+    assert_exact(got, combined(overlapped.expected, *again))
+    assert got.ids.keys() == overlapped.expected.ids.keys()  # every tweet, none lost

@@ -42,8 +42,9 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
 
 def at_least_once(url: str, settled: int, table: CounterTable | None = None) -> RedisCommitter:
     sink = RedisCommitter(url, {"in": table or CounterTable("h", ("k",))}, namespace="ns")
-    context = CommitterContext(None, "t", "sink", fence_token=1, guarantee=Guarantee.AT_LEAST_ONCE)
-    context.settled = lambda: settled
+    context = CommitterContext(
+        None, "t", "sink", 1, guarantee=Guarantee.AT_LEAST_ONCE, settled=lambda: settled
+    )
     sink.open(context)
     return sink
 

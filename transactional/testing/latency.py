@@ -6,6 +6,7 @@ see from outside the runner whether its commits overlapped.
     with LatencyProxy(port_of_redis, delay_s=0.02) as proxy:
         ...  # clients connect to proxy.port
     proxy.most_in_flight  # 2 or more: two connections waited for replies at once
+    proxy.wait_idle(30)  # every client gone and all it sent delivered (after a kill)
 
 A connection's request is "in flight" from the moment its bytes leave for the server
 (after the delay) until the first bytes of a reply come back. Only the client-to-server
@@ -28,7 +29,8 @@ class LatencyProxy:
         self.delay_s = delay_s
         self.most_in_flight = 0
         self._in_flight: set[int] = set()
-        self._lock = threading.Lock()
+        self._open = 0  # connections whose requests are still being read or delivered
+        self._lock = threading.Condition()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._closed = threading.Event()
@@ -50,6 +52,14 @@ class LatencyProxy:
             for sock in self._sockets:
                 sock.close()
 
+    def wait_idle(self, timeout_s: float) -> None:
+        """Wait until no client is connected and every byte a client sent before it went
+        (a killed process's last request, still held for its delay) has reached the
+        server: what a reader of the server's state after a kill must wait for."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: self._open == 0, timeout_s):
+                raise TimeoutError(f"{self._open} connection(s) still open after {timeout_s} s")
+
     def _accept(self) -> None:
         while not self._closed.is_set():
             try:
@@ -61,6 +71,7 @@ class LatencyProxy:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._sockets += [client, server]
+                self._open += 1
             key = client.fileno()
             threading.Thread(target=self._requests, args=(client, server, key), daemon=True).start()
             threading.Thread(target=self._replies, args=(server, client, key), daemon=True).start()
@@ -77,6 +88,9 @@ class LatencyProxy:
             pass
         finally:
             _shut(server)
+            with self._lock:
+                self._open -= 1
+                self._lock.notify_all()
 
     def _replies(self, server: socket.socket, client: socket.socket, key: int) -> None:
         try:
