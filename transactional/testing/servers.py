@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import shutil
 import signal
 import socket
@@ -19,22 +20,90 @@ ZOOKEEPER_CONF = Path("/etc/zookeeper/conf")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now, drawn at random below the kernel's ephemeral range: a
+    port a stopped server frees is then never given to another process's connection or
+    ``bind(0)`` while the server is down, and two test processes (pytest-xdist workers)
+    seldom draw the same one (``_wait_port`` finds it if they do)."""
+    low = _ephemeral_low()
+    ports = range(max(1024, low - 12_000), low)
+    draw = random.SystemRandom()
+    for _ in range(200):
+        port = draw.randrange(ports.start, ports.stop)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {ports.start}..{ports.stop - 1}")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
+    """Wait until ``proc`` (or a process of its session) listens on ``port``. A listener
+    of another process does not count: a test would talk to another test's server."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
+                pass
         except OSError:
             time.sleep(0.1)
+            continue
+        if _session_listens(proc.pid, port):
+            return
+        time.sleep(0.1)
+    if not _session_listens(proc.pid, port) and _listening_sockets(port):
+        raise RuntimeError(f"{what}: port {port} is held by another process")
     raise RuntimeError(f"{what} did not listen on port {port} within {timeout}s")
+
+
+def _listening_sockets(port: int) -> set[str]:
+    """The inodes of the sockets listening on ``port`` (``/proc/net/tcp``, ``tcp6``)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            listening = fields[3] == "0A"  # TCP_LISTEN
+            if listening and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def _session_listens(sid: int, port: int) -> bool:
+    """Whether a process of session ``sid`` (a server started in a session of its own)
+    holds a socket listening on ``port``."""
+    inodes = _listening_sockets(port)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat.rpartition(")")[2].split()[3]) != sid:
+                continue
+            fds = list((entry / "fd").iterdir())
+        except (OSError, ValueError, IndexError):
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return True
+    return False
 
 
 class _Server:
