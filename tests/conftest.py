@@ -4,6 +4,7 @@ ZooKeeper chroot, Redis database keys prefix, Kafka topics and Delta directory."
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -21,7 +22,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     nothing to do, nothing said. A failure is left to the fixture, which reports it."""
     if session.config.option.collectonly:
         return
-    from committers.delta_tables import delta_spark_conf
+    from committers.delta import delta_spark_conf
     from transactional.jars import resolved_jars
     from transactional.sources.kafka import kafka_spark_conf
     from transactional.testing.servers import KAFKA_BROKER
@@ -43,6 +44,22 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             contextlib.suppress(ConfigurationError),
         ):
             resolve()
+
+
+@pytest.fixture(autouse=True)
+def _command_logging_undone() -> Iterator[None]:
+    """A command run in-process (``main([...])``) points the root logger at the test's
+    captured stderr, which is closed once the test ends, and lets py4j log at info: undo
+    both after the test, or a library logging later (py4j closing a connection when it
+    is collected) writes a "Logging error" to a closed file."""
+    from transactional.cli.logs import LIBRARY_LOGGERS
+
+    yield
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if type(h) is logging.StreamHandler]:
+        root.removeHandler(handler)  # configure_logging's (pytest's are subclasses)
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
 
 
 @pytest.fixture(scope="session")
