@@ -53,8 +53,8 @@ from benchmarks.report import (
     table,
     targets,
 )
-from committers.redis import GROUP_FIELDS
-from committers.redis_send import STAGE_CHUNK
+from committers.redis._committer import GROUP_FIELDS
+from committers.redis._send import STAGE_CHUNK
 from transactional.testing.servers import RedisServer, ZooKeeperServer
 
 #: The machine's cores, which the CPU figures are shares of.

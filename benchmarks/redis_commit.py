@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from committers import CounterTable, RedisCommitter
-from committers.redis import RedisBatch
+from committers.redis._batch import RedisBatch
 from transactional.committer import CommitterContext
 from transactional.testing.servers import RedisServer
 from transactional.types import CommitMode, TransactionAttempt

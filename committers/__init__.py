@@ -2,11 +2,9 @@
 transactional and an opaque mode, with aggregate states (counters, counts, minimums,
 maximums, last values) and an exactly-once dead-letter output."""
 
-from committers.delta import DeltaCommitter
-from committers.delta_tables import delta_spark_conf
+from committers.delta import DeltaCommitter, DeltaSnapshot, delta_spark_conf
 from committers.keys import decode_key, encode_key
 from committers.redis import RedisCommitter, RedisSnapshot
-from committers.snapshot import DeltaSnapshot
 from committers.states import Count, Last, Max, Min, Sum
 from committers.tables import CounterTable
 

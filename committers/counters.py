@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from committers._sums import COUNT_COLUMN, batch_sums
 from committers.keys import key_text, supported, why_unsupported
 from committers.tables import ORDERABLE, CounterTable, Number
 from committers.values import exact_sum
@@ -200,18 +201,14 @@ _ROW = "__transactional_row"
 
 #: Working columns of the batch sums (``inc`` is reserved; no key is named like these).
 BAD_COLUMN, VALUES_COLUMN = "__transactional_bad", "__transactional_values"
-#: The count of a key's non-null values (``committers.delta_sql.batch_sums``).
-COUNT_COLUMN = "__transactional_count"
 
 
 def key_sums(frame: DataFrame, table: CounterTable) -> DataFrame:
     """The batch ``frame`` summed per key by Spark, to collect: ``(keys..., inc, bad,
     count)`` for an exact type (``try_sum`` in the declared type; ``bad``: the sum does
     not fit), ``(keys..., values)`` for a double (its values, which
-    ``committers.redis_fields`` adds exactly, as ``math.fsum``)."""
+    ``committers.redis._fields`` adds exactly, as ``math.fsum``)."""
     from pyspark.sql import functions as F
-
-    from committers.delta_sql import batch_sums
 
     if table.aggregate == "sum" and table.declared.kind == "double":
         assert table.value is not None  # a sum has one

@@ -78,7 +78,7 @@ class Committer(ABC):
     runner's warm-up also prepares an attempt of txid 0 that is never committed, so
     ``prepare`` must not write to the sink.
 
-    The implementation must guarantee (DESIGN.md section 6), under ``exactly_once``
+    The implementation must guarantee (docs/design.md section 6), under ``exactly_once``
     (``CommitterContext.guarantee`` says when a transactional-mode commit skips the check):
 
     - transactional mode: the sink keeps the last committed txid in the same atomic

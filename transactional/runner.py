@@ -1,4 +1,4 @@
-"""The runner: the transaction state machine of DESIGN.md section 4.
+"""The runner: the transaction state machine of docs/design.md section 4.
 
 The protocol, as this module runs it (``currtx`` is the next txid to commit):
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TextIO
 
 from examples.tweets.progress import configure_logging, kv
+from transactional.cli.settings import add_flags
 from transactional.errors import ConfigurationError, StoreUnavailableError, TransactionalError
 from transactional.faults import FaultPoint
-from transactional.settings import add_flags
 
 __all__ = ["build_parser", "main"]
 
@@ -235,7 +235,7 @@ def _load(args: argparse.Namespace, out: TextIO) -> None:
 
 def _run(args: argparse.Namespace, out: TextIO) -> None:
     from examples.tweets.commands import RunOptions, run
-    from transactional.settings import given_flags, zookeeper_auth
+    from transactional.cli.settings import given_flags, zookeeper_auth
 
     runner = given_flags(args, "demo")
     options = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", *runner)}

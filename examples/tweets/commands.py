@@ -23,9 +23,9 @@ from examples.tweets.progress import ProgressListener, kv
 from examples.tweets.sinks import Summary, make_committer, read_summary
 from examples.tweets.topology import build_topology
 from examples.tweets.wiring import make_spout, make_store, sample_input, start_spark
+from transactional.cli.interrupt import stop_on_signals
 from transactional.errors import ConfigurationError
 from transactional.guarantees import check_guarantee
-from transactional.interrupt import stop_on_signals
 
 __all__ = ["RunOptions", "check_redis", "make_committer", "run", "show"]
 

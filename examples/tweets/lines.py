@@ -2,7 +2,7 @@
 Spark tasks to take a range of them back.
 
 A message is one line's bytes, framed and decoded by the rule every line-framed source
-keeps (``transactional.sources.lines``): the Redis spouts give the same records for a
+keeps (``transactional.sources.files._lines``): the Redis spouts give the same records for a
 message as the file spouts give for the line it came from.
 
 The reader's functions are module-level and take only plain values, because Spark
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from transactional.sources.lines import records_batch
+from transactional.sources.files import records_batch
 
 #: Keys per MGET: big enough to amortise round trips, small enough not to stall Redis.
 _MGET = 1000

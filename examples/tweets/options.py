@@ -42,7 +42,7 @@ class RunOptions:
     topic: str = "tweets"
     batch_size: int | str = 1000  # or "auto": adaptive, see transactional.flow
     target_latency: float = 10.0
-    #: The runner's settings given as flags (``transactional.settings.SETTINGS``, the
+    #: The runner's settings given as flags (``transactional.cli.settings.SETTINGS``, the
     #: same flags as ``transactional run``'s), by name; the rest are RunnerConfig's.
     runner: Mapping[str, Any] = field(default_factory=dict)
     topology_id: str = "tweets"
@@ -57,9 +57,9 @@ class RunOptions:
 
     @property
     def spark_settings(self) -> dict[str, str]:
-        """``conf`` as Spark settings (``transactional.settings.parse_conf``); a runner
+        """``conf`` as Spark settings (``transactional.cli.settings.parse_conf``); a runner
         setting is refused: the demo has its own flags for those."""
-        from transactional.settings import parse_conf
+        from transactional.cli.settings import parse_conf
 
         parsed = parse_conf(list(self.conf))
         if parsed["runner"]:
@@ -145,7 +145,7 @@ def crash_plan(spec: str) -> Any:
 
 def runner_config(opts: RunOptions) -> Any:
     """The runner's config: the topology id, and the runner settings' flags."""
-    from transactional.settings import flags_runner_config
+    from transactional.cli.settings import flags_runner_config
 
     return flags_runner_config(opts.topology_id, opts.runner)
 

@@ -135,9 +135,11 @@ def _read_redis(url: str, prefix: str, n: int, tables: tuple[str, ...]) -> Summa
 
 
 def _read_delta(path: str, n: int, tables: tuple[str, ...]) -> Summary:
-    """The tables' latest versions, read with delta-rs (``committers.delta_arrow``):
-    the committer writes plain tables, no deletion vectors or column mapping."""
-    from committers.delta_parquet import read_table
+    """The tables' latest versions, read with delta-rs (the ``deltalake`` package)."""
+    from deltalake import DeltaTable
+
+    def read_table(location: str, columns: list[str]) -> Any:
+        return DeltaTable(location).to_pyarrow_table(columns=columns)
 
     root = Path(path)
     missing = [t for t in (*tables, DEAD_LETTERS) if not (root / t / "_delta_log").is_dir()]

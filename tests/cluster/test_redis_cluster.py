@@ -20,7 +20,7 @@ import redis
 import redis.cluster
 
 from committers import CounterTable, RedisCommitter
-from committers.redis import RedisBatch
+from committers.redis._batch import RedisBatch
 from tests.observed import assert_exact, redis_contents
 from tests.processes import DemoProcess, generated_tweets, redis_txid
 from tests.reference import Expected

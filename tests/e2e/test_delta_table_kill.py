@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from committers.delta import MAX_DRIVER_ROWS
+from committers.delta._committer import MAX_DRIVER_ROWS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: two Spark processes
 ROOT = Path(__file__).resolve().parents[2]

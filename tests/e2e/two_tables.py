@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from committers import CounterTable, DeltaCommitter
-from committers.delta import MAX_DRIVER_ROWS
+from committers.delta._committer import MAX_DRIVER_ROWS
 from tests.integration.topologies import BucketBolt, RangeSpout
 from transactional import Bolt, TopologyBuilder
 from transactional.faults import kill_process_tree

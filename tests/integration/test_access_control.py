@@ -17,7 +17,7 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl_credential
 
 from committers import CounterTable, RedisCommitter
-from committers.redis import RedisBatch
+from committers.redis._batch import RedisBatch
 from coordinators import ZooKeeperStateStore
 from tests.conftest import REDIS_PASSWORD
 from transactional.committer import CommitterContext

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from committers import Count, CounterTable, DeltaCommitter, Last, Max, Min, RedisCommitter, Sum
-from committers.delta import MAX_DRIVER_ROWS
+from committers.delta._committer import MAX_DRIVER_ROWS
 from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt

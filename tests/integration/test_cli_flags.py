@@ -25,13 +25,13 @@ import pytest
 
 from coordinators import SQLiteStateStore, ZooKeeperStateStore
 from transactional import cli
-from transactional.cli_parser import build_parser
+from transactional.cli._parser import build_parser
+from transactional.cli.logs import LIBRARY_LOGGERS
+from transactional.cli.settings import BY_NAME, settings_of
 from transactional.config import RunnerConfig
 from transactional.faults import FaultPoint, KillAt
 from transactional.flow import AdaptiveBatchSize
-from transactional.logs import LIBRARY_LOGGERS
 from transactional.runner import RunStats
-from transactional.settings import BY_NAME, settings_of
 from transactional.types import Guarantee
 
 pytestmark = pytest.mark.integration

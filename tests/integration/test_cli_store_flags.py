@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from coordinators import SQLiteStateStore, ZooKeeperStateStore
-from transactional import cli, rewind_view, status_view
-from transactional.cli_parser import build_parser
+from transactional.cli import _commands, _status
+from transactional.cli import _rewind as rewind_view
+from transactional.cli._parser import build_parser
+from transactional.cli.logs import LIBRARY_LOGGERS
 from transactional.committer import Committer, Rollback
-from transactional.logs import LIBRARY_LOGGERS
 from transactional.store import StateStore, TopologyIdentity
 from transactional.topology import Topology, TopologyBuilder
 from transactional.types import CommitOutcome, TransactionAttempt
@@ -101,14 +102,14 @@ def world(tmp_path: Path, zk_hosts: str, monkeypatch: pytest.MonkeyPatch) -> Ite
         "[runner]\nmax_pending = 3\n"
     )
     world = World(tmp_path, zk_hosts)
-    real = status_view.open_store
+    real = _status.open_store
 
     def recording(*args: Any) -> StateStore:
         store = real(*args)
         world.opened.append(store)
         return store
 
-    for module in (cli, status_view, rewind_view):
+    for module in (_commands, _status, rewind_view):
         monkeypatch.setattr(module, "open_store", recording)
     for name in ("TRANSACTIONAL_TOPOLOGY_ID", "TRANSACTIONAL_ZOOKEEPER", "TRANSACTIONAL_STATE_DIR"):
         monkeypatch.delenv(name, raising=False)
@@ -118,7 +119,7 @@ def world(tmp_path: Path, zk_hosts: str, monkeypatch: pytest.MonkeyPatch) -> Ite
 
 
 def main(world: World, capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    code = cli.main([a.replace("{zk}", world.zk) for a in argv])
+    code = _commands.main([a.replace("{zk}", world.zk) for a in argv])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return captured.out

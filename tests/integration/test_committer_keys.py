@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from committers import CounterTable, DeltaCommitter, RedisCommitter, decode_key
-from committers.delta import MAX_DRIVER_ROWS
+from committers.delta._committer import MAX_DRIVER_ROWS
 from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt

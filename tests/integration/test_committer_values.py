@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from committers import CounterTable, DeltaCommitter, RedisCommitter
-from committers.delta import MAX_DRIVER_ROWS
+from committers.delta._committer import MAX_DRIVER_ROWS
 from committers.values import ValueType
 from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError, ContractError

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from committers import CounterTable, DeltaCommitter
-from committers.delta import MAX_DRIVER_ROWS, DeltaBatch
-from committers.delta_spark import TXN_APP_ID_CONF, TXN_VERSION_CONF
+from committers.delta._committer import MAX_DRIVER_ROWS, DeltaBatch
+from committers.delta._spark import TXN_APP_ID_CONF, TXN_VERSION_CONF
 from tests.integration.delta_faults import broken
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from committers import CounterTable, DeltaCommitter
-from committers.delta import DeltaBatch
+from committers.delta._committer import DeltaBatch
 from tests.integration.delta_faults import broken
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError

@@ -28,11 +28,11 @@ from coordinators import SQLiteStateStore, ZooKeeperStateStore
 from examples.tweets import cli as demo
 from examples.tweets import sources as redis_sources
 from tests.integration.test_cli_flags import RUNNER_VALUES, runner_args
+from transactional.cli.settings import settings_of
 from transactional.config import RunnerConfig
 from transactional.faults import CombinedFaults, FaultPoint, KillAt, RandomFaults
 from transactional.flow import AdaptiveBatchSize
 from transactional.runner import RunStats
-from transactional.settings import settings_of
 from transactional.sources.files import FilesOpaqueSpout
 from transactional.sources.kafka import KafkaPartitionedSpout
 from transactional.testing.servers import KafkaServer

@@ -1,4 +1,4 @@
-"""Fencing a deposed leader in the sink (DESIGN.md section 7): a leader that passed its
+"""Fencing a deposed leader in the sink (docs/design.md section 7): a leader that passed its
 leadership check and was then frozen must not write once its successor has. The Redis
 script compares the runner's fence token with the highest one that committed."""
 
@@ -14,8 +14,8 @@ import redis
 from deltalake import DeltaTable
 
 from committers import CounterTable, DeltaCommitter, RedisCommitter
-from committers.redis import RedisBatch
-from committers.snapshot import ATTEMPT_SLOTS
+from committers.delta._snapshot import ATTEMPT_SLOTS
+from committers.redis._batch import RedisBatch
 from coordinators import ZooKeeperStateStore
 from tests.integration.test_lost_services import (
     TOPOLOGY,

@@ -27,7 +27,7 @@ from tests.reference import Expected, expected_counts
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.faults import FaultPoint
 from transactional.sources.kafka import KafkaOpaqueSpout, KafkaPartitionedSpout, KafkaRange
-from transactional.sources.kafka_offsets import KafkaOffsets
+from transactional.sources.kafka._offsets import KafkaOffsets
 from transactional.spout import PARTITION_COLUMN, SpoutContext
 from transactional.testing import FaultPlan, TopologyHarness
 from transactional.testing.servers import KafkaServer

@@ -1,4 +1,4 @@
-"""Services lost and restarted in the middle of a run (DESIGN.md section 7, runner step
+"""Services lost and restarted in the middle of a run (docs/design.md section 7, runner step
 7): a ZooKeeper session that expires, a ZooKeeper server and a Redis server restarted,
 and a commit whose reply is lost. Every run finishes, and the sink is checked exactly
 against counts computed here in plain Python."""

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from committers import CounterTable, RedisCommitter
-from committers.redis import RedisBatch
+from committers.redis._batch import RedisBatch
 from tests.integration.topologies import TOTAL, BucketBolt, RangeSpout, expected_counts
 from tests.processes import store_state, stored_metas
 from transactional import Bolt, TopologyBuilder

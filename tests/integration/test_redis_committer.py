@@ -157,10 +157,10 @@ def test_a_large_commit_is_staged_in_chunks_and_exact(
     monkeypatch: pytest.MonkeyPatch,
     mode: CommitMode,
 ) -> None:
-    import committers.redis_send
+    import committers.redis._send
 
     # Staged above 3 fields, in chunks of 3: every hash of these batches is staged.
-    monkeypatch.setattr(committers.redis_send, "STAGE_CHUNK", 3)
+    monkeypatch.setattr(committers.redis._send, "STAGE_CHUNK", 3)
     staged: list[str] = []
     stage = RedisCommitter._stage
 

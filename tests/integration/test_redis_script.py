@@ -1,4 +1,4 @@
-"""The Redis commit script (``committers/redis_commit.lua``) against a Python model, on a
+"""The Redis commit script (``committers/redis/_commit.lua``) against a Python model, on a
 real Redis, without Spark: batches of up to 1,300 fields (the script reads and writes
 fields in chunks of 500; a staged commit's fields come in JSON chunks), LONG values near
 every bound the script's arithmetic changes method at (2^52, 2^53, 2^63), opaque
@@ -15,9 +15,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import committers.redis_send
+import committers.redis._send
 from committers import CounterTable, RedisCommitter
-from committers.redis import RedisBatch
+from committers.redis._batch import RedisBatch
 from transactional.committer import CommitterContext
 from transactional.errors import ContractError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -75,8 +75,8 @@ def test_commits_and_replays_match_a_python_model(
 ) -> None:
     client.flushdb()
     rng = random.Random(seed)
-    chunk = committers.redis_send.STAGE_CHUNK
-    committers.redis_send.STAGE_CHUNK = 150 if staged else chunk  # staged above 300 fields
+    chunk = committers.redis._send.STAGE_CHUNK
+    committers.redis._send.STAGE_CHUNK = 150 if staged else chunk  # staged above 300 fields
     sink = opened(redis_url, mode)
     try:
         model: dict[str, int] = {}
@@ -103,7 +103,7 @@ def test_commits_and_replays_match_a_python_model(
             assert client.hgetall("h") == {f: str(v) for f, v in model.items()}
             assert not client.keys("ns:stage:*")
     finally:
-        committers.redis_send.STAGE_CHUNK = chunk
+        committers.redis._send.STAGE_CHUNK = chunk
         sink.close()
 
 

@@ -31,7 +31,7 @@ from transactional.sources.redis_streams import (
     RedisStreamsOpaqueSpout,
     RedisStreamsPartitionedSpout,
 )
-from transactional.sources.stream_entries import before
+from transactional.sources.redis_streams._entries import before
 from transactional.testing import FaultPlan, FaultPoint, TopologyHarness
 from transactional.topology import Topology
 from transactional.types import Guarantee, TransactionAttempt

@@ -15,6 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinators import SQLiteStateStore, ZooKeeperStateStore
+from transactional.cli._status import Where, look, status_document, status_lines
 from transactional.errors import (
     ConfigurationError,
     CoordinatorError,
@@ -22,7 +23,6 @@ from transactional.errors import (
     LostLeadershipError,
     StoreUnavailableError,
 )
-from transactional.status_view import Where, look, status_document, status_lines
 from transactional.store import StateStore, StoredHistory, StoredState, TopologyIdentity
 from transactional.testing.servers import free_port
 

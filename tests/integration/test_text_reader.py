@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from tests.reference import records_of
-from transactional.sources import lines
 from transactional.sources.base import split_frame
 from transactional.sources.files import FilesTransactionalSpout
+from transactional.sources.files import _lines as lines
 from transactional.spout import SpoutContext
 from transactional.types import TransactionAttempt
 

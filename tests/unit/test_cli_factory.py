@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from transactional.cli import load_factory, main
+from transactional.cli import main
+from transactional.cli._factories import load_factory
 from transactional.errors import ConfigurationError
 
 

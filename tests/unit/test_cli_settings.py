@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from transactional.cli import build_parser, main
+from transactional.cli import main
+from transactional.cli._parser import build_parser
+from transactional.cli.settings import RUNNER_FIELDS, load_settings, parse_conf
 from transactional.config import RunnerConfig
 from transactional.errors import ConfigurationError
-from transactional.settings import RUNNER_FIELDS, load_settings, parse_conf
 
 NO_FLAGS: dict[str, Any] = {}
 
@@ -252,7 +253,7 @@ def test_verbose_before_or_after_the_command(argv: list[str], verbose: int) -> N
 def test_the_switches_of_run(
     flags: list[str], env: dict[str, str], expected: tuple[bool, bool], monkeypatch: Any
 ) -> None:
-    from transactional import cli
+    from transactional.cli import _commands as cli
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -264,7 +265,7 @@ def test_the_switches_of_run(
 def test_the_table_declares_every_setting_once() -> None:
     """Every field of the settings models is in ``SETTINGS``, once: a field added
     without its row would have no flag, variable or config key."""
-    from transactional.settings import SETTINGS, RunSettings
+    from transactional.cli.settings import SETTINGS, RunSettings
 
     names = [s.name for s in SETTINGS]
     fields = {*RunSettings.model_fields, *RunnerConfig.model_fields} - {"runner", "spark"}

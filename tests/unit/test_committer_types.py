@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from committers import CounterTable, DeltaCommitter, RedisCommitter, decode_key, encode_key
 from committers.keys import exact_key_cast, key_text
-from committers.redis import GROUP_FIELDS, RedisBatch
+from committers.redis._batch import RedisBatch
+from committers.redis._committer import GROUP_FIELDS
 from committers.values import ValueType, exact_sum, value_text
 from transactional.errors import ConfigurationError
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transactional.sources.lines import (
+from transactional.sources.files._lines import (
     INVALID_UTF8,
     file_splits,
     read_file_split,
@@ -53,7 +53,7 @@ def test_a_10_mib_line_is_one_record_whatever_the_splits(tmp_path: Path) -> None
 
 
 def reference(data: bytes) -> list[tuple[str, str | None]]:
-    """The framing rule of ``transactional.sources.lines``, line by line in plain Python."""
+    """The framing rule of ``transactional.sources.files._lines``, line by line in plain Python."""
     if not data:
         return []
     out = []

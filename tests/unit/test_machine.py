@@ -1,7 +1,7 @@
 """The state machine, one readable schedule a test: events in, exact commands out.
 
 No Spark, no thread, no sleep: time is a number given with each event. Each test is a
-step of DESIGN.md section 4 (or of the runtime's additions: idle polls, empty batches,
+step of docs/design.md section 4 (or of the runtime's additions: idle polls, empty batches,
 lost leadership), written as the schedule a runner would meet.
 """
 

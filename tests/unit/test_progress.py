@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from transactional.progress import ProgressListener
+from transactional.cli.progress import ProgressListener
 
 
 class Clock:

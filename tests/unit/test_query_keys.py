@@ -9,7 +9,7 @@ import pytest
 
 from committers import CounterTable
 from committers.states import StateReader
-from transactional.cli_parser import build_parser
+from transactional.cli._parser import build_parser
 
 
 def reader(*keys: str) -> StateReader:

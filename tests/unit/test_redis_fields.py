@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from committers import CounterTable
 from committers.keys import encode_key, key_text
-from committers.redis_fields import FIELD, INC, added, encode_fields, fields_table, texts
+from committers.redis._fields import FIELD, INC, added, encode_fields, fields_table, texts
 from committers.values import ValueType
 from transactional.errors import ContractError
 
@@ -123,7 +123,7 @@ def test_a_group_of_doubles_beyond_the_largest_is_refused_with_its_key() -> None
 
 
 def test_a_delta_group_of_doubles_beyond_the_largest_is_unstorable_not_a_crash() -> None:
-    from committers.delta_arrow import Unstorable, combined_sums
+    from committers.delta._arrow import Unstorable, combined_sums
 
     floats = CounterTable("f", ("k",), value_type="double")
     parts = [

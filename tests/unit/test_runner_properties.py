@@ -1,4 +1,4 @@
-"""The invariants of DESIGN.md section 4, under random fault schedules, on in-memory
+"""The invariants of docs/design.md section 4, under random fault schedules, on in-memory
 doubles: every store write, every emit and every commit checks them as it happens.
 
 A scenario draws the spout kind (transactional, partitioned, or opaque with a source

@@ -1,11 +1,11 @@
-"""``transactional status``'s view of a stored state (``transactional.status_view``):
+"""``transactional status``'s view of a stored state (``transactional.cli._status``):
 every txid the store keeps is in ``--json``'s ``stored`` with its metadata, and the
 plain lines name the ones kept for rewinds in one summary line. The stores' own reads
 are tested against real servers in ``tests/integration/test_state_stores.py``."""
 
 from __future__ import annotations
 
-from transactional.status_view import status_document, status_lines
+from transactional.cli._status import status_document, status_lines
 from transactional.store import StoredHistory, StoredState
 
 

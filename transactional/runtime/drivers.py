@@ -2,7 +2,7 @@
 replayed, what is stored, and how a spout is told what became of its txids.
 
 The state machine knows txids and attempts only; everything that depends on the spout
-kind (DESIGN.md section 5) lives here, and nowhere else:
+kind (docs/design.md section 5) lives here, and nowhere else:
 
 - **transactional**: ``is_ready`` and ``initialize_transaction`` decide a txid's
   metadata from the previous one's, stored before anything is emitted; a worker emits

@@ -1,4 +1,4 @@
-"""The invariants of DESIGN.md section 4, asserted on the state machine after every step:
+"""The invariants of docs/design.md section 4, asserted on the state machine after every step:
 a breach is a bug in the machine (``InvariantError``), never a user's error."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ goes away for a while (a ZooKeeper restart). Neither means another runner leads:
 runner may take leadership again on the same store, as long as nobody else holds it by
 then. What it must never do is carry on with anything it started before the loss, since
 another runner may have led in between; so the runner drops all of that and reloads the
-state from the store (DESIGN.md section 7). A loss to another runner (``FencedError``,
+state from the store (docs/design.md section 7). A loss to another runner (``FencedError``,
 or the leadership held by someone else when asked again) ends the run.
 """
 

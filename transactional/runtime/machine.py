@@ -1,4 +1,4 @@
-"""The transaction state machine of DESIGN.md section 4, as pure code.
+"""The transaction state machine of docs/design.md section 4, as pure code.
 
 ``Machine.step(event, now)`` takes one typed event and the time, and returns the typed
 commands to carry out, in order. It holds the protocol's whole decision state (which
@@ -21,8 +21,15 @@ it is *pinned*: until it is advanced past, the next commit is exactly that group
 holds the group's last txid holds all of it. After ``Opened`` with no recorded group
 from ``currtx``, the pin is ``currtx`` alone (an earlier run may have committed it
 alone). A pinned group's txid that comes out empty on replay is committed in its group,
-not retracted. (The group rules are in ``groups``; what a failure does, in
-``failures``: both parts of ``Machine``.)
+not retracted.
+
+What a failure does: it is counted, and the failed txid and every txid above it are
+dropped and retried after a back-off, or the run halts when retrying cannot help (a
+configuration error, a broken contract). Under ``at_most_once`` a failed txid is not
+retried: it alone (its commit group, if it failed committing) is dropped for good
+(``SlotState.DROPPED``, reported by ``Drop``), the txids above it go on, and the store
+moves past it in its turn (``Skip``). A start that failed before its metadata was stored
+consumed nothing, and is retried as under the other guarantees.
 
 Overlapping commits (``overlap`` above 1: ``at_least_once`` with committers whose
 commits may run at once, ``Committer.overlapping_commits``): up to ``overlap`` commits
@@ -33,7 +40,7 @@ waits, its txids ``ADVANCING``, until the earlier one is advanced past. A failur
 the failed commit and everything above it, as always; what of it had reached the sink is
 applied again by the replay, which ``at_least_once`` allows.
 
-The invariants of DESIGN.md section 4 are asserted after every step
+The invariants of docs/design.md section 4 are asserted after every step
 (``invariants.check_invariants``): at most ``max_pending`` txids in flight, all inside the window;
 the commits running start at ``currtx`` and follow each other with no gap (at most
 ``overlap`` of them; one, except under ``at_least_once``); commits advance in txid order
@@ -50,21 +57,23 @@ from typing import Any
 
 from transactional.config import RunnerConfig
 from transactional.errors import (
+    AttemptTimeoutError,
     ConfigurationError,
     FencedError,
     LostLeadershipError,
 )
-from transactional.runtime.failures import FailureRules
-from transactional.runtime.groups import CommitGroups
 from transactional.runtime.invariants import check_invariants
 from transactional.runtime.messages import (
     Acknowledge,
     Advance,
     Advanced,
+    Backoff,
+    Cancel,
     Command,
     Commit,
     CommitBegan,
     Committed,
+    Drop,
     Emit,
     Event,
     Failed,
@@ -90,9 +99,12 @@ from transactional.runtime.messages import (
 from transactional.runtime.state import Counts, InvariantError, Slot, SlotState
 from transactional.types import Guarantee, TransactionAttempt
 
+#: The states of a txid still being processed: a commit group may wait for it.
+_PROCESSING = (SlotState.PROCESSING, SlotState.VERIFYING)
+
 
 @dataclass
-class Machine(CommitGroups, FailureRules):
+class Machine:
     #: The runner's configuration; the machine reads its limits, timeouts and back-off.
     settings: RunnerConfig
     currtx: int = 1
@@ -454,6 +466,170 @@ class Machine(CommitGroups, FailureRules):
         self.not_ready = True
         self.poll_at = now + self.poll_interval
         self.poll_interval = min(self.settings.poll_max_s, self.poll_interval * 2)
+
+    # Commit groups: which txids are committed together, the pinned group, and the
+    # window it widens.
+
+    def window(self) -> int:
+        """How many txids may be in flight: ``max_pending``, or the pinned group's size
+        if a run with a larger ``max_pending`` recorded it."""
+        if self.pinned is None:
+            return self.settings.max_pending
+        return max(self.settings.max_pending, self.pinned[1] - self.pinned[0] + 1)
+
+    def _next_group(self, now: float) -> list[Slot]:
+        """The slots to commit now, from ``currtx``: exactly the pinned group once all
+        of it is processed; else the processed, groupable txids in a row, at most
+        ``max_group``, once the next is not one still processing that ``group_wait_s``
+        lets them wait for. While commits run (overlapping commits): the txid after the
+        last of them, alone, once processed (the store records one group: the first's).
+        Empty: nothing to commit yet."""
+        if self.commits:
+            after = self.slots.get(self.commits[-1][1] + 1)
+            return [after] if after is not None and after.state is SlotState.PROCESSED else []
+        if self.pinned is not None:
+            txids = range(self.pinned[0], self.pinned[1] + 1)
+            found = [self.slots.get(t) for t in txids]
+            ready = [s for s in found if s is not None and s.state is SlotState.PROCESSED]
+            return ready if len(ready) == len(txids) else []
+        slot = self.slots.get(self.currtx)
+        if slot is None or slot.state is not SlotState.PROCESSED:
+            return []
+        members = [slot]
+        while slot.groupable and len(members) < self.settings.max_group:
+            after = self.slots.get(slot.txid + 1)
+            if after is None or after.state is not SlotState.PROCESSED or not after.groupable:
+                break
+            members.append(after)
+            slot = after
+        after = self.slots.get(slot.txid + 1)
+        grows = slot.groupable and len(members) < self.settings.max_group
+        if grows and after is not None and after.state in _PROCESSING:
+            head = members[0]
+            if (
+                head.processed_at is not None
+                and now < head.processed_at + self.settings.group_wait_s
+            ):
+                return []
+        return members
+
+    def _committing(self) -> list[Slot]:
+        """The slots of the first commit running (from ``currtx``), in txid order."""
+        first, last = self.commits[0]
+        return [self.slots[t] for t in range(first, last + 1)]
+
+    def _in_pinned_group(self, txid: int) -> bool:
+        """Whether ``txid`` is in a pinned group of two or more (one that may have
+        reached a sink as a whole, so it is committed whole even if a replay is empty)."""
+        pinned = self.pinned
+        return pinned is not None and pinned[0] < pinned[1] and pinned[0] <= txid <= pinned[1]
+
+    # Failures: count one, drop the failed txid and every txid above it and back off,
+    # or halt when retrying cannot help (docs/design.md section 4, step 5); under
+    # at_most_once, drop the failed txid alone, for good. The attempt deadlines fail
+    # here too.
+
+    def _check_timeouts(self, now: float, out: list[Command]) -> None:
+        """Fail the lowest txid whose attempt is past its deadline (one a turn: failing
+        it drops every txid above it)."""
+        for slot in sorted(self.slots.values(), key=lambda s: s.txid):
+            if slot.deadline is not None and now >= slot.deadline:
+                committing = slot.state is SlotState.COMMITTING
+                phase = Phase.COMMIT if committing else Phase.PROCESS
+                error = AttemptTimeoutError(
+                    f"txid {slot.txid} attempt {slot.attempt.attempt_id} exceeded "
+                    f"{self.settings.attempt_timeout_s}s in {phase}; its Spark jobs were "
+                    "cancelled"
+                )
+                self._fail(slot.txid, error, phase, now, out)
+                return
+
+    def _fail(
+        self, txid: int, error: Exception, phase: Phase, now: float, out: list[Command]
+    ) -> None:
+        """``txid`` failed in ``phase``: drop it and every txid above it, then back off
+        before retrying it, or halt on a configuration error or its ``max_attempts``-th
+        failure. Under ``at_most_once``, drop it for good instead (see the module)."""
+        if self._drops_for_good(txid, error, phase):
+            self._drop_for_good(txid, error, phase, now, out)
+            return
+        self.failures[txid] += 1
+        failures = self.failures[txid]
+        self.counts.failures += 1
+        self._drop_from(txid, out, failed=True)
+        self.next_txid = min(self.next_txid, txid)
+        self.not_ready = False
+        if isinstance(error, ConfigurationError):  # the same on every attempt
+            out.append(Halt(HaltReason.CONFIGURATION, error, txid, phase, failures))
+        elif failures >= self.settings.max_attempts:
+            out.append(Halt(HaltReason.POISON, error, txid, phase, failures))
+        else:
+            self.retry_at = now + self.settings.backoff(failures)
+            out.append(Backoff(txid, error, phase, failures, self.retry_at))
+
+    def _drop_from(self, txid: int, out: list[Command], failed: bool) -> None:
+        """Drop ``txid`` and every in-flight txid above it (step 5; step 7 drops all),
+        with the commits of them (a commit's thread still running is not waited for)."""
+        self.commits = [(a, b) for a, b in self.commits if b < txid]
+        for t in sorted(t for t in self.slots if t >= txid):
+            slot = self.slots.pop(t)
+            out.append(Cancel(slot.attempt, failed))
+
+    def _drops_for_good(self, txid: int, error: Exception, phase: Phase) -> bool:
+        """Whether ``txid``'s failure drops it for good: ``at_most_once``, a txid in
+        flight (its metadata stored), not an empty batch's retraction (nothing of it
+        can count twice) nor a configuration error (the same on every txid)."""
+        return (
+            self.settings.guarantee is Guarantee.AT_MOST_ONCE
+            and txid in self.slots
+            and phase is not Phase.RETRACT
+            and not isinstance(error, ConfigurationError)
+        )
+
+    def _drop_for_good(
+        self, txid: int, error: Exception, phase: Phase, now: float, out: list[Command]
+    ) -> None:
+        """``at_most_once``: ``txid`` (with its commit group, when the group's commit
+        failed) is dropped and reported; the txids above it go on. A commit dropped past
+        its deadline still runs: the store waits for its outcome (``awaiting_commit``),
+        which says whether the sinks hold it (``Machine._committed``) or it is lost. A
+        store that fails to move past a dropped txid (``Skip``) is tried again after a
+        back-off, as a failed advance is, up to ``max_attempts``."""
+        slot = self.slots[txid]
+        if slot.state is SlotState.DROPPED and phase is Phase.ADVANCE:  # the Skip failed
+            self.failures[txid] += 1
+            failures = self.failures[txid]
+            if failures >= self.settings.max_attempts:
+                out.append(Halt(HaltReason.POISON, error, txid, phase, failures))
+            else:
+                self.retry_at = now + self.settings.backoff(failures)
+                out.append(Backoff(txid, error, phase, failures, self.retry_at))
+            return
+        if slot.state is SlotState.DROPPED:  # a commit dropped past its deadline failed
+            for member in self._awaiting_commit():
+                member.awaiting_commit = False
+                out.append(Drop(member.attempt, member.number, error, phase))
+            return
+        self.counts.failures += 1
+        members = [slot]
+        if self.commits and self.commits[0][0] == txid:  # never more than one here
+            members = self._committing()
+            self.commits, self.pinned = [], None
+        for member in members:
+            member.awaiting_commit = (
+                member.state is SlotState.COMMITTING and phase is not Phase.COMMIT
+            )
+            member.in_sink = member.state is SlotState.ADVANCING
+            member.state = SlotState.DROPPED
+            member.deadline = None
+            lost = not (member.in_sink or member.awaiting_commit)
+            out.append(Cancel(member.attempt, failed=lost))
+            if lost:
+                out.append(Drop(member.attempt, member.number, error, phase))
+
+    def _awaiting_commit(self) -> list[Slot]:
+        """The dropped txids whose commit still runs (one commit, or group, at a time)."""
+        return sorted((s for s in self.slots.values() if s.awaiting_commit), key=lambda s: s.txid)
 
 
 #: Commands whose outcome is the next event the machine hears (or that end the run).

@@ -11,7 +11,7 @@ A record is ``(raw STRING, error STRING)``:
   letter shows what was actually there.
 
 It runs in the JVM (no row passes through Python) and gives exactly what the demo's
-Python range reader gives for the same bytes (``transactional.sources.lines``).
+Python range reader gives for the same bytes (``transactional.sources.files._lines``).
 """
 
 from __future__ import annotations

@@ -174,8 +174,8 @@ class RedisCluster:
 
     def master_of(self, key: str) -> ClusterNode:
         """The node that is the master of ``key``'s slot now, as the running nodes'
-        slot maps say (``committers.redis_cluster.SlotOwner``'s lookup)."""
-        from committers.redis_cluster import SlotOwner, slot_of
+        slot maps say (``committers.redis._cluster.SlotOwner``'s lookup)."""
+        from committers.redis._cluster import SlotOwner, slot_of
 
         running = [n for n in self.nodes if n.proc is not None]
         owner = SlotOwner(running[0].url, slot_of(key), socket_timeout=5)

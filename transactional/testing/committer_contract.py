@@ -1,4 +1,4 @@
-"""What every committer must do (DESIGN.md section 6), as a pytest suite to run on your
+"""What every committer must do (docs/design.md section 6), as a pytest suite to run on your
 own committer.
 
 Subclass ``CommitterContract`` in a test module and give it a ``sink`` fixture that

@@ -26,7 +26,7 @@ class CountingBolt(Bolt):
 
 
 class MemoryCommitter(Committer):
-    """A key -> count sink following DESIGN.md section 6 in both modes.
+    """A key -> count sink following docs/design.md section 6 in both modes.
 
     Transactional mode keeps the last txid with the counts (and, under ``at_least_once``
     and ``at_most_once``, applies a txid it holds again: ``CommitterContext.checked``);

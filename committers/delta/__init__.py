@@ -1,0 +1,19 @@
+"""The Delta Lake committer: counters and dead letters in Delta tables, the txid in each
+table's own idempotent-write marker; ``DeltaSnapshot``, which reads what a table held at
+a version; and ``delta_spark_conf``, the Spark settings a session needs for Delta.
+
+The modules behind it are private: ``_committer`` (the committer), ``_tables`` (the
+tables and their settings), ``_arrow`` and ``_rs`` (small commits on the driver, through
+delta-rs), ``_sql`` and ``_spark`` (large commits as a Spark MERGE), ``_parquet`` (the
+table's files), ``_read`` and ``_snapshot`` (the reading side) and ``_rewind``."""
+
+from committers.delta._committer import DeltaCommitter
+from committers.delta._snapshot import DeltaSnapshot
+from committers.delta._tables import delta_spark_conf
+
+# Each class goes by its public name (in messages, and in the spout identity a store
+# keeps), not by the private module that defines it.
+for _public in (DeltaCommitter, DeltaSnapshot):
+    _public.__module__ = __name__
+
+__all__ = ["DeltaCommitter", "DeltaSnapshot", "delta_spark_conf"]

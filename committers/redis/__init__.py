@@ -1,0 +1,17 @@
+"""The Redis committer: counters and dead letters, each commit one atomic Lua script,
+on a single server or a Redis Cluster; and ``RedisSnapshot``, which reads what it holds.
+
+The modules behind it are private: ``_committer`` (the committer), ``_batch`` and
+``_fields`` (a commit's fields and increments, built before the script runs), ``_send``
+(calling the script), ``_commit.lua`` (the script), ``_reply`` (what it replied),
+``_read`` (the reading side) and ``_cluster`` (Redis Cluster connections)."""
+
+from committers.redis._committer import RedisCommitter
+from committers.redis._read import RedisSnapshot
+
+# Each class goes by its public name (in messages, and in the spout identity a store
+# keeps), not by the private module that defines it.
+for _public in (RedisCommitter, RedisSnapshot):
+    _public.__module__ = __name__
+
+__all__ = ["RedisCommitter", "RedisSnapshot"]
