@@ -24,9 +24,10 @@ decides anew (one past the last the store holds), over a longer input.
 Overlapping commits (``at_least_once`` with Redis alone, whose commits commute) have a
 chain of their own, a commit per txid, through a proxy that delays every request to Redis
 so that commits wait on the network and overlap: a later txid's commit may land before
-an earlier one's (it did in the runs that made this test), or be cut by the kill. What each run applied is read from the sink itself, as the
-difference of the per-tweet counts before and after it, so the count needs no
-assumption about which commits a kill let land.
+an earlier one's (it did in the runs that made this test), or be cut by the kill. What
+each run applied is read from the sink itself, as the difference of the per-tweet counts
+before and after it, so the count needs no assumption about which commits a kill let
+land.
 """
 
 from __future__ import annotations
@@ -186,12 +187,9 @@ def chain(
     return result
 
 
-def records_of(chain: Chain, meta: Any) -> Expected:
-    """The records a transactional file batch holds: its byte ranges, read here."""
-    return records_of_input(chain.input, meta)
-
-
-def records_of_input(directory: Path, meta: Any) -> Expected:
+def records_of(directory: Path, meta: Any) -> Expected:
+    """The records a transactional file batch of the input ``directory`` holds: its byte
+    ranges, read here."""
     return combined(
         *(
             expected_of_range(directory / s["file"], s["offset"], s["length"])
@@ -218,13 +216,13 @@ def test_killed_at_every_step_keeps_the_guarantees_promise_exactly(
         {t: m for t, m in kill.pending.items() if t <= kill.held[sink]} for kill in chain.kills
     ]
     if chain.guarantee == "at_least_once":
-        again = [records_of(chain, m) for w in written for m in w.values()]
+        again = [records_of(chain.input, m) for w in written for m in w.values()]
         assert any(written)  # a kill after a sink write happened: the double count is real
         assert_exact(got, combined(chain.expected, *again))
         assert max(got.ids.values()) == 2  # counted twice, never more, in this chain
     else:
         lost = [
-            records_of(chain, m)
+            records_of(chain.input, m)
             for kill, w in zip(chain.kills, written, strict=True)
             for t, m in kill.pending.items()
             if t not in w
@@ -260,7 +258,8 @@ REDIS_DELAY_S = 0.4
 class Overlapped:
     input: Path
     expected: Expected
-    runs: list[tuple[int, bool, bool]] = field(default_factory=list)  # (code, marked, jvms)
+    kills: list[tuple[int, bool, bool]] = field(default_factory=list)  # (code, marked, jvms)
+    final_returncode: int = -1
     pending: list[dict[int, Any]] = field(default_factory=list)  # past currtx, at each kill
     snapshots: list[Expected] = field(default_factory=list)  # the sink after each run
     outputs: list[str] = field(default_factory=list)
@@ -287,7 +286,7 @@ def overlapped(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFacto
             "--guarantee",
             "at_least_once",
             "--redis-url",
-            f"redis://127.0.0.1:{proxy.port}/8",
+            direct.replace(f":{redis_server.port}/", f":{proxy.port}/"),  # through the proxy
             "--state-dir",
             str(state),
             "--batch-size",
@@ -311,7 +310,7 @@ def overlapped(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFacto
             result.outputs.append(output)
             jvms = [status for command, status in exits.values() if command == "java"]
             currtx, _ = store_state(state)
-            result.runs.append(
+            result.kills.append(
                 (
                     code,
                     output.count(f"crash_at point={point.value} txid={txid} ") == 1,
@@ -321,7 +320,7 @@ def overlapped(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFacto
             result.pending.append({t: m for t, m in stored_metas(state).items() if t >= currtx})
             result.snapshots.append(redis_contents(direct))
         final = DemoProcess(args, work / "final.log")
-        result.runs.append((final.wait(), True, True))
+        result.final_returncode = final.wait()
         reap_session(final.pid)
         proxy.wait_idle(60)
         result.outputs.append(final.output())
@@ -333,10 +332,9 @@ def overlapped(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFacto
 def test_overlapping_commits_killed_at_every_step_count_again_exactly_what_was_replayed(
     overlapped: Overlapped,
 ) -> None:
-    *kills, final = overlapped.runs
-    for code, marked, jvms in kills:  # every kill happened, at its step, with the JVM
+    for code, marked, jvms in overlapped.kills:  # every kill happened, at its step, with the JVM
         assert (code, marked, jvms) == (-9, True, True), overlapped.outputs
-    assert final[0] == 0, overlapped.outputs[-1][-3000:]
+    assert overlapped.final_returncode == 0, overlapped.outputs[-1][-3000:]
     for output in overlapped.outputs:  # every run let its commits overlap
         assert "guarantee=at_least_once commits_at_once=3" in output
     again = []
@@ -344,7 +342,7 @@ def test_overlapping_commits_killed_at_every_step_count_again_exactly_what_was_r
     for pending, after in zip(overlapped.pending, overlapped.snapshots, strict=False):
         applied = after.ids - before  # what this run wrote, per tweet
         for meta in pending.values():  # a batch the store had not moved past ...
-            batch = records_of_input(overlapped.input, meta)
+            batch = records_of(overlapped.input, meta)
             landed = {applied[i] for i in batch.ids}
             assert landed in ({0}, {1}), (meta, landed)  # whole, once, or not at all
             if landed == {1}:  # ... written by the run, so replayed and written again

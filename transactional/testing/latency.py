@@ -1,7 +1,8 @@
 """A TCP proxy on loopback that delays every request by a fixed time, as a server a few
 milliseconds away would, and counts the requests in flight at once: what the tests and
 the benchmark use to put a latency-bound commit path in front of a real Redis, and to
-see from outside the runner whether its commits overlapped.
+see from outside the runner how many connections waited on Redis at once (every request
+counts: a commit's, and a new connection's handshake).
 
     with LatencyProxy(port_of_redis, delay_s=0.02) as proxy:
         ...  # clients connect to proxy.port
