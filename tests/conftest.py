@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.jvm import driver_opts, made
 from transactional.errors import ConfigurationError
 from transactional.testing.servers import KafkaServer, RedisServer, ZooKeeperServer
 
@@ -44,6 +46,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             contextlib.suppress(ConfigurationError),
         ):
             resolve()
+    if ("spark" in names or demos) and "SPARK_SUBMIT_OPTS" not in os.environ:
+        # Every driver the tests start, this process's and its children's, maps the
+        # classes it loads from one archive (tests.jvm), made here the first time.
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            if not made():
+                print("\ntests.jvm: making the Spark driver's class archive (once, ~1 min)")
+            os.environ["SPARK_SUBMIT_OPTS"] = driver_opts(quick=False)
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from tests.jvm import driver_opts
 from tests.reference import Expected, expected_counts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,14 +35,16 @@ ATTEMPT_SLOTS = 1_000_000
 
 def demo_env(**extra: str) -> dict[str, str]:
     """The environment of a demo process: this checkout importable, no crash plan or
-    executors' Python inherited, Spark on loopback only, and a JVM tuned for short lives (C1 only: Spark starts on about a third
-    less CPU, which is most of what a crash test spends)."""
+    executors' Python inherited, Spark on loopback only, and a JVM tuned for short lives
+    (``tests.jvm``: Spark starts on about a third less CPU, which is most of what a crash
+    test spends)."""
     # Nor the executors' Python this process may have set for its own session: a run
     # on a cluster must get it from its own settings.
     inherited = ("TRANSACTIONAL_CRASH_AT", "PYSPARK_PYTHON")
     env = {k: v for k, v in os.environ.items() if k not in inherited}
     env["PYTHONPATH"] = str(ROOT)
-    env.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+    if env.get("SPARK_SUBMIT_OPTS", "") in ("", driver_opts(quick=False)):  # not the user's
+        env["SPARK_SUBMIT_OPTS"] = driver_opts(quick=True)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind and advertise loopback only
     env.update(extra)
     return env

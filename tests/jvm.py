@@ -1,0 +1,167 @@
+"""The Java options of the Spark drivers the tests start, for JVMs that start often.
+
+Most of what a crash test spends is Spark starting, again and again: a demo process per
+kill. Two options take about a third off a start (a session and its first jobs, 16 s to
+10 s on 2 cores) and change nothing a test observes:
+
+- ``-XX:TieredStopAtLevel=1``: the quick JIT compiler only, for the demo's processes;
+- for them and the suite's own session, a class-data-sharing archive of the classes a driver loads (``-XX:SharedArchiveFile``,
+  JDK 13+ dynamic archives): mapped from disk instead of parsed and verified at every
+  start. It is made once per machine (``python -m tests.jvm``, about half a minute) by a
+  driver that runs what the tests run (Delta, Kafka's jars, Arrow, a Python UDF) with
+  ``-XX:ArchiveClassesAtExit``, and kept under a name that changes with the JVM, PySpark
+  and the jars, so an archive never meets a class path it was not made for. Were it to,
+  the JVM runs without it (``-Xshare:auto``, the default), and its warning is off.
+
+Tests only: the benchmarks and a user's runs keep the JVM's defaults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+#: The archive's own messages (made with classes it skips; not usable) left out of the
+#: driver's output, which tests read.
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "transactional-tests"
+
+
+@functools.cache
+def driver_opts(*, quick: bool) -> str:
+    """``SPARK_SUBMIT_OPTS`` for a driver started by the tests: the archive when there is
+    one or it can be made (made here the first time, under a lock: pytest-xdist's
+    workers ask at once), and with ``quick`` the quick JIT (for the demo's processes,
+    not for the suite's own session, which lives as long as the suite)."""
+    archive = _archive()
+    opts = [QUICK_JIT] if quick else []
+    if archive is not None:
+        opts += [f"-XX:SharedArchiveFile={archive}", QUIET]
+    return " ".join(opts)
+
+
+def made() -> bool:
+    """Whether the archive is there already (false also without Java)."""
+    path = _archive_path()
+    return path is not None and path.exists()
+
+
+def _driver_conf() -> dict[str, str]:
+    """The settings of the tests' drivers that decide their class path: Delta's and
+    Kafka's jars (resolved into the project's cache), on loopback."""
+    from committers.delta import delta_spark_conf
+    from transactional.session import merged
+    from transactional.sources.kafka import kafka_spark_conf
+
+    loopback = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    return merged(delta_spark_conf(), kafka_spark_conf(), loopback)
+
+
+def _archive_path() -> Path | None:
+    """Where the archive for this JVM, PySpark and jars is kept (None: no Java)."""
+    import pyspark
+
+    java = shutil.which("java")
+    if java is None:
+        return None
+    jars = Path(pyspark.__file__).parent / "jars"
+    key = hashlib.sha256()
+    for part in (
+        os.path.realpath(java),
+        str(os.stat(os.path.realpath(java)).st_mtime_ns),
+        pyspark.__version__,
+        *sorted(p.name for p in jars.glob("*.jar")),
+        _driver_conf()["spark.jars"],
+    ):
+        key.update(part.encode() + b"\0")
+    return CACHE / f"spark-{key.hexdigest()[:16]}.jsa"
+
+
+def _archive() -> Path | None:
+    """The archive, made if missing; None when it cannot be made (the JVM then starts
+    without one, as it would anyway)."""
+    path = _archive_path()
+    if path is None:
+        return None
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return path
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
+        env["SPARK_SUBMIT_OPTS"] = f"{QUICK_JIT} -XX:ArchiveClassesAtExit={partial} {QUIET}"
+        env.pop("PYSPARK_PYTHON", None)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "tests.jvm"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=600,
+            )
+        except subprocess.TimeoutExpired:
+            done = None
+        if done is None or done.returncode != 0 or not partial.exists():
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+            return None
+        partial.replace(path)
+        return path
+
+
+def _workload() -> None:
+    """What the tests' drivers do, once, so that the archive holds the classes they load:
+    a session as theirs, Delta written by delta-spark (append, MERGE) and read back,
+    Arrow collection, a grouped aggregate, a Python UDF. Then the JVM is made to exit
+    (its stdin closed) and waited for: the archive is written as it exits."""
+    import tempfile
+
+    from delta.tables import DeltaTable
+    from pyspark import SparkContext
+    from pyspark.sql import functions as F
+
+    from transactional.session import create_spark_session
+
+    spark = create_spark_session("local[2]", "tests-jvm-archive", _driver_conf())
+    with tempfile.TemporaryDirectory() as tmp:
+        table = f"{tmp}/t"
+        rows = spark.range(2000).select(
+            (F.col("id") % 37).cast("string").alias("key"), F.lit(1).cast("long").alias("n")
+        )
+        counts = rows.groupBy("key").agg(F.sum("n").alias("n"))
+        counts.write.format("delta").save(table)
+        target = DeltaTable.forPath(spark, table)
+        (
+            target.alias("t")
+            .merge(counts.alias("s"), "t.key = s.key")
+            .whenMatchedUpdate(set={"n": "t.n + s.n"})
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+        spark.read.format("delta").load(table).toArrow()
+        upper = F.udf(lambda s: s.upper(), "string")
+        rows.select(upper("key")).distinct().collect()
+        spark.sql("SELECT 1").collect()
+    gateway = SparkContext._gateway
+    spark.stop()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.stdin is not None:
+        proc.stdin.close()
+        proc.wait(timeout=300)
+
+
+if __name__ == "__main__":
+    _workload()
