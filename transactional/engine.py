@@ -3,6 +3,7 @@ machine can be unit-tested with in-memory frames and run on Spark in production.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -134,20 +135,44 @@ class SparkEngine:
         """``frames``: one frame per partition; or, with ``partitions``, one frame of
         that many partitions, each row tagged with its own in ``PARTITION_COLUMN``.
         ``ids``: give each record its ledger id (``ledger.ID``) and tally them."""
-        from pyspark.sql import functions as F
 
         self._place()
         counted = id_sums() if ids is not None else []
+        kept: list[DataFrame] = []  # the checkpoint, once made
+        try:
+            return self._materialise(frames, digest, partitions, ids, counted, kept)
+        except BaseException:
+            # Its job failed or was cancelled (the attempt superseded or timed out): the
+            # blocks it stored would stay until the driver's collector lets Spark's
+            # cleaner see the frame gone, for the attempt's own release never got it.
+            # Its only leaf is the checkpoint made here (it cuts the lineage).
+            with contextlib.suppress(Exception):
+                self.release(kept, -1)
+            raise
+
+    def _materialise(
+        self,
+        frames: Sequence[DataFrame],
+        digest: bool,
+        partitions: int | None,
+        ids: RecordIds | None,
+        counted: list[Any],
+        kept: list[DataFrame],
+    ) -> Materialised:
+        from pyspark.sql import functions as F
+
         if not digest:
             union = _union(frames)
             if partitions is not None:
                 union = union.drop(_PARTITION)
             batch = _with_ids(union, ids).localCheckpoint(eager=False)
+            kept.append(batch)
             got = _observed(batch, [F.count(F.lit(1)).alias("n"), *counted])
             records = int(got["n"])
             return Materialised(_few_tasks(batch, records), records, None, _tally(got, ids))
         if partitions is None and len(frames) == 1:
             batch = _with_ids(frames[0], ids).localCheckpoint(eager=False)
+            kept.append(batch)
             got = _observed(batch, [*_digest_sums(_row_hash(batch)), *counted])
             digest_of = _digest(got)
             return Materialised(
@@ -159,6 +184,7 @@ class SparkEngine:
         else:
             tagged = frames[0].withColumn(_PARTITION, F.col(_PARTITION).cast("int"))
         tagged = _with_ids(tagged, ids).localCheckpoint(eager=False)
+        kept.append(tagged)
         batch = tagged.drop(_PARTITION)
         rows = _grouped_digests(tagged, _row_hash(batch), partitions, counted)
         found = {p: _digest(r) for p, r in rows.items()}

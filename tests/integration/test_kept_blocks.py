@@ -6,6 +6,7 @@ against Spark's own list of persisted RDDs, on a real session and a real Redis s
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,9 @@ class SlicedSpout(RangeSpout):
         return self.base.where((F.col("id") >= meta.start) & (F.col("id") < meta.end))
 
 
-def run(spark: Any, url: str, path: Path, spout: RangeSpout, bolt: Bolt, faults: Any) -> Any:
+def run(
+    spark: Any, url: str, path: Path, spout: RangeSpout, bolt: Bolt, faults: Any, **config: Any
+) -> Any:
     from committers import CounterTable, RedisCommitter
 
     redis.Redis.from_url(url).flushdb()
@@ -89,9 +92,9 @@ def run(spark: Any, url: str, path: Path, spout: RangeSpout, bolt: Bolt, faults:
         )
         .build()
     )
-    config = RunnerConfig(topology_id="kept", max_pending=2, backoff_initial_s=0.05)
+    settings = RunnerConfig(topology_id="kept", max_pending=2, backoff_initial_s=0.05, **config)
     runner = TransactionalRunner(
-        topology, SQLiteStateStore(path / "state.db"), spark, config, faults=faults
+        topology, SQLiteStateStore(path / "state.db"), spark, settings, faults=faults
     )
     stats = runner.run(until_drained=True)
     runner.join()  # an attempt dropped while processing may report after the run
@@ -118,6 +121,24 @@ def test_every_checkpoint_of_a_txid_is_released_when_it_is_committed_or_dropped(
     assert len(bolt.kept) >= TOTAL // BATCH + 1
     assert not set(bolt.kept) & before
     # Nothing the run made is still held: the bolt's keeps and the engine's batches.
+    assert persisted(spark) - before == set()
+
+
+def test_the_checkpoint_of_a_batch_whose_reading_is_cancelled_is_released(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """The first attempt of txid 2 reads its batch far past its timeout (a UDF sleeping
+    600 s): the runner cancels the job that stores the batch's checkpoint, which the
+    attempt never gets back to release."""
+    before = persisted(spark)
+    spout, bolt = RangeSpout(slow_txid=2), KeepingBolt(spark)
+    began = time.monotonic()
+    stats = run(spark, redis_url, tmp_path, spout, bolt, None, attempt_timeout_s=15.0)
+
+    # The slow read was emitted once, and cut short: the run ended long before it would.
+    assert spout.slowed == 1 and time.monotonic() - began < 300
+    assert buckets(redis_url) == expected_counts()
+    assert stats.committed_txids == TOTAL // BATCH
     assert persisted(spark) - before == set()
 
 
