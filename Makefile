@@ -1,13 +1,14 @@
-# The two commands of the README: `make demo` and `make test`. Both work on a bare
+# The two commands of the README (and `make docs`, the site): `make demo` and `make test`. Both work on a bare
 # Debian machine as root: they install what is missing, then run.
 SHELL := /bin/bash
 PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 APT_PACKAGES := zookeeper redis-server default-jre-headless openssl
 
-.PHONY: demo test test-slow cluster-test deps java venv lint typecheck unit chaos bench clean
+.PHONY: demo test test-slow cluster-test deps java venv lint typecheck unit chaos bench docs clean
 
 # PYTHONWARNINGS reaches pip's build backend: setuptools' notes on editable installs are
 # for packagers, not for someone running the demo.
@@ -19,6 +20,10 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	@PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev,docs]'
+	@touch $(DOCS_STAMP)
 
 # ZooKeeper and Redis servers for the integration tests, Java for Spark and ZooKeeper,
 # openssl for the certificates of the Redis TLS test.
@@ -84,5 +89,11 @@ chaos: deps venv
 bench: deps venv
 	$(BIN)/python -m benchmarks.bench $(BENCH)
 
+# The documentation site (mkdocs.yml, the pages in docs/, the API from the docstrings) into
+# site/: open site/index.html. Strict: a broken link or anchor, a page left out of the
+# navigation or an API reference that does not resolve fails the build; CI runs it.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf .transactional .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .transactional .pytest_cache .mypy_cache .ruff_cache site

@@ -1,6 +1,6 @@
 """``transactional`` as a user runs it: a factory from the current directory, settings
-from flags, a config file and the environment, the exit codes of the README's table,
-Ctrl-C and SIGTERM, and ``status``/``list`` that never write."""
+from flags, a config file and the environment, the exit codes "Running a topology"
+(docs/how-to/run.md) gives, Ctrl-C and SIGTERM, and ``status``/``list`` that never write."""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def test_metrics_are_served_while_the_run_lasts_and_status_interval_0_reports_no
             time.sleep(0.2)
         assert seen == 3, f"metrics said {seen}; exit {runner.poll()}"
         assert held(redis_url) == buckets(230)
-        # The marker key the README documents: <namespace>:txid, the last txid committed.
+        # The marker key the docs document: <namespace>:txid, the last txid committed.
         client = redis.Redis.from_url(redis_url, decode_responses=True)
         try:
             assert client.get("transactional:numbers:sink:txid") == "3"

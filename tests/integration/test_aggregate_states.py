@@ -288,14 +288,14 @@ def test_delta_refuses_a_table_kept_by_another_aggregate(spark: Any, tmp_path: P
         other.open(CommitterContext(spark, "topo", "states"))
 
 
-def test_the_readme_states_example_keeps_each_aggregate(
+def test_the_docs_states_example_keeps_each_aggregate(
     spark: Any, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """(``spark``: the suite's session, with Delta, exists before the example's.)"""
     import json
     import random
 
-    from tests.readme import run_readme_example
+    from tests.docs import run_example
 
     rng = random.Random(5)
     orders = tmp_path / "orders"
@@ -310,8 +310,9 @@ def test_the_readme_states_example_keeps_each_aggregate(
             lines.append(json.dumps({"shop": shop, "amount": float(amount), "at": at}))
         lines.insert(4, '{"shop": "s1", "amount": "lots", "at": 3}')
         (orders / f"part-{part}.jsonl").write_text("\n".join(lines) + "\n")
-    run_readme_example(
-        "### Aggregate states",
+    run_example(
+        "docs/how-to/committers.md",
+        "from committers import Count, Last, Max, Min, RedisCommitter, Sum",
         {"REDIS_URL": redis_url, "ORDERS": str(orders), "STATE": str(tmp_path / "s.db")},
         monkeypatch,
     )

@@ -150,14 +150,14 @@ def test_start_positions_and_a_lost_log(spark: Any, tmp_path: Path) -> None:
         opened(DeltaTableSpout(path, start=9), spark)
 
 
-def test_the_readme_delta_example_sums_every_order_once(
+def test_the_docs_delta_example_sums_every_order_once(
     tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from collections import Counter
 
     import redis
 
-    from tests.readme import run_readme_example
+    from tests.docs import run_example
 
     table = tmp_path / "orders"
     orders = [("north", 12), ("south", 5), ("north", -2), ("west", 7), ("north", 30)]
@@ -172,8 +172,9 @@ def test_the_readme_delta_example_sums_every_order_once(
             ),
             mode="append",
         )
-    run_readme_example(
-        "### Delta table",
+    run_example(
+        "docs/how-to/delta-source.md",
+        "",
         {"ORDERS_TABLE": str(table), "REDIS_URL": redis_url, "STATE": str(tmp_path / "state.db")},
         monkeypatch,
     )

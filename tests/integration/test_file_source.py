@@ -583,7 +583,7 @@ def test_bad_settings_are_refused_with_what_to_change(spark: Any, tmp_path: Path
         opened(FilesTransactionalSpout(root, start={"a": 0, "b": 0}), spark)
 
 
-def test_the_readme_files_example_sums_every_order_once(
+def test_the_docs_files_example_sums_every_order_once(
     tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import json
@@ -591,7 +591,7 @@ def test_the_readme_files_example_sums_every_order_once(
 
     import redis
 
-    from tests.readme import run_readme_example
+    from tests.docs import run_example
 
     orders = tmp_path / "orders"
     orders.mkdir()
@@ -601,8 +601,9 @@ def test_the_readme_files_example_sums_every_order_once(
     }
     for name, content in files.items():
         (orders / name).write_text("\n".join(content) + "\n")
-    run_readme_example(
-        "### Files",
+    run_example(
+        "docs/how-to/files.md",
+        "",
         {"ORDERS": str(orders), "REDIS_URL": redis_url, "STATE": str(tmp_path / "state.db")},
         monkeypatch,
     )

@@ -1,7 +1,7 @@
-"""The README's Guarantees table, cell by cell, end to end on real Spark, the SQLite
-store and both real sinks: a transactional and a partitioned spout into opaque-mode
-committers, and an opaque spout whose replay emits a different batch (one that drops
-whole keys). Each run is crashed right after the sink wrote txid 2, then rerun; the
+"""The spout kinds' table of "Guarantees" (docs/concepts/guarantees.md), cell by cell,
+end to end on real Spark, the SQLite store and both real sinks: a transactional and a
+partitioned spout into opaque-mode committers, and an opaque spout whose replay emits a
+different batch (one that drops whole keys). Each run is crashed right after the sink wrote txid 2, then rerun; the
 sink must hold exactly what the committed batches hold, computed here in Python."""
 
 from __future__ import annotations

@@ -401,18 +401,19 @@ def test_tweets_counted_exactly_from_kafka_through_a_crash_and_a_broker_restart(
     assert_exact(redis_contents(redis_url), _expected(messages, tmp_path))
 
 
-def test_the_readme_kafka_example_counts_every_page_once(
+def test_the_docs_kafka_example_counts_every_page_once(
     spark: Any, kafka: KafkaServer, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from collections import Counter
 
-    from tests.readme import run_readme_example
+    from tests.docs import run_example
 
     topic = new_topic(kafka, 2)
     pages = [b"home", b"about", b"home", b"caf\xe9", b"pricing", b"home", b"about"]
     produce(kafka, topic, {0: pages[:4], 1: pages[4:]})
-    run_readme_example(
-        "### Kafka",
+    run_example(
+        "docs/how-to/kafka.md",
+        "",
         {
             "KAFKA": kafka.bootstrap_servers,
             "KAFKA_TOPIC": topic,

@@ -459,16 +459,11 @@ class WordSpout(RangeSpout):
         return super().emit_batch(attempt, meta).select(word.alias("word"))
 
 
-def test_the_readmes_ledger_example_balances(spark: Any, tmp_path: Path) -> None:
-    import re
+def test_the_docs_ledger_example_balances(spark: Any, tmp_path: Path) -> None:
+    from tests.docs import example as docs_example
 
-    from tests.readme import README
-
-    section = README.read_text().split("### The record ledger\n", 1)[1]
-    block = re.search(r"```python\n(.*?)```", section, re.S)
-    assert block is not None
-    example: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(block.group(1), str(README), "exec"), example)
+    example: dict[str, Any] = {"__name__": "docs_example"}
+    exec(docs_example("docs/concepts/ledger.md").compiled(), example)
     sink = RowsCommitter()
 
     def build() -> Any:

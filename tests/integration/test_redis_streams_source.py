@@ -223,13 +223,13 @@ def test_bad_settings_are_refused_with_what_to_change(
         opened(RedisStreamsPartitionedSpout("redis://127.0.0.1:1/0", ["s"]), spark)
 
 
-def test_the_readme_streams_example_counts_every_event_once(
+def test_the_docs_streams_example_counts_every_event_once(
     tmp_path: Path, client: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import json
     from collections import Counter
 
-    from tests.readme import run_readme_example
+    from tests.docs import run_example
 
     events = {
         "events:0": [b"signup", b"login", b"login", b"caf\xe9"],
@@ -238,8 +238,9 @@ def test_the_readme_streams_example_counts_every_event_once(
     for stream, kinds in events.items():
         for kind in kinds:
             client.xadd(stream, {b"kind": kind})
-    run_readme_example(
-        "### Redis Streams",
+    run_example(
+        "docs/how-to/redis-streams.md",
+        "",
         {"REDIS_URL": redis_url, "STATE": str(tmp_path / "state.db")},
         monkeypatch,
     )

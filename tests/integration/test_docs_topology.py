@@ -1,31 +1,27 @@
-"""The README's user-defined topology runs as printed and counts exactly."""
+"""The user-defined topology of "Topologies" (docs/concepts/topologies.md) runs as
+printed and counts exactly; so does its bolt with columns built once."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from tests.readme import every_bolt_checked
+from tests.docs import Block, every_bolt_checked, example
 from transactional.ledger import ID, with_ids
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = "docs/concepts/topologies.md"
 
 
-def readme_example() -> str:
-    section = README.read_text().split("## Define your own topology", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the README lost its example"
-    return match.group(1)
+def topology_example() -> Block:
+    return example(PAGE, "class WordSpout(TransactionalSpout[Offsets])")
 
 
 @pytest.mark.integration
-def test_readme_example_counts_every_word_once(spark: object) -> None:
-    namespace: dict[str, object] = {"__name__": "readme_example"}
+def test_the_topology_example_counts_every_word_once(spark: object) -> None:
+    namespace: dict[str, object] = {"__name__": "docs_example"}
     with every_bolt_checked():
-        exec(compile(readme_example(), str(README), "exec"), namespace)
+        exec(topology_example().compiled(), namespace)
     words = namespace["WORDS"]
     assert isinstance(words, list)
     sink = namespace["sink"]
@@ -34,14 +30,11 @@ def test_readme_example_counts_every_word_once(spark: object) -> None:
 
 
 @pytest.mark.integration
-def test_readme_prebuilt_columns_bolt_splits_every_batch_with_the_same_columns(
+def test_the_prebuilt_columns_bolt_splits_every_batch_with_the_same_columns(
     spark: object,
 ) -> None:
-    section = README.read_text().split("### Columns built once", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the README lost its Prebuilt example"
-    namespace: dict[str, object] = {"__name__": "readme_prebuilt"}
-    exec(compile(match.group(1), str(README), "exec"), namespace)
+    namespace: dict[str, object] = {"__name__": "docs_prebuilt"}
+    exec(example(PAGE, "from transactional.columns import Prebuilt").compiled(), namespace)
     bolt = namespace["Words"]()  # type: ignore[operator]
     texts = [["a b", "b"], ["c a a"]]
     built = []

@@ -1,4 +1,4 @@
-"""The README's ``my_topology.py`` (section "Running your own topology") runs as printed
+"""The ``my_topology.py`` of "Running a topology" (docs/how-to/run.md) runs as printed
 with ``transactional run``, from a directory of its own and without PYTHONPATH: killed
 at a crash point, run again, its Delta sums are exact against ``math.fsum``; ``status``
 and ``list`` then show it."""
@@ -8,25 +8,21 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.test_cli import ROOT, cli, env
+from tests.docs import example
+from tests.e2e.test_cli import cli, env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: a crash and a rerun
-README = ROOT / "README.md"
 BATCH = 4
 
 
-def readme_module() -> str:
-    section = README.read_text().split("## Running your own topology", 1)[1]
-    match = re.search(r"```python\n(# my_topology\.py\n.*?)```", section, re.S)
-    assert match, "the README lost its my_topology.py"
-    return match.group(1)
+def docs_module() -> str:
+    return example("docs/how-to/run.md", "# my_topology.py\n").code
 
 
 def write_payments(directory: Path) -> tuple[dict[str, float], int]:
@@ -47,10 +43,10 @@ def write_payments(directory: Path) -> tuple[dict[str, float], int]:
     return {a: math.fsum(v) for a, v in amounts.items()}, longest
 
 
-def test_the_readme_module_runs_through_a_crash_and_is_exact(spark: Any, tmp_path: Path) -> None:
+def test_the_docs_module_runs_through_a_crash_and_is_exact(spark: Any, tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    (project / "my_topology.py").write_text(readme_module())
+    (project / "my_topology.py").write_text(docs_module())
     expected, longest = write_payments(tmp_path / "payments")
     environ = env(
         "redis://unused",
@@ -71,7 +67,7 @@ def test_the_readme_module_runs_through_a_crash_and_is_exact(spark: Any, tmp_pat
         "--until-drained",
         "--batch-size",
         str(BATCH),
-        "--ledger-strict",  # the README's bolt accounts for its records: refused otherwise
+        "--ledger-strict",  # the module's bolt accounts for its records: refused otherwise
     ]
 
     killed = cli(*args, "--crash-at", "after_sink_write:2", cwd=project, environ=environ)

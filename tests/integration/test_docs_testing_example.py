@@ -1,5 +1,6 @@
-"""The README's testing example runs as printed, after the topology it tests, on Spark
-and the SQLite store, and leaves the sink exact after its crash and resume."""
+"""The testing example (docs/how-to/testing.md) runs as printed, after the topology it
+tests (docs/concepts/topologies.md), on Spark and the SQLite store, and leaves the sink
+exact after its crash and resume."""
 
 from __future__ import annotations
 
@@ -8,24 +9,22 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_readme_example import README, readme_example
+from tests.docs import example
+from tests.integration.test_docs_topology import topology_example
 from transactional.faults import FaultPoint
 
 
-def readme_testing_example() -> str:
-    section = README.read_text().split("## Testing your topology", 1)[1]
-    block = section.split("```python\n", 1)[1].split("```", 1)[0]
-    assert "TopologyHarness" in block, "the README lost its testing example"
-    return block
+def testing_example() -> str:
+    return example("docs/how-to/testing.md", "TopologyHarness").code
 
 
 @pytest.mark.integration
-def test_readme_testing_example_crashes_resumes_and_counts_every_word_once(
+def test_the_testing_example_crashes_resumes_and_counts_every_word_once(
     spark: object,
 ) -> None:
-    code = readme_example() + "\n" + readme_testing_example()
-    namespace: dict[str, Any] = {"__name__": "readme_testing_example"}
-    exec(compile(code, str(README), "exec"), namespace)
+    code = topology_example().code + "\n" + testing_example()
+    namespace: dict[str, Any] = {"__name__": "docs_testing_example"}
+    exec(compile(code, "docs/how-to/testing.md", "exec"), namespace)
 
     words, sink, harness = namespace["WORDS"], namespace["sink"], namespace["harness"]
     txids = -(-len(words) // 100)

@@ -1,5 +1,6 @@
-"""The README's committer-contract example runs as printed: its JSON-file committer
-passes the contract suite (pytest run on the block, in a process of its own)."""
+"""The committer-contract example (docs/how-to/own-committer.md) runs as printed: its
+JSON-file committer passes the contract suite (pytest run on the block, in a process of
+its own)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.docs import example
 
 
-def readme_contract_example() -> str:
-    section = README.read_text().split("### Writing your own committer", 1)[1]
-    block = section.split("```python\n", 1)[1].split("```", 1)[0]
-    assert "class TestMyCommitter(CommitterContract)" in block, "the README lost its example"
-    return block
+def contract_example() -> str:
+    return example("docs/how-to/own-committer.md", "class TestMyCommitter(CommitterContract)").code
 
 
-def test_the_readme_committer_passes_the_contract_as_printed(tmp_path: Path) -> None:
-    (tmp_path / "test_my_committer.py").write_text(readme_contract_example())
+def test_the_docs_committer_passes_the_contract_as_printed(tmp_path: Path) -> None:
+    (tmp_path / "test_my_committer.py").write_text(contract_example())
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "test_my_committer.py"],
         cwd=tmp_path,
