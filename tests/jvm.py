@@ -76,6 +76,7 @@ def _archive_path() -> Path | None:
     jars = Path(pyspark.__file__).parent / "jars"
     key = hashlib.sha256()
     for part in (
+        str(jars),  # the class path the archive is checked against at every start
         os.path.realpath(java),
         str(os.stat(os.path.realpath(java)).st_mtime_ns),
         pyspark.__version__,
