@@ -8,7 +8,11 @@ against an answer of its own."""
 from __future__ import annotations
 
 import logging
+import os
 import re
+import shlex
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -74,6 +78,39 @@ def run_example(
     with every_bolt_checked():
         exec(example(page, holding).compiled(), namespace)
     return namespace
+
+
+#: What a shell example names that is another thing in the tests: the project's
+#: interpreter (the README's ``.venv/``) is the one running the tests.
+SHELL_NAMES = {".venv/bin/python": sys.executable}
+
+
+def run_shell(
+    block: Block,
+    cwd: Path,
+    replace: Mapping[str, str] | None = None,
+    timeout: float = 600,
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run each command line of shell ``block`` in ``cwd`` as a user would type it (the
+    project importable, as from its checkout), after ``replace`` (e.g. the docs' broker
+    address by the test's); a comment after ``#`` is the docs' own. Every command must
+    exit 0; returns what each printed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = []
+    for line in block.code.splitlines():
+        command = line.split(" #", 1)[0].strip()
+        if not command or command.startswith("#"):
+            continue
+        for old, new in {**SHELL_NAMES, **(replace or {})}.items():
+            command = command.replace(old, new)
+        result = subprocess.run(
+            shlex.split(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        assert result.returncode == 0, (
+            f"{block.page}:{block.line}: {command}\n{result.stderr[-3000:]}"
+        )
+        done.append(result)
+    return done
 
 
 @contextmanager
