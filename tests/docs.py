@@ -81,36 +81,77 @@ def run_example(
 
 
 #: What a shell example names that is another thing in the tests: the project's
-#: interpreter (the README's ``.venv/``) is the one running the tests.
+#: interpreter (the README's ``.venv/``) is the one running the tests, and the
+#: ``transactional`` command is its module.
 SHELL_NAMES = {".venv/bin/python": sys.executable}
+COMMAND = "transactional"
 
 
 def run_shell(
     block: Block,
     cwd: Path,
     replace: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    watching: Mapping[str, str] | None = None,
     timeout: float = 600,
-) -> list[subprocess.CompletedProcess[str]]:
+) -> list[str]:
     """Run each command line of shell ``block`` in ``cwd`` as a user would type it (the
-    project importable, as from its checkout), after ``replace`` (e.g. the docs' broker
-    address by the test's); a comment after ``#`` is the docs' own. Every command must
-    exit 0; returns what each printed."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = []
+    project importable, as from its checkout; ``env``: the environment instead of this
+    process's), after ``replace`` (e.g. the docs' broker address by the test's); a
+    comment after ``#`` is the docs' own. Every command must exit 0; returns what each
+    printed. A command holding a key of ``watching`` runs until it stops by itself only
+    when interrupted (``status --watch``): it is interrupted (SIGINT, as Ctrl-C) once
+    it has printed that key's text, and must then exit 0."""
+    base = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
+    printed = []
     for line in block.code.splitlines():
         command = line.split(" #", 1)[0].strip()
         if not command or command.startswith("#"):
             continue
         for old, new in {**SHELL_NAMES, **(replace or {})}.items():
             command = command.replace(old, new)
-        result = subprocess.run(
-            shlex.split(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        argv = shlex.split(command)
+        if argv[0] == COMMAND:
+            argv = [sys.executable, "-m", "transactional.cli", *argv[1:]]
+        waits = [text for key, text in (watching or {}).items() if key in command]
+        if waits:
+            printed.append(_interrupted(argv, cwd, base, waits[0], f"{block.page}:{block.line}"))
+            continue
+        done = subprocess.run(
+            argv, cwd=cwd, env=base, capture_output=True, text=True, timeout=timeout
         )
-        assert result.returncode == 0, (
-            f"{block.page}:{block.line}: {command}\n{result.stderr[-3000:]}"
-        )
-        done.append(result)
-    return done
+        where = f"{block.page}:{block.line}: {command}"
+        assert done.returncode == 0, f"{where}\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+        printed.append(done.stdout)
+    return printed
+
+
+def _interrupted(argv: list[str], cwd: Path, env: Mapping[str, str], text: str, where: str) -> str:
+    """Run ``argv`` with its live display on (``TTY_COMPATIBLE``: as on a terminal)
+    until it has printed ``text`` (within a minute), then interrupt it; its output."""
+    import signal
+    import tempfile
+    import time
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "out"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env={**env, "TTY_COMPATIBLE": "1"}, stdout=out, stderr=out
+            )
+        deadline = time.monotonic() + 60
+        try:
+            while text not in log.read_text() and proc.poll() is None:
+                assert time.monotonic() < deadline, f"{where}: {argv} printed no {text!r}"
+                time.sleep(0.1)
+            assert proc.poll() is None, f"{where}: {argv} exited {proc.returncode} by itself"
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 0, f"{where}: {argv} exited {proc.returncode}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return log.read_text()
 
 
 @contextmanager

@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
-from tests.docs import example
+from tests.docs import example, run_shell
 from tests.e2e.test_cli import cli, env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: a crash and a rerun
@@ -85,3 +87,47 @@ def test_the_docs_module_runs_through_a_crash_and_is_exact(spark: Any, tmp_path:
     assert status.stdout.splitlines()[0] == f"topology payments: currtx={txids + 1}"
     listed = cli("list", "--state-dir", state, cwd=project)
     assert (listed.returncode, listed.stdout) == (0, "payments\n")
+
+
+def test_the_docs_commands_run_query_and_rewind_as_printed(tmp_path: Path) -> None:
+    """The page's two command blocks, typed in the module's directory with its defaults
+    (the input in ./payments, the tables in ./delta, the state in ./.transactional): the
+    run's sums exact, ``status`` (also ``--json``, with the factory, and ``--watch``
+    until Ctrl-C), ``query`` and ``list`` show them; then ``rewind`` and a rerun leave
+    them exact again. The settings the page leaves to the environment come from it: 4
+    lines a txid (so that there are txids to rewind over), and the rewind goes to txid 2
+    where the page, written for a longer run, says 40."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_topology.py").write_text(docs_module())
+    expected, longest = write_payments(project / "payments")
+    txids = -(-longest // BATCH)
+    assert txids > 2
+    environ = env("redis://unused", TRANSACTIONAL_BATCH_SIZE=str(BATCH))
+
+    def balances() -> dict[str, float]:
+        rows = DeltaTable(str(project / "delta" / "balances")).to_pyarrow_table().to_pylist()
+        return {r["account"]: r["count"] for r in rows}
+
+    commands = example("docs/how-to/run.md", "transactional list", "sh")
+    watch = {"--watch": "topology payments"}
+    _ran, status, as_json, held, watched, queried, listed = run_shell(
+        commands, project, env=environ, watching=watch
+    )
+    assert balances() == expected
+    assert status.splitlines()[0] == f"topology payments: currtx={txids + 1}"
+    assert json.loads(as_json)["currtx"] == txids + 1
+    assert f"  sink sink (DeltaCommitter): holds txid {txids}, as the store" in held.splitlines()
+    table = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", watched)  # the terminal's styles out
+    assert re.search(rf"│ currtx +│ {txids + 1} ", table), table  # the live table's row
+    shown = dict(line.split("\t") for line in queried.splitlines())
+    assert {k: float(v) for k, v in shown.items()} == {
+        f'account="{a}"': expected[a] for a in ("acct-1", "acct-2")
+    }
+    assert listed == "payments\n"
+
+    rewound = example("docs/how-to/run.md", "transactional rewind", "sh")
+    run_shell(rewound, project, replace={"--to 40": "--to 2"}, env=environ)
+    assert balances() == expected
+    again = run_shell(commands, project, env=environ, watching=watch)[1]
+    assert again.splitlines()[0] == f"topology payments: currtx={txids + 1}"

@@ -30,7 +30,7 @@ def test_the_demos_commands_count_exactly(kafka: KafkaServer, tmp_path: Path) ->
     *_, show = run_shell(example(PAGE, "generate --count", "sh"), tmp_path)
     expected = expected_counts(tmp_path / "data" / "tweets")
     assert expected.tweets and hashtags(tmp_path / ".transactional" / "delta") == expected.hashtags
-    printed = printed_tops(show.stdout)[("", "top hashtags")]
+    printed = printed_tops(show)[("", "top hashtags")]
     top = sorted(expected.hashtags.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     assert printed == top
 
