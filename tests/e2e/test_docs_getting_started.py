@@ -1,7 +1,8 @@
 """The tweet demo's commands in "Getting started" (docs/getting-started.md), run as
 printed from an empty directory: the Delta tables and the tops ``show`` prints hold
 exactly the counts of the generated tweets, counted here in Python; the same tweets
-loaded into Kafka and counted from there give the same counts."""
+loaded into Kafka and counted from there give the same counts. And what ``make demo``
+runs counts its own sample exactly."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from tests.docs import example, run_shell
+from tests.docs import ROOT, Block, example, run_shell
 from tests.processes import printed_tops
 from tests.reference import expected_counts
 from transactional.testing.servers import KafkaServer
@@ -39,3 +40,16 @@ def test_the_demos_commands_count_exactly(kafka: KafkaServer, tmp_path: Path) ->
     replace = {"127.0.0.1:9092": kafka.bootstrap_servers, "--topic tweets": f"--topic {topic}"}
     run_shell(example(PAGE, "load --input data/tweets --kafka", "sh"), tmp_path, replace)
     assert hashtags(tmp_path / "kafka-state" / "delta") == expected.hashtags
+
+
+def test_make_demos_command_counts_its_sample_exactly(tmp_path: Path) -> None:
+    """What ``make demo`` runs once installed (its recipe, read from the Makefile), from
+    an empty directory: the sample it generates counted exactly into its Delta tables."""
+    makefile = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1]
+    recipe = makefile.split("\n")[1].strip().lstrip("@")
+    assert recipe == "$(BIN)/python -m examples.tweets run --until-drained", recipe
+    command = recipe.replace("$(BIN)/python", ".venv/bin/python")
+    run_shell(Block("Makefile", 0, "sh", command), tmp_path)
+    state = tmp_path / ".transactional"
+    expected = expected_counts(state / "sample")
+    assert expected.tweets and hashtags(state / "delta") == expected.hashtags
