@@ -34,8 +34,7 @@ def one_size(url: str, size: int, mode: CommitMode) -> dict[str, float]:
     for case in ("single", "alone", "group"):
         sink = RedisCommitter(url, {"in": TABLE}, mode=mode, namespace=f"bench:{size}:{case}")
         sink.open(CommitterContext(None, "bench", "redis", fence_token=1))
-        client = sink._client
-        assert client is not None
+        client = sink._connection.server()
         client.delete("sums")
         sink.commit(TransactionAttempt(1, 1), batch(1, 0, size))  # the keys already held
         quarter = size // 4

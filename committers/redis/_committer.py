@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 from committers.counters import CounterCommitter, key_sums
 from committers.keys import decode_key, encode_key
 from committers.redis._batch import ABSENT, RedisBatch, combined, script_payload
-from committers.redis._cluster import SlotOwner, connect, is_cluster, one_slot
+from committers.redis._cluster import connect
+from committers.redis._connection import RedisConnection
 from committers.redis._fields import collected_fields
-from committers.redis._read import RedisReads, RedisSnapshot
+from committers.redis._names import RedisKeys
+from committers.redis._read import RedisReader, RedisSnapshot
 from committers.redis._reply import ReplyContext, held_text, script_outcome
 from committers.redis._send import run_script, stage, too_large
-from committers.tables import CounterTable
+from committers.tables import CounterTable, Number
 from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, ContractError
 from transactional.logfmt import kv
@@ -53,7 +55,7 @@ GROUP_FIELDS = 1_000
 COMMIT_SCRIPT = files("committers.redis").joinpath("_commit.lua").read_text(encoding="utf-8")
 
 
-class RedisCommitter(RedisReads, CounterCommitter):
+class RedisCommitter(CounterCommitter):
     """Adds counter increments into Redis hashes and appends dead letters to a list.
 
     Layout: hash ``CounterTable.name``; field = the key, encoded by
@@ -118,56 +120,41 @@ class RedisCommitter(RedisReads, CounterCommitter):
         if wait_replicas is not None and wait_replicas < 0:
             raise ConfigurationError(f"wait_replicas={wait_replicas}: give 0 or more replicas")
         self.url = url
-        self.namespace = namespace
         self.socket_timeout = socket_timeout
-        self.key_prefix = key_prefix
-        self.dead_letters_key = key_prefix + dead_letters_key
         self.wait_replicas = wait_replicas
         self.wait_timeout_s = wait_timeout_s
-        self._client: redis.Redis | None = None
-        #: The slot's master on a Redis Cluster (None: a single server).
-        self._owner: SlotOwner | None = None
-        #: Replicas each commit waits for (decided at open).
-        self._replicas = 0
+        self._names = RedisKeys(key_prefix, key_prefix + dead_letters_key, namespace)
+        self._connection = RedisConnection(url, socket_timeout)
         self._script: Any = None
         self._tables = {table.name: table for table in self.counters.values()}
-        self._by_key = {key_prefix + name: table for name, table in self._tables.items()}
+        self._by_key = {self._names.hash(name): table for name, table in self._tables.items()}
+        dead = dead_letters is not None
+        self._reader = RedisReader(
+            self._connection, self._names, self._tables, dead, wait_timeout_s
+        )
 
-    def _hash(self, table: str) -> str:
-        """The Redis key of counter table ``table``'s hash."""
-        return self.key_prefix + table
+    @property
+    def namespace(self) -> str | None:
+        """The bookkeeping keys' namespace (None until ``open`` unless given)."""
+        return self._names.namespace
+
+    @namespace.setter
+    def namespace(self, namespace: str | None) -> None:
+        self._names.namespace = namespace
+
+    @property
+    def key_prefix(self) -> str:
+        """What goes before every key the committer writes."""
+        return self._names.prefix
+
+    @property
+    def dead_letters_key(self) -> str:
+        """The dead-letter list's key, ``key_prefix`` included."""
+        return self._names.dead_letters
 
     def default_namespace(self, topology_id: str, name: str) -> str:
         """``<key_prefix>transactional:<topology id>:<committer name>``."""
-        return f"{self.key_prefix}transactional:{topology_id}:{name}"
-
-    def _connect(self) -> redis.Redis:
-        return connect(self.url, self.socket_timeout)
-
-    def _keys(self) -> dict[str, str]:
-        """Every key a commit touches (what it is -> the key; a staging list stands for
-        all of them: they differ only after the namespace)."""
-        keys = {
-            f"{s} key": self._key(s) for s in ("txid", "undo", "undo_dl", "mode", "fence", "ahead")
-        }
-        keys |= {"value types": self._key("value_types"), "staging": self._key("stage:0")}
-        keys["dead letters list"] = self.dead_letters_key
-        keys |= {f"hash of {name!r}": self._hash(name) for name in self._tables}
-        return keys
-
-    def _server(self) -> redis.Redis:
-        """The client of the server that holds the committer's keys: on a Redis
-        Cluster, the slot's master now (found again after a failure)."""
-        if self._owner is not None:
-            return self._owner.client()
-        if self._client is None:
-            raise CommitError("RedisCommitter used before open(): the runner must open it")
-        return self._client
-
-    def _lost(self, exc: BaseException) -> None:
-        """After a Redis error: on a cluster, look for the slot's master again."""
-        if self._owner is not None:
-            self._owner.failed(exc)
+        return self._names.default_namespace(topology_id, name)
 
     def preflight(self) -> None:
         """One PING, with a few seconds to connect (a cluster answers it on any node)."""
@@ -183,17 +170,12 @@ class RedisCommitter(RedisReads, CounterCommitter):
         if self.namespace is None:
             self.namespace = self.default_namespace(context.topology_id, context.name)
         where = redact_url(self.url)
+        names = self._names
         try:
-            client = self._connect()
-            client.ping()
-            if is_cluster(client):
-                client.close()
-                slot = one_slot(self._keys(), self.who(), self.url)
-                self._owner = SlotOwner(self.url, slot, self.socket_timeout)
-                client = self._owner.client()
-            stored_mode: str | None = client.get(self._key("mode"))  # type: ignore[assignment]
-            held_types: dict[str, str] = client.hgetall(self._key("value_types"))  # type: ignore[assignment]
-            committed = client.exists(self._key("txid"))
+            client = self._connection.open(names.of_commit(self._tables), self.who())
+            stored_mode: str | None = client.get(names.key("mode"))  # type: ignore[assignment]
+            held_types: dict[str, str] = client.hgetall(names.key("value_types"))  # type: ignore[assignment]
+            committed = client.exists(names.key("txid"))
             replicas = int(client.info("replication").get("connected_slaves", 0))  # type: ignore[union-attr]
         except (redis.RedisError, ValueError) as exc:
             self.close()
@@ -202,9 +184,9 @@ class RedisCommitter(RedisReads, CounterCommitter):
                 "redis-server is running there and that the URL's host, port, database "
                 "and password are right."
             ) from exc
-        self._replicas = min(replicas, 1) if self.wait_replicas is None else self.wait_replicas
+        wanted = min(replicas, 1) if self.wait_replicas is None else self.wait_replicas
+        self._connection.replicas = wanted
         if stored_mode is not None and stored_mode != self.mode.value:
-            client.close()
             self.close()
             raise ConfigurationError(
                 f"Redis namespace {self.namespace!r} was committed in {stored_mode} mode, "
@@ -213,32 +195,21 @@ class RedisCommitter(RedisReads, CounterCommitter):
             )
         for table in self.counters.values():
             # Namespaces committed before value types were recorded held integers only.
-            held = held_types.get(self._hash(table.name), "long" if committed else None)
+            held = held_types.get(names.hash(table.name), "long" if committed else None)
             if held is not None and held != table.stored_type:
-                client.close()
                 self.close()
                 raise ConfigurationError(
-                    f"Redis hash {self._hash(table.name)!r} holds {held_text(held)} (namespace "
+                    f"Redis hash {names.hash(table.name)!r} holds {held_text(held)} (namespace "
                     f"{self.namespace!r}), but {self.who()} declares "
                     f"{held_text(table.stored_type)}: declare what it holds, or use a new "
                     "hash name and namespace (values are never converted in place)"
                 )
-        if self._owner is None:
-            self._client = client
         self._script = client.register_script(COMMIT_SCRIPT)
-        if self._replicas:
-            log.info(kv("redis_wait_replicas", committer=self.who(), replicas=self._replicas))
+        if wanted:
+            log.info(kv("redis_wait_replicas", committer=self.who(), replicas=wanted))
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self._owner is not None:
-            self._owner.close()
-            self._owner = None
-
-    def _key(self, suffix: str) -> str:
-        return f"{self.namespace}:{suffix}"
+        self._connection.close()
 
     def collect_plan(
         self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]
@@ -329,18 +300,19 @@ class RedisCommitter(RedisReads, CounterCommitter):
 
         if self._script is None:
             raise CommitError("RedisCommitter.commit before open(): the runner must open it")
-        hashes = [self._hash(name) for name in prepared.counters]
-        keys = [self._key(s) for s in ("txid", "undo", "undo_dl", "mode")]
-        keys += [self.dead_letters_key, self._key("fence"), self._key("value_types"), *hashes]
+        names, replicas = self._names, self._connection.replicas
+        hashes = [names.hash(name) for name in prepared.counters]
+        keys = [names.key(s) for s in ("txid", "undo", "undo_dl", "mode")]
+        keys += [names.dead_letters, names.key("fence"), names.key("value_types"), *hashes]
         # Read at each commit: the runner raises it when it takes leadership back.
         token = None if self.context is None else self.context.fence_token
         dead = self.dead_letters is not None
         payload = script_payload(first, last, prepared, self._tables, self.mode, dead, token)
-        payload["sync"] = bool(self._replicas)
+        payload["sync"] = bool(replicas)
         payload["unchecked"] = self.context is not None and not self.context.checked
         what = f"txid {last}" if first == last else f"txids {first}..{last}"
         staged: list[str] = []
-        client = self._server()
+        client = self._connection.server()
         try:
             for counter in payload["counters"]:
                 if too_large(counter["f"]):
@@ -349,13 +321,13 @@ class RedisCommitter(RedisReads, CounterCommitter):
                     counter["st"] = len(keys)
             settled = None if self.context is None else self.context.settled
             if settled is not None and payload["unchecked"]:
-                keys.append(self._key("ahead"))
+                keys.append(names.key("ahead"))
                 payload["ahead"], payload["settled"] = len(keys), settled()
             (status, detail), acked = run_script(
-                client, self._script, keys, json.dumps(payload), self._replicas, self.wait_timeout_s
+                client, self._script, keys, json.dumps(payload), replicas, self.wait_timeout_s
             )
         except redis.RedisError as exc:
-            self._lost(exc)
+            self._connection.lost(exc)
             raise CommitError(
                 f"Redis commit of {what} at {redact_url(self.url)} failed: "
                 f"{type(exc).__name__}: {exc}. Retrying the commit is safe."
@@ -365,10 +337,10 @@ class RedisCommitter(RedisReads, CounterCommitter):
                 with suppress(redis.RedisError):  # else they expire
                     client.delete(*staged)
         outcome = self._outcome(last, status, detail, token)
-        if acked is not None and acked < self._replicas:
+        if acked is not None and acked < replicas:
             raise CommitError(
                 f"Redis commit of {what} at {redact_url(self.url)} is on the master, but "
-                f"{acked} of the {self._replicas} replica(s) it waits for acknowledged it "
+                f"{acked} of the {replicas} replica(s) it waits for acknowledged it "
                 f"within {self.wait_timeout_s}s (wait_replicas, wait_timeout_s): it could "
                 "still be lost if the master failed now, so it is not reported done. "
                 "Retrying the commit is safe (the script sees its own txid)."
@@ -378,7 +350,7 @@ class RedisCommitter(RedisReads, CounterCommitter):
     def _stage(self, client: redis.Redis, fields: list[str]) -> str:
         """Stage one counter's ``[field, increment, ...]`` in a list of its own
         (``committers.redis._send.stage``); its key."""
-        key = self._key(f"stage:{uuid.uuid4().hex}")
+        key = self._names.key(f"stage:{uuid.uuid4().hex}")
         stage(client, key, fields)
         return key
 
@@ -396,3 +368,33 @@ class RedisCommitter(RedisReads, CounterCommitter):
             "changed. To process a range again into Redis, run the topology under a new "
             "topology id and namespace (with new hash names), from --start-from"
         )
+
+    # -- reading back (``RedisReader``) ------------------------------------------------
+
+    def committed_txid(self) -> int | None:
+        """The txid the namespace holds. With replicas to wait for, only once they
+        acknowledged it (else a ``CommitError``): the runner reads this when a commit's
+        outcome is unknown, and must not take for done a txid a failover could lose."""
+        return self._reader.committed_txid()
+
+    def sink_marker(self, topology_id: str, name: str) -> int | None:
+        return self._reader.sink_marker(topology_id, name)
+
+    def read(self, table: str) -> dict[tuple[str | None, ...], Number]:
+        """The current values of counter table ``table`` (its name), keyed by the key
+        columns' texts (None: null), each value as Python's exact type (int, float,
+        Decimal). One HGETALL: a consistent view of that hash. Needs no ``open``."""
+        return self._reader.read(table)
+
+    def lookup(self, table: CounterTable, keys: list[tuple[Any, ...]]) -> list[Number | None]:
+        """One HMGET of the keys' fields (``committers.states.key_texts``)."""
+        return self._reader.lookup(table, keys)
+
+    def read_all(self) -> RedisSnapshot:
+        """Every counter table, the dead letters and the committed txid, in one
+        MULTI/EXEC: all as of one committed txid. Needs ``open`` or a ``namespace``."""
+        return self._reader.read_all()
+
+    def dead_letter_count(self) -> int:
+        """How many dead letters the list holds (one LLEN). Needs no ``open``."""
+        return self._reader.dead_letter_count()

@@ -1,16 +1,16 @@
 """Reading a Redis committer's hashes back, each value in its declared type: the
-helpers, and ``RedisReads``, the committer's reading side."""
+helpers, and ``RedisReader``, the committer's reading side."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from committers.keys import decode_key, encode_key
-from committers.redis._cluster import SlotOwner, is_cluster, slot_of
+from committers.redis._connection import RedisConnection
+from committers.redis._names import RedisKeys
 from committers.redis._send import waited
 from committers.states import key_texts
 from committers.tables import CounterTable, Number
@@ -21,7 +21,7 @@ from transactional.secrets import redact_url
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["RedisReads", "RedisSnapshot", "read_hashes", "read_snapshot"]
+__all__ = ["RedisReader", "RedisSnapshot", "read_hashes", "read_snapshot"]
 
 Values = dict[tuple[str | None, ...], Number]
 
@@ -80,29 +80,26 @@ def read_snapshot(
     )
 
 
-class RedisReads:
-    """What ``RedisCommitter`` reads back: the txid a namespace holds, a counter table,
-    some keys, everything as of one txid, the dead letters' count. Each needs no ``open``
-    (a client of the right server is made and closed), except ``read_all`` without a
+class RedisReader:
+    """What a ``RedisCommitter`` reads back (an object the committer owns, over its
+    connection and its key naming): the txid a namespace holds, a counter table, some
+    keys, everything as of one txid, the dead letters' count. Each needs no ``open`` (a
+    client of the right server is made and closed), except ``read_all`` without a
     ``namespace``."""
 
-    url: str
-    socket_timeout: float
-    key_prefix: str
-    namespace: str | None
-    dead_letters: str | None
-    dead_letters_key: str
-    _client: redis.Redis | None
-    _owner: SlotOwner | None
-    _tables: dict[str, CounterTable]
-    default_namespace: Callable[[str, str], str]
-    _connect: Callable[[], redis.Redis]
-    _server: Callable[[], redis.Redis]
-    _hash: Callable[[str], str]
-    _key: Callable[[str], str]
-    _lost: Callable[[BaseException], None]
-    _replicas: int
-    wait_timeout_s: float
+    def __init__(
+        self,
+        connection: RedisConnection,
+        keys: RedisKeys,
+        tables: Mapping[str, CounterTable],
+        dead_letters: bool,
+        wait_timeout_s: float,
+    ) -> None:
+        self._connection = connection
+        self._keys = keys
+        self._tables = tables  # counter table name -> its spec
+        self._dead_letters = dead_letters  # whether the committer keeps dead letters
+        self._wait_timeout_s = wait_timeout_s
 
     def committed_txid(self) -> int | None:
         """The txid the namespace holds. With replicas to wait for, only once they
@@ -110,81 +107,65 @@ class RedisReads:
         outcome is unknown, and must not take for done a txid a failover could lose."""
         import redis
 
-        key = self._key("txid")
+        key = self._keys.key("txid")
+        replicas, timeout = self._connection.replicas, self._wait_timeout_s
         try:
-            if not self._replicas:
-                value = self._server().get(key)
+            if not replicas:
+                value = self._connection.server().get(key)
             else:
-                value, acked = waited(
-                    self._server(), self._replicas, self.wait_timeout_s, "EVAL", _HELD_TXID, 1, key
-                )
-                if value is not None and acked < self._replicas:
+                server = self._connection.server()
+                value, acked = waited(server, replicas, timeout, "EVAL", _HELD_TXID, 1, key)
+                if value is not None and acked < replicas:
                     raise CommitError(
-                        f"Redis namespace {self.namespace!r} holds txid {value}, but {acked} "
-                        f"of the {self._replicas} replica(s) it waits for acknowledged it "
-                        f"within {self.wait_timeout_s}s: not yet a txid that survives the "
-                        "loss of the master"
+                        f"Redis namespace {self._keys.namespace!r} holds txid {value}, but "
+                        f"{acked} of the {replicas} replica(s) it waits for acknowledged it "
+                        f"within {timeout}s: not yet a txid that survives the loss of the "
+                        "master"
                     )
         except redis.RedisError as exc:
-            self._lost(exc)
+            self._connection.lost(exc)
             raise CommitError(
-                f"cannot read the committed txid from Redis at {redact_url(self.url)}: {exc}"
+                f"cannot read the committed txid from Redis at {self._where()}: {exc}"
             ) from exc
         return None if value is None else int(value)
 
     def sink_marker(self, topology_id: str, name: str) -> int | None:
+        """The txid the namespace of committer ``name`` of ``topology_id`` holds (this
+        committer's ``namespace`` when it has one)."""
         import redis
 
-        key = f"{self.namespace or self.default_namespace(topology_id, name)}:txid"
+        namespace = self._keys.namespace or self._keys.default_namespace(topology_id, name)
+        key = f"{namespace}:txid"
         try:
-            with self._reader(key) as client:
+            with self._connection.reader(key) as client:
                 value = client.get(key)
         except redis.RedisError as exc:
             raise CommitError(
-                f"cannot read the committed txid from Redis at {redact_url(self.url)}: {exc}"
+                f"cannot read the committed txid from Redis at {self._where()}: {exc}"
             ) from exc
         return None if value is None else int(value)  # type: ignore[arg-type]
 
-    @contextmanager
-    def _reader(self, key: str) -> Iterator[redis.Redis]:
-        """The open committer's server, else a client of the server holding ``key``
-        (on a Redis Cluster, its slot's master), closed after."""
-        if self._client is not None or self._owner is not None:
-            yield self._server()
-            return
-        client = self._connect()
-        owner = None
-        try:
-            if is_cluster(client):
-                owner = SlotOwner(self.url, slot_of(key), self.socket_timeout)
-                yield owner.client()
-            else:
-                yield client
-        finally:
-            client.close()
-            if owner is not None:
-                owner.close()
-
-    def read(self, table: str) -> dict[tuple[str | None, ...], Number]:
+    def read(self, table: str) -> Values:
         """The current values of counter table ``table`` (its name), keyed by the key
         columns' texts (None: null), each value as Python's exact type (int, float,
         Decimal). One HGETALL: a consistent view of that hash. Needs no ``open``."""
         if table not in self._tables:
             raise ConfigurationError(f"no counter table {table!r}; have {sorted(self._tables)}")
-        with self._reader(self._hash(table)) as client:
-            return read_hashes(client, [self._tables[table]], self.key_prefix)[table]
+        with self._connection.reader(self._keys.hash(table)) as client:
+            return read_hashes(client, [self._tables[table]], self._keys.prefix)[table]
 
     def lookup(self, table: CounterTable, keys: list[tuple[Any, ...]]) -> list[Number | None]:
         """One HMGET of the keys' fields (``committers.states.key_texts``)."""
         import redis
 
         fields = [encode_key(key_texts(key)) for key in keys]
+        name = self._keys.hash(table.name)
         try:
-            with self._reader(self._hash(table.name)) as client:
-                held: list[str | None] = client.hmget(self._hash(table.name), fields)  # type: ignore[assignment]
+            with self._connection.reader(name) as client:
+                held: list[str | None] = client.hmget(name, fields)  # type: ignore[assignment]
         except redis.RedisError as exc:
             raise CommitError(
-                f"cannot read Redis hash {table.name!r} at {redact_url(self.url)}: {exc}"
+                f"cannot read Redis hash {table.name!r} at {self._where()}: {exc}"
             ) from exc
         declared = table.declared
         return [None if v is None else parse_text(v, declared) for v in held]
@@ -192,17 +173,21 @@ class RedisReads:
     def read_all(self) -> RedisSnapshot:
         """Every counter table, the dead letters and the committed txid, in one
         MULTI/EXEC: all as of one committed txid. Needs ``open`` or a ``namespace``."""
-        if self.namespace is None:
+        if self._keys.namespace is None:
             raise ConfigurationError(
                 "RedisCommitter.read_all needs the namespace: open() the committer or pass "
                 "namespace= (default transactional:<topology id>:<committer name>)"
             )
-        dead = self.dead_letters_key if self.dead_letters is not None else None
+        dead = self._keys.dead_letters if self._dead_letters else None
         tables = list(self._tables.values())
-        with self._reader(self._key("txid")) as client:
-            return read_snapshot(client, tables, self._key("txid"), dead, self.key_prefix)
+        txid = self._keys.key("txid")
+        with self._connection.reader(txid) as client:
+            return read_snapshot(client, tables, txid, dead, self._keys.prefix)
 
     def dead_letter_count(self) -> int:
         """How many dead letters the list holds (one LLEN). Needs no ``open``."""
-        with self._reader(self.dead_letters_key) as client:
-            return int(client.llen(self.dead_letters_key))  # type: ignore[arg-type]
+        with self._connection.reader(self._keys.dead_letters) as client:
+            return int(client.llen(self._keys.dead_letters))  # type: ignore[arg-type]
+
+    def _where(self) -> str:
+        return redact_url(self._connection.url)
