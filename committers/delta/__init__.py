@@ -2,8 +2,9 @@
 table's own idempotent-write marker; ``DeltaSnapshot``, which reads what a table held at
 a version; and ``delta_spark_conf``, the Spark settings a session needs for Delta.
 
-The modules behind it are private: ``_committer`` (the committer), ``_tables`` (the
-tables and their settings), ``_arrow`` and ``_rs`` (small commits on the driver, through
+The modules behind it are private: ``_committer`` (the committer), ``_target`` (what its
+writers and reader share, and the writers' interface), ``_tables`` (the tables and their
+settings), ``_arrow`` and ``_rs`` (small commits on the driver, through
 delta-rs), ``_sql`` and ``_spark`` (large commits as a Spark MERGE), ``_parquet`` (the
 table's files), ``_read`` and ``_snapshot`` (the reading side) and ``_rewind``."""
 

@@ -40,6 +40,7 @@ from committers.delta._snapshot import read_snapshot, table_root
 from committers.delta._spark import DEAD_LETTERS_TABLE, ExecutorWriter, concat
 from committers.delta._sql import batch_overflow_error
 from committers.delta._tables import brief, delta_spark_conf, ensure_table, open_counter_table
+from committers.delta._target import DeltaTarget, Writer
 from committers.keys import exact_key_cast, supported, why_unsupported
 from committers.tables import CounterTable
 from transactional.committer import CommitterContext, Rollback
@@ -130,16 +131,14 @@ class DeltaCommitter(CounterCommitter):
             )
         self.path = table_root(path)
         self._key_types: dict[str, dict[str, str]] = {}
-        self._reader = DeltaReader(self.mode, self.location, self._app_id, self._tables)
-        self._driver = DriverWriter(self.mode, self.location, self._app_id, self._context, self.who)
-        self._executors = ExecutorWriter(
-            self.mode,
-            self.location,
-            self._app_id,
-            self._reader.recorded_version,
-            self._context,
-            self.who,
-        )
+        names = [t.name for t in self.counters.values()]
+        if dead_letters is not None:
+            names.append(DEAD_LETTERS_TABLE)
+        target = DeltaTarget(self.mode, self.path, tuple(names), self._context, self.who)
+        self._target = target
+        self._reader = DeltaReader(target)
+        self._driver = DriverWriter(target)
+        self._executors = ExecutorWriter(target)
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -151,18 +150,13 @@ class DeltaCommitter(CounterCommitter):
         return delta_spark_conf()
 
     def location(self, table: str) -> str:
-        return f"{self.path}/{table}"
+        return self._target.location(table)
 
     def _spark(self) -> Any:
         spark = self._context().spark
         if spark is None:
             raise ConfigurationError("DeltaCommitter needs the runner's SparkSession")
         return spark
-
-    def _app_id(self, table: str) -> str:
-        context = self._context()
-        suffix = ":opaque" if self.mode is CommitMode.OPAQUE else ""
-        return f"{context.topology_id}:{context.name}:{table}{suffix}"
 
     def open(self, context: CommitterContext) -> None:
         """Create missing tables and check existing ones, so that a wrong path or a table
@@ -177,7 +171,7 @@ class DeltaCommitter(CounterCommitter):
         if self.dead_letters is not None:
             columns = [("raw", "STRING", True), ("reason", "STRING", True), ("txid", "LONG", False)]
             ensure_table(spark, self.location(DEAD_LETTERS_TABLE), columns)
-        self._driver.open(self._tables())
+        self._driver.open()
         self._executors.open(spark, [t.name for t in self.counters.values()])
 
     def key_problem(self, table: CounterTable, column: str, sql: str) -> str | None:
@@ -197,12 +191,6 @@ class DeltaCommitter(CounterCommitter):
     def close(self) -> None:
         self._executors.close()
         self._driver.close()
-
-    def _tables(self) -> list[str]:
-        tables = [t.name for t in self.counters.values()]
-        if self.dead_letters is not None:
-            tables.append(DEAD_LETTERS_TABLE)
-        return tables
 
     # -- the two phases -------------------------------------------------------------
 
@@ -349,20 +337,19 @@ class DeltaCommitter(CounterCommitter):
         source: pa.Table | DataFrame | None,
         done: list[str],
     ) -> CommitOutcome:
-        from pyspark.sql import DataFrame
-
-        if isinstance(source, DataFrame):
-            return self._executors.merge(span, table, source, done)
-        return self._driver.merge(span, table, source, done)
+        return self._writer(source).merge(span, table, source, done)
 
     def _commit_dead_letters(
         self, span: tuple[int, int], rows: pa.Table | DataFrame | None
     ) -> CommitOutcome:
+        return self._writer(rows).dead_letters(span, rows)
+
+    def _writer(self, rows: pa.Table | DataFrame | None) -> Writer[Any]:
+        """The writer of ``rows``: delta-spark's for a Spark frame (rows too many for
+        the driver, or a table delta-rs does not write), else delta-rs'."""
         from pyspark.sql import DataFrame
 
-        if isinstance(rows, DataFrame):
-            return self._executors.dead_letters(span, rows)
-        return self._driver.dead_letters(span, rows)
+        return self._executors if isinstance(rows, DataFrame) else self._driver
 
     def _group_sums(
         self,

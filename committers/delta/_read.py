@@ -12,6 +12,7 @@ from committers.delta._parquet import lookup
 from committers.delta._rewind import rollback, table_rollback
 from committers.delta._snapshot import ATTEMPT_SLOTS, latest_marker
 from committers.delta._tables import brief
+from committers.delta._target import DeltaTarget
 from committers.tables import CounterTable
 from transactional.committer import Rollback
 from transactional.errors import CommitError, TransactionalError
@@ -25,17 +26,10 @@ class DeltaReader:
     open, except ``recorded_version`` and ``committed_txid`` (the marker's app id names
     the topology and the committer, known at open)."""
 
-    def __init__(
-        self,
-        mode: CommitMode,
-        location: Callable[[str], str],
-        app_id: Callable[[str], str],
-        tables: Callable[[], list[str]],
-    ) -> None:
-        self.mode = mode
-        self.location = location  # table name -> its path
-        self._app_id = app_id  # table name -> the app id of the committer's marker in it
-        self._tables = tables  # every table's name, dead letters included
+    def __init__(self, target: DeltaTarget) -> None:
+        self.mode = target.mode
+        self.location = target.location  # table name -> its path
+        self._target = target
 
     def lookup(self, table: CounterTable, keys: list[tuple[Any, ...]]) -> list[Any]:
         """The keys' rows of the table's latest version, read by delta-rs (no Spark)."""
@@ -53,7 +47,7 @@ class DeltaReader:
     def recorded_version(self, table: str) -> int | None:
         """The marker version this committer last wrote to ``table``, from a fresh
         version of the table (``committers.delta._snapshot.latest_marker``)."""
-        return latest_marker(self.location(table), self._app_id(table))
+        return latest_marker(self.location(table), self._target.app_id(table))
 
     def committed_txid(self) -> int | None:
         """The lowest txid over all tables (None if a table holds none): tables commit
@@ -63,11 +57,10 @@ class DeltaReader:
     def sink_marker(self, topology_id: str, name: str) -> int | None:
         from deltalake.exceptions import TableNotFoundError
 
-        suffix = ":opaque" if self.mode is CommitMode.OPAQUE else ""
-
         def recorded(table: str) -> int | None:
+            app_id = self._target.marker_id(topology_id, name, table)
             try:
-                return latest_marker(self.location(table), f"{topology_id}:{name}:{table}{suffix}")
+                return latest_marker(self.location(table), app_id)
             except TableNotFoundError:
                 return None  # never committed to
 
@@ -77,16 +70,15 @@ class DeltaReader:
         """Every table (dead letters included) restored to its version holding ``txid``
         (``committers.delta._rewind``); refused before anything is written when a table
         has no such version."""
-        suffix = ":opaque" if self.mode is CommitMode.OPAQUE else ""
         parts = []
-        for table in self._tables():
-            app_id = f"{topology_id}:{name}:{table}{suffix}"
+        for table in self._target.names:
+            app_id = self._target.marker_id(topology_id, name, table)
             parts.append(table_rollback(self.location(table), app_id, txid, self.mode))
         return rollback(parts, txid)
 
     def _held(self, recorded: Callable[[str], int | None]) -> int | None:
         held: list[int] = []
-        for table in self._tables():
+        for table in self._target.names:
             try:
                 version = recorded(table)
             except Exception as exc:

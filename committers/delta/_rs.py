@@ -16,15 +16,13 @@ from committers.delta._parquet import arrow_writable
 from committers.delta._snapshot import next_marker
 from committers.delta._spark import DEAD_LETTERS_TABLE
 from committers.delta._sql import merge_overflow_error
+from committers.delta._target import DeltaTarget
 from committers.tables import CounterTable
-from transactional.committer import CommitterContext
-from transactional.types import CommitMode, CommitOutcome
+from transactional.types import CommitOutcome
 
 log = logging.getLogger("committers.delta")
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import pyarrow as pa
 
 
@@ -35,28 +33,19 @@ class DriverWriter:
     (30 ms at 40 commits, growing until a checkpoint), catching up reads only the new
     entries (5 ms)."""
 
-    def __init__(
-        self,
-        mode: CommitMode,
-        location: Callable[[str], str],
-        app_id: Callable[[str], str],
-        context: Callable[[], CommitterContext],
-        who: Callable[[], str],
-    ) -> None:
-        self.mode = mode
-        self._location = location
-        self._app_id = app_id
-        self._context = context
-        self._who = who
+    def __init__(self, target: DeltaTarget) -> None:
+        self.mode = target.mode
+        self._target = target
+        self._location = target.location
         self._loaded: dict[str, Any] = {}  # table -> its delta-rs DeltaTable, kept open
         self._writable: dict[str, bool] = {}  # table -> delta-rs may write it
 
-    def open(self, tables: list[str]) -> None:
+    def open(self) -> None:
         """Load every table; one with features delta-rs does not write is left to
         delta-spark (``writes``)."""
         from deltalake import DeltaTable
 
-        for name in tables:
+        for name in self._target.names:
             dt = self._loaded[name] = DeltaTable(self._location(name))
             writable = arrow_writable(dt)
             if not writable:
@@ -90,7 +79,9 @@ class DriverWriter:
         except Unstorable as exc:
             rows = [{**key, "stored": stored, "inc": inc} for key, stored, inc in exc.rows]
             location = self._location(table.name)
-            raise merge_overflow_error(self._who(), txid, location, table, rows, done) from None
+            raise merge_overflow_error(
+                self._target.who(), txid, location, table, rows, done
+            ) from None
         log.debug(
             "merged table=%s txid=%d rows=%d seconds=%.3f path=delta-rs",
             table.name,
@@ -120,9 +111,9 @@ class DriverWriter:
             dt = self._loaded[table] = DeltaTable(self._location(table))
         else:
             dt.update_incremental()
-        app_id = self._app_id(table)
+        app_id = self._target.app_id(table)
         location = f"Delta table {self._location(table)}"
         recorded = dt.transaction_version(app_id)
-        checked = self._context().checked
+        checked = self._target.context().checked
         version, outcome = next_marker(recorded, span, self.mode, location, checked)
         return dt, None if version is None else (app_id, version), outcome

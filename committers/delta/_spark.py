@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from committers._sums import batch_sums
-from committers.delta._snapshot import next_marker
+from committers.delta._snapshot import latest_marker, next_marker
 from committers.delta._sql import (
     OVERFLOW_MARK,
     batch_overflow_error,
@@ -25,15 +25,13 @@ from committers.delta._sql import (
     merge_overflows,
     new_value,
 )
+from committers.delta._target import DeltaTarget
 from committers.tables import CounterTable
-from transactional.committer import CommitterContext
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 log = logging.getLogger("committers.delta")
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
@@ -66,21 +64,10 @@ class ExecutorWriter:
     """The delta-spark writes of a Delta committer, and the sums they merge: each table
     is written through a Spark session of its own (``SCOPED_CONF``), made at open."""
 
-    def __init__(
-        self,
-        mode: CommitMode,
-        location: Callable[[str], str],
-        app_id: Callable[[str], str],
-        recorded_version: Callable[[str], int | None],
-        context: Callable[[], CommitterContext],
-        who: Callable[[], str],
-    ) -> None:
-        self.mode = mode
-        self._location = location
-        self._app_id = app_id
-        self._recorded_version = recorded_version
-        self._context = context
-        self._who = who
+    def __init__(self, target: DeltaTarget) -> None:
+        self.mode = target.mode
+        self._target = target
+        self._location = target.location
         self._sessions: dict[str, Any] = {}  # table -> its own session (see SCOPED_CONF)
 
     def open(self, spark: Any, tables: list[str]) -> None:
@@ -110,7 +97,7 @@ class ExecutorWriter:
             if OVERFLOW_MARK not in str(exc):
                 raise
             rows = diagnosed(sums.where(bad).limit(5).collect)
-            who = self._who()
+            who = self._target.who()
             raise batch_overflow_error(who, attempt.txid, input_name, table, rows) from exc
 
     def group_sums(self, table: CounterTable, parts: list[pa.Table | DataFrame]) -> DataFrame:
@@ -189,7 +176,7 @@ class ExecutorWriter:
             spark.conf.unset(TXN_APP_ID_CONF)
             spark.conf.unset(TXN_VERSION_CONF)
         else:
-            spark.conf.set(TXN_APP_ID_CONF, self._app_id(table.name))
+            spark.conf.set(TXN_APP_ID_CONF, self._target.app_id(table.name))
             spark.conf.set(TXN_VERSION_CONF, str(version))
         began = time.perf_counter()
         try:
@@ -199,9 +186,11 @@ class ExecutorWriter:
                 raise
             opaque = first if self.mode is CommitMode.OPAQUE else None
             location = self._location(table.name)
-            runner = self._context().spark
+            runner = self._target.context().spark
             rows = diagnosed(lambda: merge_overflows(runner, location, source, table, opaque))
-            raise merge_overflow_error(self._who(), txid, location, table, rows, done) from exc
+            raise merge_overflow_error(
+                self._target.who(), txid, location, table, rows, done
+            ) from exc
         log.debug(
             "merged table=%s txid=%d seconds=%.2f path=delta-spark",
             table.name,
@@ -219,7 +208,7 @@ class ExecutorWriter:
             return outcome
         writer = rows.write.format("delta")
         if version != UNMARKED:
-            writer = writer.option("txnAppId", self._app_id(DEAD_LETTERS_TABLE))
+            writer = writer.option("txnAppId", self._target.app_id(DEAD_LETTERS_TABLE))
             writer = writer.option("txnVersion", version)
         if self.mode is CommitMode.OPAQUE:
             # Replace this txid's rows in the same commit, so a replay whose bad records
@@ -232,9 +221,10 @@ class ExecutorWriter:
 
     def _next_version(self, table: str, span: tuple[int, int]) -> tuple[int | None, CommitOutcome]:
         """The marker version to write for ``span`` (None: already holds it, skip)."""
-        recorded = self._recorded_version(table)
+        recorded = latest_marker(self._location(table), self._target.app_id(table))
         where = f"Delta table {self._location(table)}"
-        version, outcome = next_marker(recorded, span, self.mode, where, self._context().checked)
+        checked = self._target.context().checked
+        version, outcome = next_marker(recorded, span, self.mode, where, checked)
         if version is not None and recorded is not None and version <= recorded:
             # Unchecked, and the table holds a later txid: written without a marker, as
             # delta-spark would skip a write whose txn version it has seen.

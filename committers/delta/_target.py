@@ -1,0 +1,68 @@
+"""What a Delta committer's parts share: ``DeltaTarget`` (its mode, where its tables
+are, and the app id of its txid marker in each), which its two writers and its reader
+are given, and ``Writer``, the interface of the two writers it picks between."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from transactional.committer import CommitterContext
+from transactional.types import CommitMode, CommitOutcome
+
+if TYPE_CHECKING:
+    from committers.tables import CounterTable
+
+__all__ = ["DeltaTarget", "Writer"]
+
+#: What a writer writes: an Arrow table on the driver, or a Spark frame.
+Rows = TypeVar("Rows", contravariant=True)
+
+
+@dataclass(frozen=True)
+class DeltaTarget:
+    """A Delta committer's tables, as its writers and its reader see them. ``context``
+    and ``who`` are the committer's own (its context once open, else a
+    ``ConfigurationError``; its name for messages), read when called."""
+
+    mode: CommitMode
+    #: The directory of the tables.
+    root: str
+    #: Every table's name, the dead letters' included.
+    names: tuple[str, ...]
+    context: Callable[[], CommitterContext]
+    who: Callable[[], str]
+
+    def location(self, table: str) -> str:
+        return f"{self.root}/{table}"
+
+    def marker_id(self, topology_id: str, name: str, table: str) -> str:
+        """The app id of the txid marker committer ``name`` of ``topology_id`` writes to
+        ``table`` (suffixed ``:opaque`` in opaque mode, whose versions count attempts)."""
+        suffix = ":opaque" if self.mode is CommitMode.OPAQUE else ""
+        return f"{topology_id}:{name}:{table}{suffix}"
+
+    def app_id(self, table: str) -> str:
+        """The app id of this committer's marker in ``table`` (known once open)."""
+        context = self.context()
+        return self.marker_id(context.topology_id, context.name, table)
+
+
+class Writer(Protocol[Rows]):
+    """One of a Delta committer's two write paths (``DriverWriter``: Arrow tables by
+    delta-rs; ``ExecutorWriter``: Spark frames by delta-spark). Each write carries the
+    txid marker of ``span`` (the commit's first and last txid) in the same Delta commit,
+    and is skipped (``CommitOutcome.SKIPPED``) when the table holds the span already."""
+
+    def merge(
+        self, span: tuple[int, int], table: CounterTable, source: Rows, done: list[str]
+    ) -> CommitOutcome:
+        """``source``, the span's per-key sums, merged into ``table``'s Delta table
+        (``done``: the tables of this commit written before, for the error of a sum that
+        cannot be stored)."""
+        ...
+
+    def dead_letters(self, span: tuple[int, int], rows: Rows) -> CommitOutcome:
+        """The span's dead letters appended (opaque: its earlier rows replaced)."""
+        ...
