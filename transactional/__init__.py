@@ -5,18 +5,29 @@ from transactional.bolt import Bolt
 from transactional.committer import Committer, CommitterContext
 from transactional.config import RunnerConfig
 from transactional.errors import (
+    AttemptTimeoutError,
     BatchConfigurationError,
     CommitError,
     ConfigurationError,
     ContractError,
     CoordinatorError,
     EmitError,
+    FencedError,
+    InjectedFault,
+    LedgerError,
     LostLeadershipError,
+    NondeterministicSpoutError,
     PoisonBatchError,
+    SourceDataLostError,
+    SourceSchemaError,
+    StoreUnavailableError,
     TopologyValidationError,
     TransactionalError,
+    UnknownTopologyError,
 )
+from transactional.flow import AdaptiveBatchSize, BatchSizeConfig
 from transactional.runner import TransactionalRunner
+from transactional.session import create_spark_session
 from transactional.spout import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
@@ -33,8 +44,11 @@ from transactional.types import (
 )
 
 __all__ = [
+    "AdaptiveBatchSize",
+    "AttemptTimeoutError",
     "BatchConfigurationError",
     "BatchMetadata",
+    "BatchSizeConfig",
     "Bolt",
     "CommitError",
     "CommitMode",
@@ -45,13 +59,20 @@ __all__ = [
     "ContractError",
     "CoordinatorError",
     "EmitError",
+    "FencedError",
     "Guarantee",
+    "InjectedFault",
+    "LedgerError",
     "LostLeadershipError",
+    "NondeterministicSpoutError",
     "OpaquePartitionedTransactionalSpout",
     "PartitionedTransactionalSpout",
     "PoisonBatchError",
     "RunnerConfig",
+    "SourceDataLostError",
+    "SourceSchemaError",
     "SpoutKind",
+    "StoreUnavailableError",
     "Topology",
     "TopologyBuilder",
     "TopologyValidationError",
@@ -59,4 +80,6 @@ __all__ = [
     "TransactionalError",
     "TransactionalRunner",
     "TransactionalSpout",
+    "UnknownTopologyError",
+    "create_spark_session",
 ]

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+__all__ = ["create_spark_session", "executor_python", "is_local", "merged", "session_settings"]
+
 #: The fair scheduler's pools: ``transactional.engine.FIRST_POOL`` for the oldest
 #: attempt being processed and every commit, Spark's default pool for the rest.
 SCHEDULER_POOLS = Path(__file__).with_name("scheduler.xml")

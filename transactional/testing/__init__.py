@@ -5,7 +5,9 @@
 - ``TopologyHarness`` runs a user's topology in-process on a real store and sink under
   such a plan, and again from the same store, so a test can crash, rerun and assert;
 - the in-memory doubles (``InMemoryEngine``, ``InMemoryStateStore``, list spouts,
-  ``MemoryCommitter``) test the runner's state machine itself in milliseconds.
+  ``MemoryCommitter``) test the runner's state machine itself in milliseconds;
+- ``CommitterContract`` is what every committer must do, as a pytest suite to run on
+  your own (``SinkUnderTest`` says how to reach your sink).
 
 The pytest plugin ``transactional.testing.plugin`` (registered as an entry point) gives
 the fixtures ``transactional_spark``, ``transactional_harness`` and
@@ -13,6 +15,7 @@ the fixtures ``transactional_spark``, ``transactional_harness`` and
 """
 
 from transactional.faults import FaultPoint
+from transactional.testing.committer_contract import CommitterContract, SinkUnderTest
 from transactional.testing.harness import HarnessRun, TopologyHarness, UnmetFaultWarning
 from transactional.testing.memory import (
     InMemoryEngine,
@@ -37,6 +40,7 @@ from transactional.testing.sinks import (
 )
 
 __all__ = [
+    "CommitterContract",
     "CountingBolt",
     "FaultPlan",
     "FaultPlanError",
@@ -51,6 +55,7 @@ __all__ = [
     "MemoryCommitter",
     "Range",
     "SimulatedCrash",
+    "SinkUnderTest",
     "TopologyHarness",
     "UnmetFaultWarning",
     "counting_topology",

@@ -38,13 +38,16 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
-
-import pytest
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from transactional.committer import Committer, CommitterContext
 from transactional.errors import FencedError, LostLeadershipError, TransactionalError
 from transactional.types import CommitMode, CommitOutcome, Guarantee, TransactionAttempt
+
+# pytest is imported by the tests that use it, so that ``transactional.testing``, which
+# exports this suite, imports without pytest.
+if TYPE_CHECKING:
+    import pytest
 
 __all__ = ["CommitterContract", "SinkUnderTest"]
 
@@ -214,6 +217,8 @@ class CommitterContract:
     def test_an_opaque_commit_older_than_the_sink_is_refused(
         self, sink: SinkUnderTest, opaque: CommitMode
     ) -> None:
+        import pytest
+
         with self.opened(sink, opaque) as committer:
             self.commit(sink, committer, 1, {"a": 1})
             self.commit(sink, committer, 2, {"a": 1})
@@ -222,6 +227,8 @@ class CommitterContract:
         assert sink.read() == {"a": 2}
 
     def test_a_deposed_leader_writes_nothing(self, sink: SinkUnderTest, mode: CommitMode) -> None:
+        import pytest
+
         with self.opened(sink, mode, token=2) as leader:
             self.commit(sink, leader, 1, {"a": 1})
         if sink.fences_by_token:  # a runner deposed without knowing it: a lower token
@@ -266,6 +273,8 @@ class CommitterContract:
     def test_a_transactional_group_replay_is_skipped_and_a_split_one_refused(
         self, sink: SinkUnderTest, grouped_transactional: CommitMode
     ) -> None:
+        import pytest
+
         mode = grouped_transactional
         with self.opened(sink, mode) as committer:
             assert self.commit_group(sink, committer, 1, [{"a": 1}, {"b": 2}]) is (
