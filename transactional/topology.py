@@ -48,7 +48,11 @@ class Topology:
     """A validated topology. ``bolts`` are in an order where every bolt comes after the
     component it reads; ``committers`` commit in the order they were added."""
 
-    spout: TransactionalSpout | PartitionedTransactionalSpout | OpaquePartitionedTransactionalSpout
+    spout: (
+        TransactionalSpout[Any]
+        | PartitionedTransactionalSpout[Any]
+        | OpaquePartitionedTransactionalSpout[Any]
+    )
     bolts: tuple[BoltNode, ...]
     committers: tuple[CommitterNode, ...]
 
@@ -171,7 +175,7 @@ class TopologyBuilder:
                     f"set_committer({cnode.name!r}, ..., inputs={{name: stream}}) with "
                     "exactly those names"
                 )
-        return Topology(spout, self._ordered_bolts(), tuple(self._committers.values()))  # type: ignore[arg-type]
+        return Topology(spout, self._ordered_bolts(), tuple(self._committers.values()))
 
     def _ordered_bolts(self) -> tuple[BoltNode, ...]:
         ordered: list[BoltNode] = []

@@ -76,7 +76,8 @@ def lookup(location: str, table: CounterTable, keys: Sequence[tuple[Any, ...]]) 
     target = target_rows(dt, schema, table, wanted, None)
     # A left join keeps every row of ``wanted`` (a key asked twice is two), not their order.
     joined = with_stored(wanted, target, table.keys).sort_by(_ORDINAL)
-    return joined.column(f"t_{table.column}").to_pylist()
+    values: list[Any] = joined.column(f"t_{table.column}").to_pylist()
+    return values
 
 
 def readable(location: str) -> DeltaTable:

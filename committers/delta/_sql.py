@@ -97,7 +97,7 @@ def merge_overflows(
     target = spark.read.format("delta").load(location)
     joined = target.alias("t").join(source.alias("s"), F.expr(keys_match(table.keys)))
     value = added(base, declared)
-    return (
+    rows: list[Any] = (
         joined.where(F.expr(not_storable(value, declared)))
         .select(
             *[F.col(f"s.`{k}`").alias(k) for k in table.keys], F.expr(base).alias("stored"), "s.inc"
@@ -105,6 +105,7 @@ def merge_overflows(
         .limit(5)
         .collect()
     )
+    return rows
 
 
 def batch_overflow_error(

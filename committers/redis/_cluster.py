@@ -51,7 +51,7 @@ def connect(url: str, socket_timeout: float, host: str | None = None, port: int 
 
 def is_cluster(client: redis.Redis) -> bool:
     """Whether the server is a node of a Redis Cluster."""
-    info: dict[str, Any] = client.info("cluster")  # type: ignore[assignment]
+    info: dict[str, Any] = client.info("cluster")
     return bool(info.get("cluster_enabled"))
 
 

@@ -176,7 +176,7 @@ class RedisCommitter(CounterCommitter):
             stored_mode: str | None = client.get(names.key("mode"))  # type: ignore[assignment]
             held_types: dict[str, str] = client.hgetall(names.key("value_types"))  # type: ignore[assignment]
             committed = client.exists(names.key("txid"))
-            replicas = int(client.info("replication").get("connected_slaves", 0))  # type: ignore[union-attr]
+            replicas = int(client.info("replication").get("connected_slaves", 0))
         except (redis.RedisError, ValueError) as exc:
             self.close()
             raise ConfigurationError(
@@ -264,10 +264,11 @@ class RedisCommitter(CounterCommitter):
             for table in self._tables.values()
         )
 
-    def groupable(self, prepared: Any) -> bool:
+    def groupable(self, prepared: RedisBatch) -> bool:
         """A batch of at most ``GROUP_FIELDS`` fields: a group's sums are added on the
         driver, exactly, which pays only for small batches."""
-        return sum(table.num_rows for table in prepared.counters.values()) <= GROUP_FIELDS
+        fields: int = sum(table.num_rows for table in prepared.counters.values())
+        return fields <= GROUP_FIELDS
 
     def commit(self, attempt: TransactionAttempt, prepared: RedisBatch) -> CommitOutcome:
         """One script call: check the txid, check every new value, undo (opaque replay),

@@ -143,7 +143,7 @@ class RedisReader:
             raise CommitError(
                 f"cannot read the committed txid from Redis at {self._where()}: {exc}"
             ) from exc
-        return None if value is None else int(value)  # type: ignore[arg-type]
+        return None if value is None else int(value)
 
     def read(self, table: str) -> Values:
         """The current values of counter table ``table`` (its name), keyed by the key
@@ -187,7 +187,7 @@ class RedisReader:
     def dead_letter_count(self) -> int:
         """How many dead letters the list holds (one LLEN). Needs no ``open``."""
         with self._connection.reader(self._keys.dead_letters) as client:
-            return int(client.llen(self._keys.dead_letters))  # type: ignore[arg-type]
+            return int(client.llen(self._keys.dead_letters))
 
     def _where(self) -> str:
         return redact_url(self._connection.url)
