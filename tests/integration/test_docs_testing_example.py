@@ -14,7 +14,7 @@ from tests.integration.test_docs_topology import topology_example
 from transactional.faults import FaultPoint
 
 
-def testing_example() -> str:
+def the_testing_example() -> str:
     return example("docs/how-to/testing.md", "TopologyHarness").code
 
 
@@ -22,7 +22,7 @@ def testing_example() -> str:
 def test_the_testing_example_crashes_resumes_and_counts_every_word_once(
     spark: object,
 ) -> None:
-    code = topology_example().code + "\n" + testing_example()
+    code = topology_example().code + "\n" + the_testing_example()
     namespace: dict[str, Any] = {"__name__": "docs_testing_example"}
     exec(compile(code, "docs/how-to/testing.md", "exec"), namespace)
 
