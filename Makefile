@@ -65,14 +65,14 @@ test: deps venv lint typecheck
 
 # The longest suites (the SIGKILL crash matrices of the three guarantees, user topologies
 # crashed and rerun through `transactional run`, snapshots against a running writer:
-# ~40 min on 2 cores alone); CI runs it after `make test`, beside `make cluster-test`. Each suite prints its 15 slowest
+# ~40 min on 2 cores alone); CI runs it beside `make test`, then `make cluster-test`. Each suite prints its 15 slowest
 # tests, so a CI log says where its time went.
 test-slow: deps venv
 	$(BIN)/pytest -q -ra --durations=15 -m "slow and not cluster"
 
 # A Spark standalone master and workers, a three-server ZooKeeper ensemble and a Redis
 # Cluster (three masters, a replica each), on loopback, started by the tests from the
-# installed packages; CI runs it beside `make test-slow`.
+# installed packages; CI runs it after `make test`, beside `make test-slow`.
 cluster-test: deps venv
 	$(BIN)/pytest -q -ra --durations=15 -m cluster
 
