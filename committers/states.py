@@ -56,37 +56,34 @@ def Count(
     return _valued("count", name, keys, value, "long", key_types)
 
 
-def Sum(
-    name: str,
-    keys: Keys,
-    value: str,
-    value_type: str = "long",
-    key_types: Mapping[str, str] | None = None,
-) -> CounterTable:
-    """The sum of ``value`` per key, in ``value_type`` (a counter of increments)."""
-    return _valued("sum", name, keys, value, value_type, key_types)
+class _ValueAggregate:
+    """The constructor of one aggregate of a value column per key (``Sum``, ``Min``,
+    ``Max``): ``value`` the column, ``value_type`` its SQL type (``long``, ``double``,
+    ``decimal(p,s)``...), ``key_types`` the key columns' types where not strings."""
+
+    def __init__(self, aggregate: str) -> None:
+        self.aggregate = aggregate
+
+    def __call__(
+        self,
+        name: str,
+        keys: Keys,
+        value: str,
+        value_type: str = "long",
+        key_types: Mapping[str, str] | None = None,
+    ) -> CounterTable:
+        return _valued(self.aggregate, name, keys, value, value_type, key_types)
+
+    def __repr__(self) -> str:
+        return self.aggregate.title()
 
 
-def Min(
-    name: str,
-    keys: Keys,
-    value: str,
-    value_type: str = "long",
-    key_types: Mapping[str, str] | None = None,
-) -> CounterTable:
-    """The smallest ``value`` ever seen per key."""
-    return _valued("min", name, keys, value, value_type, key_types)
-
-
-def Max(
-    name: str,
-    keys: Keys,
-    value: str,
-    value_type: str = "long",
-    key_types: Mapping[str, str] | None = None,
-) -> CounterTable:
-    """The greatest ``value`` ever seen per key."""
-    return _valued("max", name, keys, value, value_type, key_types)
+Sum = _ValueAggregate("sum")
+"""The sum of ``value`` per key, in ``value_type`` (a counter of increments)."""
+Min = _ValueAggregate("min")
+"""The smallest ``value`` ever seen per key."""
+Max = _ValueAggregate("max")
+"""The greatest ``value`` ever seen per key."""
 
 
 def Last(

@@ -1,16 +1,23 @@
 """The SQLite file of ``SQLiteStateStore``: its schema, its writing and read-only
-connections, and the ``BEGIN IMMEDIATE`` transaction every write runs in."""
+connections, and the transactions every write and every read runs in."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from transactional.errors import ConfigurationError, CoordinatorError, StoreUnavailableError
 
-__all__ = ["BUSY_TIMEOUT_MS", "immediate", "open_reader", "open_writer", "rollback"]
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "immediate",
+    "open_reader",
+    "open_writer",
+    "rollback",
+    "transaction",
+]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS topology_identity (
@@ -108,20 +115,32 @@ def open_reader(path: Path) -> sqlite3.Connection:
     return conn
 
 
-@contextmanager
-def immediate(conn: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
+def immediate(conn: sqlite3.Connection, path: Path) -> AbstractContextManager[sqlite3.Connection]:
     """One ``BEGIN IMMEDIATE`` transaction: it takes SQLite's write lock up front, so
     what it reads cannot change before it commits."""
+    return transaction(conn, path, write=True)
+
+
+@contextmanager
+def transaction(
+    conn: sqlite3.Connection, path: Path, *, write: bool
+) -> Iterator[sqlite3.Connection]:
+    """One transaction on ``conn``, committed when the block ends, rolled back if it
+    raises: a write (``BEGIN IMMEDIATE``, whose lock not got in time is a
+    ``StoreUnavailableError``) or one snapshot for every read in the block (``BEGIN``).
+    SQLite's errors become ``CoordinatorError`` naming the file."""
+    doing = "write" if write else "read"
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     except sqlite3.Error as exc:
-        raise StoreUnavailableError(f"cannot write the state store {path}: {exc}") from exc
+        failed = StoreUnavailableError if write else CoordinatorError
+        raise failed(f"cannot {doing} the state store {path}: {exc}") from exc
     try:
         yield conn
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
         rollback(conn)
-        raise CoordinatorError(f"cannot write the state store {path}: {exc}") from exc
+        raise CoordinatorError(f"cannot {doing} the state store {path}: {exc}") from exc
     except BaseException:
         rollback(conn)
         raise

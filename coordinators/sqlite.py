@@ -19,7 +19,13 @@ from urllib.parse import quote
 
 from coordinators._fenced import FencedStore, checked_history, decode
 from coordinators._lockfile import LockFile
-from coordinators._sqlite import BUSY_TIMEOUT_MS, immediate, open_reader, open_writer, rollback
+from coordinators._sqlite import (
+    BUSY_TIMEOUT_MS,
+    immediate,
+    open_reader,
+    open_writer,
+    transaction,
+)
 from transactional.errors import (
     ConfigurationError,
     CoordinatorError,
@@ -204,29 +210,36 @@ class SQLiteStateStore(FencedStore):
             raise self._taken_over(fence, ours)
         return int(txid)
 
-    def _begin_read(self, conn: sqlite3.Connection) -> int:
-        """Begin one snapshot for every read that follows; ``currtx`` in it."""
-        conn.execute("BEGIN")
+    def _currtx(self, conn: sqlite3.Connection) -> int:
         row = conn.execute("SELECT txid FROM currtx WHERE topology_id = ?", (self._tid,)).fetchone()
         return 1 if row is None else int(row[0])
 
+    def _txid_rows(
+        self, conn: sqlite3.Connection, txids: str, txid: int
+    ) -> tuple[dict[int, JsonValue], dict[int, dict[int, JsonValue]]]:
+        """The stored metadata and partition rows of the txids ``>= txid`` or ``< txid``
+        (``txids``), decoded: txid -> metadata, txid -> partition -> metadata."""
+        if txids not in (">=", "<"):
+            raise ValueError(f"txids: '>=' or '<', not {txids!r}")
+        metas = conn.execute(
+            f"SELECT txid, meta FROM coordinator_meta WHERE topology_id = ? AND txid {txids} ? "
+            "ORDER BY txid",
+            (self._tid, txid),
+        ).fetchall()
+        parts = conn.execute(
+            "SELECT txid, partition, meta FROM partition_meta WHERE topology_id = ? "
+            f"AND txid {txids} ? ORDER BY txid, partition",
+            (self._tid, txid),
+        ).fetchall()
+        return {t: decode(meta) for t, meta in metas}, _by_txid(parts)
+
     def read_state(self) -> StoredState:
-        conn = self._connection()
-        try:
-            currtx = self._begin_read(conn)
-            metas = conn.execute(
-                "SELECT txid, meta FROM coordinator_meta WHERE topology_id = ? AND txid >= ? "
-                "ORDER BY txid",
-                (self._tid, currtx - 1),
-            ).fetchall()
+        with transaction(self._connection(), self.path, write=False) as conn:
+            currtx = self._currtx(conn)
+            metas, partitions = self._txid_rows(conn, ">=", currtx - 1)
             kept = conn.execute(
                 "SELECT txid FROM coordinator_meta WHERE topology_id = ? AND txid < ? "
                 "ORDER BY txid",
-                (self._tid, currtx - 1),
-            ).fetchall()
-            parts = conn.execute(
-                "SELECT txid, partition, meta FROM partition_meta WHERE topology_id = ? "
-                "AND txid >= ? ORDER BY txid, partition",
                 (self._tid, currtx - 1),
             ).fetchall()
             digests = (
@@ -238,14 +251,9 @@ class SQLiteStateStore(FencedStore):
             )
             group = self._group(conn)
             rewinding = self._rewinding(conn)
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            rollback(conn)
-            raise CoordinatorError(f"cannot read the state store {self.path}: {exc}") from exc
-        partitions = _by_txid(parts)
         return StoredState(
             currtx=currtx,
-            metas={txid: decode(meta) for txid, meta in metas},
+            metas=metas,
             partitions=partitions,
             digests={txid: decode(digest) for txid, digest in digests},
             group=group,
@@ -255,27 +263,9 @@ class SQLiteStateStore(FencedStore):
 
     def read_history(self) -> StoredHistory:
         """The kept txids' rows below ``currtx - 1``, read in one snapshot."""
-        conn = self._connection()
-        try:
-            below = self._begin_read(conn) - 1
-            metas = conn.execute(
-                "SELECT txid, meta FROM coordinator_meta WHERE topology_id = ? AND txid < ? "
-                "ORDER BY txid",
-                (self._tid, below),
-            ).fetchall()
-            parts = conn.execute(
-                "SELECT txid, partition, meta FROM partition_meta WHERE topology_id = ? "
-                "AND txid < ? ORDER BY txid, partition",
-                (self._tid, below),
-            ).fetchall()
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            rollback(conn)
-            raise CoordinatorError(f"cannot read the state store {self.path}: {exc}") from exc
-        partitions = _by_txid(parts)
-        return StoredHistory(
-            metas={txid: decode(meta) for txid, meta in metas}, partitions=partitions
-        )
+        with transaction(self._connection(), self.path, write=False) as conn:
+            metas, partitions = self._txid_rows(conn, "<", self._currtx(conn) - 1)
+        return StoredHistory(metas=metas, partitions=partitions)
 
     @staticmethod
     def _has(conn: sqlite3.Connection, table: str) -> bool:

@@ -137,14 +137,10 @@ def kafka() -> Iterator[KafkaServer]:
 
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
-    from committers.delta import delta_spark_conf
-    from transactional.session import create_spark_session, merged
-    from transactional.sources.kafka import kafka_spark_conf
+    from tests.jvm import driver_conf
+    from transactional.session import create_spark_session
 
-    loopback = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-    session = create_spark_session(
-        "local[2]", "tests", merged(delta_spark_conf(), kafka_spark_conf(), loopback)
-    )
+    session = create_spark_session("local[2]", "tests", driver_conf())
     yield session
     session.stop()
 

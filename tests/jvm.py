@@ -5,9 +5,10 @@ kill. Two options take about a third off a start (a session and its first jobs, 
 10 s on 2 cores) and change nothing a test observes:
 
 - ``-XX:TieredStopAtLevel=1``: the quick JIT compiler only, for the demo's processes;
-- for them and the suite's own session, a class-data-sharing archive of the classes a driver loads (``-XX:SharedArchiveFile``,
-  JDK 13+ dynamic archives): mapped from disk instead of parsed and verified at every
-  start. It is made once per machine (``python -m tests.jvm``, about half a minute) by a
+- for them and the suite's own session, a class-data-sharing archive of the classes a
+  driver loads (``-XX:SharedArchiveFile``, JDK 13+ dynamic archives): mapped from disk
+  instead of parsed and verified at every start. It is made once per machine
+  (``python -m tests.jvm``, about a minute) by a
   driver that runs what the tests run (Delta, Kafka's jars, Arrow, a Python UDF) with
   ``-XX:ArchiveClassesAtExit``, and kept under a name that changes with the JVM, PySpark
   and the jars, so an archive never meets a class path it was not made for. Were it to,
@@ -55,7 +56,7 @@ def made() -> bool:
     return path is not None and path.exists()
 
 
-def _driver_conf() -> dict[str, str]:
+def driver_conf() -> dict[str, str]:
     """The settings of the tests' drivers that decide their class path: Delta's and
     Kafka's jars (resolved into the project's cache), on loopback."""
     from committers.delta import delta_spark_conf
@@ -81,7 +82,7 @@ def _archive_path() -> Path | None:
         str(os.stat(os.path.realpath(java)).st_mtime_ns),
         pyspark.__version__,
         *sorted(p.name for p in jars.glob("*.jar")),
-        _driver_conf()["spark.jars"],
+        driver_conf()["spark.jars"],
     ):
         key.update(part.encode() + b"\0")
     return CACHE / f"spark-{key.hexdigest()[:16]}.jsa"
@@ -136,7 +137,7 @@ def _workload() -> None:
 
     from transactional.session import create_spark_session
 
-    spark = create_spark_session("local[2]", "tests-jvm-archive", _driver_conf())
+    spark = create_spark_session("local[2]", "tests-jvm-archive", driver_conf())
     with tempfile.TemporaryDirectory() as tmp:
         table = f"{tmp}/t"
         rows = spark.range(2000).select(

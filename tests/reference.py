@@ -140,3 +140,33 @@ def _parse(raw: bytes) -> tuple[int, str] | None:
     if type(tweet_id) is not int or not -(2**63) <= tweet_id < 2**63:
         return None
     return (tweet_id, text) if isinstance(text, str) else None
+
+
+#: The orders of the README's and the Files page's examples: CSV lines by file name.
+ORDERS = {
+    "2026-11-01.csv": ["shop,amount", "north,12", "south,5", "north,-2", "south,12.5"],
+    "2026-11-02.csv": ["shop,amount", "west,7", "north,1,2", "north,30"],
+}
+
+
+def write_orders(directory: Path) -> Path:
+    """``ORDERS`` written as files into ``directory`` (made), which is returned."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, lines in ORDERS.items():
+        (directory / name).write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def expected_orders() -> tuple[Counter[str], list[str]]:
+    """The totals by shop and the bad lines of ``ORDERS``, read from their text: a line
+    is an order when it has two fields and the second is an integer."""
+    totals: Counter[str] = Counter()
+    bad = []
+    for lines in ORDERS.values():
+        for line in lines[1:]:
+            fields = line.split(",")
+            if len(fields) == 2 and fields[1].lstrip("-").isdigit():
+                totals[fields[0]] += int(fields[1])
+            else:
+                bad.append(line)
+    return totals, bad

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class TransactionalError(Exception):
     """Root of every error this framework raises on purpose."""
@@ -22,30 +24,24 @@ class ContractError(ConfigurationError):
     """
 
 
+@dataclass(eq=False)
 class LedgerError(ContractError):
     """A bolt that accounts for its records (``Bolt.accounts``) lost or duplicated some
     of a txid's (``transactional.ledger``): its code does so on every attempt of that
     batch, so the runner stops before anything of the txid is committed."""
 
-    def __init__(
-        self,
-        bolt: str,
-        source: str,
-        streams: tuple[str, ...],
-        txid: int,
-        given: int,
-        accounted: int,
-    ) -> None:
-        self.bolt = bolt
-        self.source = source
-        self.streams = streams
-        self.txid = txid
-        self.given = given
-        self.accounted = accounted
+    bolt: str
+    source: str
+    streams: tuple[str, ...]
+    txid: int
+    given: int
+    accounted: int
+
+    def __post_init__(self) -> None:
         #: Records given and not accounted for (negative: accounted for more than once).
-        self.unaccounted = given - accounted
-        named = " and ".join(repr(s) for s in streams)
-        where = f"stream {named}" if len(streams) == 1 else f"streams {named} together"
+        self.unaccounted = self.given - self.accounted
+        named = " and ".join(repr(s) for s in self.streams)
+        where = f"stream {named}" if len(self.streams) == 1 else f"streams {named} together"
         if self.unaccounted > 0:
             what = f"{self.unaccounted} record(s) unaccounted for"
         elif self.unaccounted < 0:
@@ -56,8 +52,8 @@ class LedgerError(ContractError):
                 "as many others duplicated)"
             )
         super().__init__(
-            f"ledger: {bolt} on {where}, txid {txid}: {what}; given {given} from "
-            f"{source}, accounted for {accounted} (carried with their id, folded, sent to "
+            f"ledger: {self.bolt} on {where}, txid {self.txid}: {what}; given {self.given} "
+            f"from {self.source}, accounted for {self.accounted} (carried with their id, folded, sent to "
             "dead letters or dropped with a reason). Nothing of the txid was committed. Make "
             "every branch of the bolt account for its records (a filter's other side, rows a "
             "join drops or multiplies), or turn the ledger off (--no-ledger)"

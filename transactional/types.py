@@ -35,12 +35,19 @@ M = TypeVar("M", bound=BatchMetadata)
 
 
 class SpoutKind(StrEnum):
+    """Storm's three spout kinds (``transactional.spout``): one batch per txid, a batch
+    per partition per txid, or per-partition batches that need not replay the same."""
+
     TRANSACTIONAL = "transactional"
     PARTITIONED = "partitioned"
     OPAQUE = "opaque"
 
 
 class CommitMode(StrEnum):
+    """How a committer makes a replay exact: ``TRANSACTIONAL`` skips a txid the sink holds
+    (the replay is the same batch); ``OPAQUE`` undoes the txid's earlier attempt first
+    (the replay may differ), keeping the value before it."""
+
     TRANSACTIONAL = "transactional"
     OPAQUE = "opaque"
 

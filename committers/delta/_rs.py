@@ -15,8 +15,7 @@ from committers.delta._arrow import Unstorable, merge_counts, write_dead_letters
 from committers.delta._parquet import arrow_writable
 from committers.delta._snapshot import next_marker
 from committers.delta._spark import DEAD_LETTERS_TABLE
-from committers.delta._sql import merge_overflow_error
-from committers.delta._target import DeltaTarget
+from committers.delta._target import DeltaTarget, log_merged
 from committers.tables import CounterTable
 from transactional.types import CommitOutcome
 
@@ -78,17 +77,8 @@ class DriverWriter:
             merge_counts(dt, table, source, span, self.mode, marker)
         except Unstorable as exc:
             rows = [{**key, "stored": stored, "inc": inc} for key, stored, inc in exc.rows]
-            location = self._location(table.name)
-            raise merge_overflow_error(
-                self._target.who(), txid, location, table, rows, done
-            ) from None
-        log.debug(
-            "merged table=%s txid=%d rows=%d seconds=%.3f path=delta-rs",
-            table.name,
-            txid,
-            0 if source is None else source.num_rows,
-            time.perf_counter() - began,
-        )
+            raise self._target.overflow(txid, table, rows, done) from None
+        log_merged("delta-rs", table.name, txid, began, 0 if source is None else source.num_rows)
         return outcome
 
     def dead_letters(self, span: tuple[int, int], rows: pa.Table | None) -> CommitOutcome:

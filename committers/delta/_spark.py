@@ -21,11 +21,10 @@ from committers.delta._sql import (
     checked_sums,
     diagnosed,
     keys_match,
-    merge_overflow_error,
     merge_overflows,
     new_value,
 )
-from committers.delta._target import DeltaTarget
+from committers.delta._target import DeltaTarget, log_merged
 from committers.tables import CounterTable
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
@@ -188,15 +187,8 @@ class ExecutorWriter:
             location = self._location(table.name)
             runner = self._target.context().spark
             rows = diagnosed(lambda: merge_overflows(runner, location, source, table, opaque))
-            raise merge_overflow_error(
-                self._target.who(), txid, location, table, rows, done
-            ) from exc
-        log.debug(
-            "merged table=%s txid=%d seconds=%.2f path=delta-spark",
-            table.name,
-            txid,
-            time.perf_counter() - began,
-        )
+            raise self._target.overflow(txid, table, rows, done) from exc
+        log_merged("delta-spark", table.name, txid, began)
         return outcome
 
     def dead_letters(self, span: tuple[int, int], rows: DataFrame) -> CommitOutcome:

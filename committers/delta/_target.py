@@ -4,17 +4,23 @@ are given, and ``Writer``, the interface of the two writers it picks between."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from committers.delta._sql import merge_overflow_error
 from transactional.committer import CommitterContext
 from transactional.types import CommitMode, CommitOutcome
 
 if TYPE_CHECKING:
     from committers.tables import CounterTable
+    from transactional.errors import ContractError
 
-__all__ = ["DeltaTarget", "Writer"]
+__all__ = ["DeltaTarget", "Writer", "log_merged"]
+
+log = logging.getLogger("committers.delta")
 
 #: What a writer writes: an Arrow table on the driver, or a Spark frame.
 Rows = TypeVar("Rows", contravariant=True)
@@ -47,6 +53,26 @@ class DeltaTarget:
         """The app id of this committer's marker in ``table`` (known once open)."""
         context = self.context()
         return self.marker_id(context.topology_id, context.name, table)
+
+    def overflow(
+        self, txid: int, table: CounterTable, rows: list[Any], done: list[str]
+    ) -> ContractError:
+        """The error of a MERGE into ``table`` that would store a value beyond its type
+        (``rows``: the keys, what each holds and what was to be added)."""
+        return merge_overflow_error(self.who(), txid, self.location(table.name), table, rows, done)
+
+
+def log_merged(path: str, table: str, txid: int, began: float, rows: int | None = None) -> None:
+    """A MERGE done, at debug level: by which writer (``path``), its rows where known,
+    and the seconds since ``began`` (``time.perf_counter``)."""
+    log.debug(
+        "merged table=%s txid=%d rows=%s seconds=%.3f path=%s",
+        table,
+        txid,
+        "?" if rows is None else rows,
+        time.perf_counter() - began,
+        path,
+    )
 
 
 class Writer(Protocol[Rows]):

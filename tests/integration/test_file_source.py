@@ -587,20 +587,13 @@ def test_the_docs_files_example_sums_every_order_once(
     tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import json
-    from collections import Counter
 
     import redis
 
     from tests.docs import run_example
+    from tests.reference import expected_orders, write_orders
 
-    orders = tmp_path / "orders"
-    orders.mkdir()
-    files = {
-        "2026-11-01.csv": ["shop,amount", "north,12", "south,5", "north,-2", "south,12.5"],
-        "2026-11-02.csv": ["shop,amount", "west,7", "north,1,2", "north,30"],
-    }
-    for name, content in files.items():
-        (orders / name).write_text("\n".join(content) + "\n")
+    orders = write_orders(tmp_path / "orders")
     run_example(
         "docs/how-to/files.md",
         "",
@@ -608,15 +601,7 @@ def test_the_docs_files_example_sums_every_order_once(
         monkeypatch,
     )
 
-    good: Counter[str] = Counter()
-    bad = []
-    for content in files.values():
-        for line in content[1:]:
-            fields = line.split(",")
-            if len(fields) == 2 and fields[1].lstrip("-").isdigit():
-                good[fields[0]] += int(fields[1])
-            else:
-                bad.append(line)
+    good, bad = expected_orders()
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     assert {k: int(v) for k, v in client.hgetall("totals").items()} == good
     letters = [json.loads(v) for v in client.lrange("dead_letters", 0, -1)]

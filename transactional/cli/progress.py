@@ -7,7 +7,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import TextIO
 
 from transactional.logfmt import kv
@@ -76,12 +75,7 @@ class ProgressListener:
             self._progress = progress
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()  # type: ignore[attr-defined]
             self._progress = None

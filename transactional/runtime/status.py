@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,45 +49,47 @@ def _now_iso(wall: float) -> str:
     return datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds")
 
 
-class Status(Probe):
-    """The runner's status document, kept current and published to the store."""
+def _nothing() -> int | None:
+    return None
 
-    def __init__(
-        self,
-        topology_id: str,
-        publish: Callable[[dict[str, Any]], None],
-        counts: Counts,
-        lag: Callable[[], int | None] = lambda: None,
-        batch_size: Callable[[], int | None] = lambda: None,
-        fence: Callable[[], int | None] = lambda: None,
-        interval_s: float = 2.0,
-        wall: Callable[[], float] = time.time,
-        guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
-    ) -> None:
-        self.topology_id = topology_id
-        self.guarantee = guarantee
-        #: at_most_once: the latest txids dropped (failed, never retried), newest last.
-        self.dropped: deque[dict[str, Any]] = deque(maxlen=DROPPED_SHOWN)
-        self.publish_to = publish
-        self.counts = counts
-        self.lag = lag
-        self.batch_size = batch_size
-        self.fence = fence
-        self.interval_s = interval_s
-        self.wall = wall
-        self.started_at = wall()
-        self.leader = {"host": socket.gethostname(), "pid": os.getpid()}
-        #: txid -> its attempt, the step it is in, and since when (wall clock).
-        self.in_flight: dict[int, dict[str, Any]] = {}
-        self.last_error: dict[str, Any] | None = None
-        self.retries = 0
-        self.failures: Counter[str] = Counter()
-        self.last_stored = 0
-        self.currtx = 1
-        self._commits: deque[tuple[float, int]] = deque()
-        self._published = float("-inf")
-        self.stopped_at: float | None = None
-        self._lock = threading.Lock()
+
+def _leader() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+@dataclass(eq=False)
+class Status(Probe):
+    """The runner's status document, kept current and published to the store
+    (``publish_to``)."""
+
+    topology_id: str
+    publish_to: Callable[[dict[str, Any]], None]
+    counts: Counts
+    lag: Callable[[], int | None] = _nothing
+    batch_size: Callable[[], int | None] = _nothing
+    fence: Callable[[], int | None] = _nothing
+    interval_s: float = 2.0
+    wall: Callable[[], float] = time.time
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    #: at_most_once: the latest txids dropped (failed, never retried), newest last.
+    dropped: deque[dict[str, Any]] = field(
+        init=False, default_factory=lambda: deque(maxlen=DROPPED_SHOWN)
+    )
+    leader: dict[str, Any] = field(init=False, default_factory=_leader)
+    #: txid -> its attempt, the step it is in, and since when (wall clock).
+    in_flight: dict[int, dict[str, Any]] = field(init=False, default_factory=dict)
+    last_error: dict[str, Any] | None = field(init=False, default=None)
+    retries: int = field(init=False, default=0)
+    failures: Counter[str] = field(init=False, default_factory=Counter)
+    last_stored: int = field(init=False, default=0)
+    currtx: int = field(init=False, default=1)
+    stopped_at: float | None = field(init=False, default=None)
+    _commits: deque[tuple[float, int]] = field(init=False, default_factory=deque)
+    _published: float = field(init=False, default=float("-inf"))
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.started_at = self.wall()
 
     # -- watching ----------------------------------------------------------------------
 

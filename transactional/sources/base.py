@@ -3,10 +3,12 @@ new txid, and the lazy frame whose reading runs in Spark tasks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from transactional.errors import ConfigurationError, EmitError
+from transactional.spout import PartitionedTransactionalSpout
+from transactional.types import M, TransactionAttempt
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,6 +63,32 @@ class SourceBase:
         if self._context is None:
             return self.batch_size
         return self._context.batch_size(self.batch_size)
+
+
+class HeldRanges(PartitionedTransactionalSpout[M]):
+    """A partitioned spout over a source that can stop holding what a stored range names
+    (Kafka's retention, a trimmed stream): a batch is its ranges read (``read``), after
+    ``check_held`` has made sure the source still holds them all, so that a replay is
+    exact or refused by name (``SourceDataLostError``), never short."""
+
+    def check_held(self, attempt: TransactionAttempt, ranges: Mapping[int, M]) -> None:
+        """Raise ``SourceDataLostError`` naming a range the source no longer holds whole."""
+        raise NotImplementedError
+
+    def read(self, ranges: Mapping[int, M], tagged: bool = False) -> DataFrame:
+        """The records of ``ranges`` (partition -> range) as one frame; ``tagged``: each
+        row with its partition in ``PARTITION_COLUMN``."""
+        raise NotImplementedError
+
+    def emit_partition_batch(
+        self, attempt: TransactionAttempt, partition: int, meta: M
+    ) -> DataFrame:
+        self.check_held(attempt, {partition: meta})
+        return self.read({partition: meta})
+
+    def emit_partitions(self, attempt: TransactionAttempt, metas: Mapping[int, M]) -> DataFrame:
+        self.check_held(attempt, metas)
+        return self.read(metas, tagged=True)
 
 
 def split_frame(

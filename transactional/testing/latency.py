@@ -21,7 +21,6 @@ import socket
 import threading
 import time
 from contextlib import suppress
-from types import TracebackType
 
 
 class LatencyProxy:
@@ -41,12 +40,7 @@ class LatencyProxy:
         threading.Thread(target=self._accept, daemon=True, name="latency-accept").start()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._closed.set()
         self._listener.close()
         with self._lock:

@@ -41,27 +41,22 @@ class Snapshot:
     attempt: TransactionAttempt | None = None
 
 
+@dataclass(eq=False)
 class KafkaOffsets:
-    """Partition count and offsets of ``topic``; ``who`` names the spout in errors."""
+    """The driver's view of ``topic``: its partition count and offsets, each asked once
+    per question through one admin client (``who`` names the spout in errors)."""
 
-    def __init__(
-        self,
-        who: str,
-        bootstrap_servers: str,
-        topic: str,
-        isolation_level: Isolation,
-        client_config: Mapping[str, str],
-        timeout_s: float,
-    ) -> None:
-        self.who = who
-        self.bootstrap_servers = bootstrap_servers
-        self.topic = topic
-        self.isolation_level = isolation_level
-        self.client_config = dict(client_config)
-        self.timeout_s = timeout_s
-        self._admin: Any = None
-        self._count: int | None = None  # from num_partitions, for the is_ready after it
-        self._snapshot: Snapshot | None = None
+    who: str
+    bootstrap_servers: str
+    topic: str
+    isolation_level: Isolation
+    #: Out of the repr: it may hold credentials (``sasl.password``).
+    client_config: Mapping[str, str] = field(repr=False)
+    timeout_s: float
+    _admin: Any = field(init=False, default=None)
+    #: From num_partitions, for the is_ready after it.
+    _count: int | None = field(init=False, default=None)
+    _snapshot: Snapshot | None = field(init=False, default=None)
 
     @property
     def admin(self) -> Any:

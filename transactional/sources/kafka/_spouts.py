@@ -11,13 +11,12 @@ from pydantic import Field, model_validator
 
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.jars import resolved_jars
-from transactional.sources.base import SourceBase, parse_start
+from transactional.sources.base import HeldRanges, SourceBase, parse_start
 from transactional.sources.kafka._offsets import Isolation, KafkaOffsets, Snapshot
 from transactional.sources.text import text_records
 from transactional.spout import (
     PARTITION_COLUMN,
     OpaquePartitionedTransactionalSpout,
-    PartitionedTransactionalSpout,
     SpoutContext,
 )
 from transactional.types import BatchMetadata, TransactionAttempt
@@ -281,7 +280,7 @@ class _KafkaTopic(SourceBase):
             row = (None, None, self.topic, partition, r.start - r.lost, None, None, error)
         return (*row, partition) if tagged else row
 
-    def check_retained(self, ranges: Mapping[int, KafkaRange], attempt: TransactionAttempt) -> None:
+    def check_held(self, attempt: TransactionAttempt, ranges: Mapping[int, KafkaRange]) -> None:
         """A replayable range must still be in the topic: say which one is not, instead
         of failing every attempt inside Spark's reader."""
         held = {p: r for p, r in ranges.items() if r.offsets}
@@ -299,7 +298,7 @@ class _KafkaTopic(SourceBase):
                 )
 
 
-class KafkaPartitionedSpout(_KafkaTopic, PartitionedTransactionalSpout[KafkaRange]):
+class KafkaPartitionedSpout(_KafkaTopic, HeldRanges[KafkaRange]):
     """A topic's partitions, ``batch_size`` offsets per partition per txid, replayed
     exactly from the stored ranges."""
 
@@ -309,18 +308,6 @@ class KafkaPartitionedSpout(_KafkaTopic, PartitionedTransactionalSpout[KafkaRang
         self, attempt: TransactionAttempt, partition: int, last_meta: KafkaRange | None
     ) -> KafkaRange:
         return self.next_range(attempt, partition, last_meta)
-
-    def emit_partition_batch(
-        self, attempt: TransactionAttempt, partition: int, meta: KafkaRange
-    ) -> DataFrame:
-        self.check_retained({partition: meta}, attempt)
-        return self.read({partition: meta})
-
-    def emit_partitions(
-        self, attempt: TransactionAttempt, metas: Mapping[int, KafkaRange]
-    ) -> DataFrame:
-        self.check_retained(metas, attempt)
-        return self.read(metas, tagged=True)
 
 
 class KafkaOpaqueSpout(_KafkaTopic, OpaquePartitionedTransactionalSpout[KafkaRange]):

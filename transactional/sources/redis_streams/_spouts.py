@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.preflight import SECONDS, check_redis
 from transactional.secrets import redact_url
-from transactional.sources.base import SourceBase, parse_start, split_frame
+from transactional.sources.base import HeldRanges, SourceBase, parse_start, split_frame
 from transactional.sources.redis_streams._entries import (
     CONNECT_TIMEOUT,
     RECORD_SCHEMA,
@@ -33,7 +33,6 @@ from transactional.sources.redis_streams._ranges import (
 from transactional.spout import (
     PARTITION_COLUMN,
     OpaquePartitionedTransactionalSpout,
-    PartitionedTransactionalSpout,
     SpoutContext,
 )
 from transactional.types import TransactionAttempt
@@ -444,7 +443,7 @@ class _Streams(SourceBase):
         return row if partition is None else (*row, partition)
 
 
-class RedisStreamsPartitionedSpout(_Streams, PartitionedTransactionalSpout[StreamRange]):
+class RedisStreamsPartitionedSpout(_Streams, HeldRanges[StreamRange]):
     """Each stream a partition, ``batch_size`` entries per stream per txid, replayed
     exactly from the stored ranges; ``group=``: read through that consumer group, each
     committed txid's entries acknowledged (the module's docstring says when)."""
@@ -461,18 +460,6 @@ class RedisStreamsPartitionedSpout(_Streams, PartitionedTransactionalSpout[Strea
                 "or use RedisStreamsOpaqueSpout with an opaque committer"
             )
         return meta
-
-    def emit_partition_batch(
-        self, attempt: TransactionAttempt, partition: int, meta: StreamRange
-    ) -> DataFrame:
-        self.check_held(attempt, {partition: meta})
-        return self.read({partition: meta})
-
-    def emit_partitions(
-        self, attempt: TransactionAttempt, metas: Mapping[int, StreamRange]
-    ) -> DataFrame:
-        self.check_held(attempt, metas)
-        return self.read(metas, tagged=True)
 
 
 class RedisStreamsOpaqueSpout(_Streams, OpaquePartitionedTransactionalSpout[StreamRange]):
