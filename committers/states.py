@@ -79,11 +79,14 @@ class _ValueAggregate:
 
 
 Sum = _ValueAggregate("sum")
-"""The sum of ``value`` per key, in ``value_type`` (a counter of increments)."""
+"""``Sum(name, keys, value, value_type="long", key_types=None)``: the sum of ``value``
+per key, in ``value_type`` (a counter of increments)."""
 Min = _ValueAggregate("min")
-"""The smallest ``value`` ever seen per key."""
+"""``Min(name, keys, value, value_type="long", key_types=None)``: the smallest
+``value`` ever seen per key."""
 Max = _ValueAggregate("max")
-"""The greatest ``value`` ever seen per key."""
+"""``Max(name, keys, value, value_type="long", key_types=None)``: the greatest
+``value`` ever seen per key."""
 
 
 def Last(
