@@ -23,13 +23,16 @@ time the run has committed something new, injects one of:
 - ``worker kill``: a Spark worker (and its executor) SIGKILLed, a new one started.
 
 A killed or failed run is started again with the same arguments; after the last fault,
-runs are repeated until one drains. Then both sinks are read back and checked record by
-record against ``tests.reference`` (computed from the input files alone): each tweet id
-must be counted exactly once and each bad line be a dead letter exactly once (a tweet
-counted 0 times is lost, twice is a duplicate), and every hashtag, user and pair count
-must match.
+runs are repeated until one drains. Then both sinks are read back with their own
+clients (redis-py, ``deltalake``) and judged record by record by ``tests.history``
+against ``tests.reference`` (computed from the input files alone): each tweet id must be
+counted exactly once and each bad line be a dead letter exactly once (a tweet counted 0
+times is lost, twice is a duplicate), nothing may be there that no input record
+explains (a phantom) or that an undone attempt left (a leftover), and every hashtag,
+user and pair count must match.
 
-Exit status: 0 when nothing is lost, duplicated or miscounted on either sink, else 1.
+Exit status: 0 when nothing is lost, duplicated, phantom, left over or miscounted on
+either sink, else 1.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.history import judge, read_delta, read_redis
 from tests.processes import DemoProcess, redis_txid, wait_session_gone
 from tests.reference import Expected, expected_counts, input_files, lines_of
 from transactional.faults import CRASH_MARKER, FaultPoint
@@ -293,45 +297,19 @@ def run_campaign(
         raise
 
 
-@dataclass(frozen=True)
-class Check:
-    """One sink of one campaign, record by record."""
-
-    records: int  # tweets and bad lines the sink had to account for
-    lost: int  # tweets counted 0 times, bad lines not a dead letter
-    duplicated: int  # extra counts of a tweet, extra copies of a dead letter
-    miscounted: int  # hashtag, user and pair keys whose count differs
-
-
-def check(got: Expected, expected: Expected) -> Check:
-    want_dead, dead = Counter(expected.dead_letters), Counter(got.dead_letters)
-    lost = sum((expected.ids - got.ids).values()) + sum((want_dead - dead).values())
-    duplicated = sum((got.ids - expected.ids).values()) + sum((dead - want_dead).values())
-    pairs = Counter({f"{u}:{t}": n for (u, t), n in expected.pairs.items()})
-    got_pairs = Counter(
-        {k if isinstance(k, str) else f"{k[0]}:{k[1]}": n for k, n in got.pairs.items()}
-    )
-    wrong = 0
-    for have, want in (
-        (got.hashtags, expected.hashtags),
-        (got.users, expected.users),
-        (got_pairs, pairs),
-    ):
-        wrong += sum(have.get(k, 0) != want.get(k, 0) for k in set(have) | set(want))
-    records = sum(expected.ids.values()) + len(expected.dead_letters)
-    return Check(records, lost, duplicated, wrong)
+VERDICT_COLUMNS = ("lost", "duplicated", "phantoms", "leftovers", "miscounted")
 
 
 def report(
-    campaigns: Sequence[Campaign], expected: Expected, servers: Servers, spark: Any
+    campaigns: Sequence[Campaign], expected: Expected, servers: Servers
 ) -> tuple[Any, int, Counter[str]]:
+    """The table of the campaigns, each sink judged record by record (``tests.history``,
+    read with redis-py and ``deltalake``), the count of what is wrong, and the faults."""
     from rich.table import Table
-
-    from tests.observed import delta_contents, redis_contents
 
     table = Table(title="chaos campaign", title_justify="left")
     columns = ["spout", "sink", "runs", "errored", *PROCESS_KINDS, "exceptions"]
-    columns += ["bad records", "records", "lost", "duplicated", "miscounted"]
+    columns += ["bad records", "records", *VERDICT_COLUMNS]
     for name in columns:
         table.add_column(name, justify="left" if name in ("spout", "sink") else "right")
     failures = 0
@@ -340,27 +318,27 @@ def report(
         totals.update(c.faults)
         totals["exceptions"] += c.injected
         totals["bad records"] += len(expected.dead_letters)
-        for sink in ("redis", "delta"):
-            got = (
-                redis_contents(servers.redis.url, c.prefix, cluster=True)
-                if sink == "redis"
-                else delta_contents(spark, c.delta_path)
-            )
-            result = check(got, expected)
-            bad = result.lost + result.duplicated + result.miscounted
+        images = [
+            read_redis(servers.redis.url, c.prefix, cluster=True),
+            read_delta(c.delta_path),
+        ]
+        for verdict in (judge(image, expected) for image in images):
+            figures = verdict.figures()
+            bad = sum(figures[k] for k in VERDICT_COLUMNS)
             failures += bad + (0 if c.drained else 1)  # an undrained campaign fails too
+            if not verdict.exact:
+                print(verdict, file=sys.stderr)
             table.add_row(
                 c.spout,
-                sink,
+                verdict.sink,
                 str(c.runs),
                 str(c.failed_runs),
                 *(str(c.faults[k]) for k in PROCESS_KINDS),
                 str(c.injected),
                 f"{len(expected.dead_letters):,}",
-                f"{result.records:,}",
-                str(result.lost),
-                str(result.duplicated),
-                str(result.miscounted) if c.drained else f"{result.miscounted} (not drained)",
+                f"{verdict.records:,}",
+                *(str(figures[k]) for k in VERDICT_COLUMNS[:-1]),
+                str(figures["miscounted"]) + ("" if c.drained else " (not drained)"),
             )
     return table, failures, totals
 
@@ -444,7 +422,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.log(text)
 
     work = Path(tempfile.mkdtemp(prefix="chaos-"))
-    spark = None
     servers = start_servers(say)
     try:
         from examples.tweets.cli import main as demo
@@ -465,11 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_campaign(c, settings, arguments, work / spout, servers, rng, say)
             campaigns.append(c)
         say("reading both sinks back")
-        from committers.delta import delta_spark_conf
-        from transactional.session import create_spark_session
-
-        spark = create_spark_session("local[2]", "chaos", delta_spark_conf())
-        table, failures, totals = report(campaigns, expected, servers, spark)
+        table, failures, totals = report(campaigns, expected, servers)
         console.print(table)
         process = sum(totals[k] for k in PROCESS_KINDS)
         console.print(
@@ -478,13 +451,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{totals['exceptions']} injected exceptions, {totals['bad records']} bad "
             f"records: {process + totals['exceptions'] + totals['bad records']:,} in all; "
             f"kill -9 by step: {dict(sum((c.steps for c in campaigns), Counter()))}; "
-            f"{time.monotonic() - started:.0f}s; lost, duplicated or miscounted: {failures} "
-            "(0 expected)"
+            f"{time.monotonic() - started:.0f}s; lost, duplicated, phantom, left over or "
+            f"miscounted: {failures} (0 expected)"
         )
         return 0 if failures == 0 else 1
     finally:
-        if spark is not None:
-            spark.stop()
         servers.close()
         if args.keep:
             console.print(f"work directory kept: {work}")

@@ -1,0 +1,111 @@
+"""The record-history checker reads the sinks with their own clients: contents written
+here with redis-py and ``deltalake`` (not by a committer) are read back whole, zero rows,
+remnants and strangers included, and judged."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import redis
+from deltalake import write_deltalake
+
+from tests.history import judge, read_delta, read_redis
+from tests.reference import expected_of_lines
+
+pytestmark = pytest.mark.integration
+
+LINES = [
+    json.dumps({"id": 1, "text": "#a @u"}).encode(),
+    json.dumps({"id": 2, "text": "#a"}).encode(),
+    b"{broken",
+]
+
+
+def test_redis_is_read_whole_behind_its_prefix(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    p = "{run}:"
+    client.hset(p + "hashtags", mapping={"#a": 2})
+    client.hset(p + "users", mapping={"@u": 1, "@gone": 0})
+    client.hset(p + "users_hashtags", mapping={"@u:#a": 1})
+    client.hset(p + "tweet_ids", mapping={"1": 1, "2": 2})
+    client.rpush(p + "dead_letters", json.dumps({"raw": "{broken", "reason": "not JSON"}))
+    client.set(p + "transactional:t:redis:txid", 4)  # bookkeeping: expected
+    client.rpush(p + "transactional:t:redis:stage:0", "x")  # an unfinished commit's
+    client.set(p + "stray", 1)
+    client.set("{other}:hashtags", 1)  # another prefix: not this run's
+    client.close()
+
+    image = read_redis(redis_url, p)
+    assert image.counts == {
+        "hashtags": Counter({"#a": 2}),
+        "users": Counter({"@u": 1, "@gone": 0}),
+        "pairs": Counter({("@u", "#a"): 1}),
+        "ids": Counter({1: 1, 2: 2}),
+    }
+    assert image.dead_letters == ["{broken"]
+    assert image.strange == [f"key '{p}stray'"]
+    assert image.leftovers == [f"staging key '{p}transactional:t:redis:stage:0'"]
+
+    verdict = judge(image, expected_of_lines(LINES))
+    assert verdict.duplicated == ("tweet 2: 2 times, not 1",)
+    assert verdict.leftovers == (
+        f"staging key '{p}transactional:t:redis:stage:0'",
+        "users '@gone' counting 0",
+    )
+    assert verdict.phantoms == (f"key '{p}stray'",)
+    assert not verdict.lost and not verdict.miscounted
+
+
+def test_a_redis_run_without_ids_has_none(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client.hset("hashtags", mapping={"#a": 2})
+    client.close()
+    assert "ids" not in read_redis(redis_url).counts
+
+
+def test_delta_is_read_whole_with_deltalake(tmp_path: Path) -> None:
+    def table(name: str, rows: list[dict[str, object]]) -> None:
+        write_deltalake(str(tmp_path / name), pa.Table.from_pylist(rows))
+
+    # Opaque tables: (keys..., count, prev, txid).
+    table("hashtags", [{"hashtag": "#a", "count": 2, "prev": 0, "txid": 2}])
+    table(
+        "users",
+        [
+            {"user": "@u", "count": 1, "prev": 0, "txid": 1},
+            {"user": "@gone", "count": 0, "prev": 0, "txid": 0},  # an undo not deleted
+        ],
+    )
+    table("users_hashtags", [{"user": "@u", "hashtag": "#a", "count": 1, "prev": 0, "txid": 1}])
+    table(
+        "tweet_ids",
+        [
+            {"id": 1, "count": 1, "prev": 0, "txid": 1},
+            {"id": 2, "count": 1, "prev": 0, "txid": 3},  # an attempt past the commit
+        ],
+    )
+    table("dead_letters", [{"raw": "{broken", "reason": "not JSON", "txid": 1}])
+    table("extra", [{"x": 1}])
+
+    image = read_delta(tmp_path, committed=2)
+    assert image.counts == {
+        "hashtags": Counter({"#a": 2}),
+        "users": Counter({"@u": 1, "@gone": 0}),
+        "pairs": Counter({("@u", "#a"): 1}),
+        "ids": Counter({1: 1, 2: 1}),
+    }
+    assert image.dead_letters == ["{broken"]
+    assert image.strange == ["table 'extra'"]
+    assert image.leftovers == ["tweet_ids 2 marked txid 3, past the committed 2"]
+
+    verdict = judge(image, expected_of_lines(LINES))
+    assert verdict.leftovers == (
+        "tweet_ids 2 marked txid 3, past the committed 2",
+        "users '@gone' counting 0",
+    )
+    assert verdict.phantoms == ("table 'extra'",)
+    assert not (verdict.lost or verdict.duplicated or verdict.miscounted)
