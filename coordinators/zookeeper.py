@@ -32,6 +32,7 @@ the runner died on.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -57,6 +58,7 @@ from transactional.errors import (
 )
 from transactional.store import JsonValue, StoredHistory, StoredState, TopologyIdentity
 
+log = logging.getLogger("coordinators.zookeeper")
 _ROOT = "/transactional"
 
 
@@ -93,6 +95,8 @@ class ZooKeeperStateStore(FencedStore):
         # Set by kazoo's connection thread, read by the runner's thread.
         self._flags = threading.Lock()
         self._session_lost = False
+        #: Kazoo's last state (None: not connected yet).
+        self._state: str | None = None
         self._fence: int | None = None  # version of currtx after our last write
         self._token: int | None = None  # version of currtx when we took the fence
         self._session_id: int | None = None  # the session that owns our leader node
@@ -191,10 +195,27 @@ class ZooKeeperStateStore(FencedStore):
         client.close()
 
     def _on_state(self, state: str) -> None:
-        """Kazoo's listener; it must not block, so it only records what happened."""
+        """Kazoo's listener; it must not block, so it records what happened and says so:
+        the connection lost (the session may outlive it, ``session_timeout``), the session
+        expired (this runner no longer leads), the connection back."""
         with self._flags:
             if state == KazooState.LOST:
                 self._session_lost = True
+            before, self._state = self._state, state
+        client = self._client
+        live = client.client_id if client is not None else None  # None unless connected
+        session = live[0] if live else self._session_id  # else the one our leader node had
+        where = f"topology={self._topology_id} hosts={self.hosts} session={_hex(session)}"
+        if state == KazooState.SUSPENDED:
+            log.warning(
+                "zookeeper connection lost %s: the session lasts %ss without it",
+                where,
+                self.session_timeout,
+            )
+        elif state == KazooState.LOST and before is not None:
+            log.warning("zookeeper session expired %s: this runner no longer leads", where)
+        elif state == KazooState.CONNECTED and before in (KazooState.SUSPENDED, KazooState.LOST):
+            log.warning("zookeeper connection back %s", where)
 
     def publish_status(self, document: JsonValue) -> None:
         value = json.dumps(document).encode()
@@ -424,3 +445,7 @@ class ZooKeeperStateStore(FencedStore):
         nodes.forget(undone)
         self._group = None
         self._rewinding = None
+
+
+def _hex(session: int | None) -> str:
+    return "none" if session is None else f"0x{session:x}"

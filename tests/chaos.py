@@ -7,20 +7,29 @@ the Delta sink beside it (``--sink both``), Spark on a standalone master with tw
 workers. For each spout kind the demo counts an input with bad records
 (``generate --bad-rate``), every tweet also counted under its id (``--record-ids``),
 with exceptions injected at protocol steps (``--fail-rate``), while the campaign, each
-time the run has committed something new, injects one of:
+time the run has committed something new, injects one of these (the kinds after the
+first in turn, those that leave the run going before the random kill):
 
 - ``kill -9 at <step>``: SIGKILL at a protocol step (``--crash-at STEP:TXID``, planned
-  for half of the runs as they start), the steps taken in turn; a run that passes the
+  for every other run as it starts), the steps taken in turn; a run that passes the
   txid without reaching the step is killed at once (counted as ``kill -9 random``);
 - ``kill -9 random``: SIGKILL of the whole run at a random moment;
-- ``zk session expiry``: the run frozen (SIGSTOP) past its ZooKeeper session, then
-  resumed, as a long GC pause would;
+- ``zk session expiry``: the run frozen (SIGSTOP) until ZooKeeper has expired its
+  session, then resumed, as after a long GC pause;
 - ``zk restart``: the ZooKeeper server SIGKILLed and started again;
-- ``redis failover``: the master of the campaign's Redis slot SIGKILLed, its replica
-  taking over, the old master started again seconds later (it rejoins as a replica);
+- ``redis failover``: the master of the campaign's Redis slot SIGKILLed until its
+  replica has taken over, then started again (it rejoins as a replica);
 - ``redis restart``: that master SIGKILLed and started again at once (before a
   failover), from its append-only file;
 - ``worker kill``: a Spark worker (and its executor) SIGKILLed, a new one started.
+
+Each is counted only once a witness apart from the run has seen it take effect
+(``tests.witness``): a kill by the run's exit status (SIGKILL), a session expiry by
+ZooKeeper no longer holding the run's ephemeral nodes, a ZooKeeper restart by the run's
+own report of its connection lost and back, a failover by a replica's ``INFO`` saying
+it is the master, a Redis restart by the node's new ``run_id``, a worker kill by the
+driver's REST API listing an executor lost. A planned fault that no witness saw is "not
+fired", named in the output, and fails the campaign.
 
 A killed or failed run is started again with the same arguments; after the last fault,
 runs are repeated until one drains. Then both sinks are read back with their own
@@ -31,8 +40,8 @@ times is lost, twice is a duplicate), nothing may be there that no input record
 explains (a phantom) or that an undone attempt left (a leftover), and every hashtag,
 user and pair count must match.
 
-Exit status: 0 when nothing is lost, duplicated, phantom, left over or miscounted on
-either sink, else 1.
+Exit status: 0 when every planned fault fired and nothing is lost, duplicated, phantom,
+left over or miscounted on either sink, else 1.
 """
 
 from __future__ import annotations
@@ -55,13 +64,25 @@ from typing import Any
 from tests.history import judge, read_delta, read_redis
 from tests.processes import DemoProcess, redis_txid, wait_session_gone
 from tests.reference import Expected, expected_counts, input_files, lines_of
+from tests.witness import (
+    NotFired,
+    active_executors,
+    killed_by_sigkill,
+    replicas_of,
+    run_id,
+    wait_executor_lost,
+    wait_promoted,
+    wait_sessions_expired,
+    waited,
+    zk_sessions,
+)
 from transactional.faults import CRASH_MARKER, FaultPoint
 from transactional.testing.cluster_servers import (
     RedisCluster,
     SparkMaster,
     SparkWorker,
 )
-from transactional.testing.servers import ZooKeeperServer
+from transactional.testing.servers import ZooKeeperServer, free_port
 
 SPOUTS = ("transactional", "partitioned", "opaque")
 PROCESS_KINDS = (
@@ -91,6 +112,12 @@ class Campaign:
     steps: Counter[str] = field(default_factory=Counter)  # kill -9 at each step
     injected: int = 0  # exceptions injected by --fail-rate, from the runs' logs
     drained: bool = False
+    #: Planned faults no witness saw take effect, each saying which and why.
+    not_fired: list[str] = field(default_factory=list)
+    #: Faults of the kinds taken in turn injected so far (the next kind's index).
+    turn: int = 0
+    #: The Spark UI port of the current run (its REST API witnesses executors lost).
+    ui_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,47 +181,103 @@ def _start(
     """The next run: same arguments, its own seed of injected exceptions, and a planned
     crash (``--crash-at``) if one is given."""
     campaign.runs += 1
+    campaign.ui_port = free_port()
     seed = settings.seed * 1000 + SPOUTS.index(campaign.spout) * 100 + campaign.runs
     extra = ["--fail-seed", str(seed), *(["--crash-at", crash] if crash else [])]
+    extra += ["--conf", f"spark.ui.port={campaign.ui_port}", "--conf", "spark.ui.enabled=true"]
     return DemoProcess([*args, *extra], work / f"run{campaign.runs}.log")
 
 
 class Injector:
-    """The faults that act on the servers or on a running run."""
+    """The faults that act on the servers or on a running run. Each returns what its
+    witness (``tests.witness``) saw, or raises ``NotFired``: a fault is counted only once
+    something apart from the run under test has seen it take effect."""
 
     def __init__(self, servers: Servers, rng: random.Random) -> None:
         self.servers = servers
         self.rng = rng
 
-    def zk_session_expiry(self, run: DemoProcess) -> None:
+    def zk_session_expiry(self, run: DemoProcess, ui_port: int) -> str:
+        hosts = self.servers.zookeeper.hosts
+        sessions = zk_sessions(hosts)  # the run's leader node, and any left by a dead run
         os.kill(run.pid, signal.SIGSTOP)  # the driver's Python: no heartbeat to ZooKeeper
-        try:
-            time.sleep(SESSION_S + self.rng.uniform(1.0, 3.0))
+        try:  # frozen until ZooKeeper itself has expired the sessions, as a long GC pause
+            owners = wait_sessions_expired(hosts, sessions, timeout=SESSION_S * 4 + 20)
         finally:
             os.kill(run.pid, signal.SIGCONT)
+        return f"ZooKeeper expired {len(sessions)} session(s); owners now {len(owners)}"
 
-    def zk_restart(self, run: DemoProcess) -> None:
+    def zk_restart(self, run: DemoProcess, ui_port: int) -> str:
+        logged = len(run.output())
         self.servers.zookeeper.stop()
-        time.sleep(self.rng.uniform(0.2, 3.0))
+        time.sleep(self.rng.uniform(0.2, 3.0))  # the outage: the fault's own length
         self.servers.zookeeper.start()
 
-    def redis_failover(self, run: DemoProcess, prefix: str) -> None:
-        master = self.servers.redis.master_of(prefix)
-        master.stop()
-        time.sleep(self.rng.uniform(4.0, 8.0))  # the replica takes over meanwhile
-        master.start()
+        def reported() -> str | None:
+            said = run.output()[logged:]
+            if "zookeeper connection lost" in said and (
+                "zookeeper connection back" in said or run.poll() is not None
+            ):
+                return said
+            return None
 
-    def redis_restart(self, run: DemoProcess, prefix: str) -> None:
+        waited("zk restart: the run's report of its connection lost and back", reported, 60)
+        return "the run reported its ZooKeeper connection lost and back"
+
+    def redis_failover(self, run: DemoProcess, ui_port: int, prefix: str) -> str:
         master = self.servers.redis.master_of(prefix)
+        running = [n.port for n in self.servers.redis.nodes if n.proc is not None]
+        replicas = replicas_of(running, master.port)
+        master.stop()
+        promoted = wait_promoted(replicas, timeout=60)  # the cluster's failover, seen
+        master.start()  # it rejoins as a replica of the promoted one
+        return f"replica {promoted} promoted in place of {master.port}"
+
+    def redis_restart(self, run: DemoProcess, ui_port: int, prefix: str) -> str:
+        master = self.servers.redis.master_of(prefix)
+        before = run_id(master.port)
         master.stop()
         master.start()  # back before the cluster's node timeout: no failover
+        after = run_id(master.port)
+        if before is None or after is None or after == before:
+            raise NotFired(f"redis restart: node {master.port} run_id {before} -> {after}")
+        return f"node {master.port} restarted (run_id {before[:8]} -> {after[:8]})"
 
-    def worker_kill(self, run: DemoProcess) -> None:
+    def worker_kill(self, run: DemoProcess, ui_port: int) -> str:
+        among = active_executors(ui_port)
         victim = self.rng.randrange(len(self.servers.workers))
         self.servers.workers[victim].stop()
+        lost = wait_executor_lost(ui_port, among, timeout=60)
         replacement = SparkWorker(self.servers.master)
         replacement.start()
         self.servers.workers[victim] = replacement
+        return f"executor {lost['id']} lost ({lost.get('removeReason', 'no reason given')})"
+
+
+def _in_turn(turn: int) -> str:
+    """The kind of the ``turn``-th fault of the kinds taken in turn: the five that leave
+    the run going first, then a kill at a random moment, which ends it."""
+    kinds = PROCESS_KINDS[2:] + PROCESS_KINDS[1:2]
+    return kinds[turn % len(kinds)]
+
+
+def _inject(inject: Injector, kind: str, run: DemoProcess, campaign: Campaign) -> str:
+    """Inject one fault of ``kind`` into ``run``; what its witness saw (``NotFired``:
+    nothing)."""
+    if kind == "kill -9 random":
+        code = run.kill()
+        _finish(campaign, run, code)
+        killed_by_sigkill(code, kind)  # from the OS: the exit status of the run
+        return f"exit {code}"
+    if kind in ("redis failover", "redis restart"):
+        act = inject.redis_failover if kind == "redis failover" else inject.redis_restart
+        return act(run, campaign.ui_port, campaign.prefix)
+    injectors = {
+        "zk session expiry": inject.zk_session_expiry,
+        "zk restart": inject.zk_restart,
+        "worker kill": inject.worker_kill,
+    }
+    return injectors[kind](run, campaign.ui_port)
 
 
 def run_campaign(
@@ -212,11 +295,13 @@ def run_campaign(
     crash: tuple[FaultPoint, int] | None = None
     try:
         while fault < settings.faults and not campaign.drained:
-            kind = rng.choice(PROCESS_KINDS[1:])  # a planned crash is decided at a run's start
+            # The other kinds in turn, so that a short campaign has each (a planned crash
+            # at a step is decided at a run's start).
+            kind = _in_turn(campaign.turn)
             if run is None:
                 held = max(_sink_txid(servers, campaign), 0)
                 crash = None
-                if rng.random() < 0.5:  # this run crashes at the next step in turn
+                if campaign.runs % 2 == 1:  # every other run crashes at the next step in turn
                     step = STEPS[sum(campaign.steps.values()) % len(STEPS)]
                     # Txids up to held + max_pending may be stored already: a replay meets
                     # no metadata write, so that step is planned past them.
@@ -235,9 +320,16 @@ def run_campaign(
                     wait_session_gone(run.pid)
                     _finish(campaign, run, code)
                     fault += 1
-                    campaign.faults["kill -9 at step"] += 1
-                    campaign.steps[crash[0].value] += 1
-                    say(f"{campaign.spout}: fault {fault}: kill -9 at {crash[0]}:{crash[1]}")
+                    what = f"kill -9 at {crash[0]}:{crash[1]}"
+                    try:  # its exit status, from the OS: it died of its own SIGKILL
+                        killed_by_sigkill(code, what)
+                    except NotFired as exc:
+                        campaign.not_fired.append(str(exc))
+                        say(f"{campaign.spout}: fault {fault}: NOT FIRED: {exc}")
+                    else:
+                        campaign.faults["kill -9 at step"] += 1
+                        campaign.steps[crash[0].value] += 1
+                        say(f"{campaign.spout}: fault {fault}: {what} (exit {code})")
                     run, crash = None, None
                     continue
                 crash = None
@@ -265,23 +357,19 @@ def run_campaign(
                 run = None
                 continue
             fault += 1
-            campaign.faults[kind] += 1
-            say(f"{campaign.spout}: fault {fault}: {kind} (run {campaign.runs})")
-            if kind == "kill -9 random":
-                code = run.kill()
-                wait_session_gone(run.pid)
-                _finish(campaign, run, code)
-                run = None
-            elif kind == "zk session expiry":
-                inject.zk_session_expiry(run)
-            elif kind == "zk restart":
-                inject.zk_restart(run)
-            elif kind == "redis failover":
-                inject.redis_failover(run, campaign.prefix)
-            elif kind == "redis restart":
-                inject.redis_restart(run, campaign.prefix)
+            if kind == _in_turn(campaign.turn):
+                campaign.turn += 1  # not for a kill in place of a planned crash
+            try:
+                seen = _inject(inject, kind, run, campaign)
+            except NotFired as exc:
+                campaign.not_fired.append(str(exc))
+                say(f"{campaign.spout}: fault {fault}: NOT FIRED: {exc} (run {campaign.runs})")
             else:
-                inject.worker_kill(run)
+                campaign.faults[kind] += 1
+                say(f"{campaign.spout}: fault {fault}: {kind}: {seen} (run {campaign.runs})")
+            if kind == "kill -9 random":
+                wait_session_gone(run.pid)
+                run = None
         for _ in range(10):  # drain: the last run goes on; a failed one is started again
             if campaign.drained:
                 break
@@ -308,7 +396,7 @@ def report(
     from rich.table import Table
 
     table = Table(title="chaos campaign", title_justify="left")
-    columns = ["spout", "sink", "runs", "errored", *PROCESS_KINDS, "exceptions"]
+    columns = ["spout", "sink", "runs", "errored", *PROCESS_KINDS, "not fired", "exceptions"]
     columns += ["bad records", "records", *VERDICT_COLUMNS]
     for name in columns:
         table.add_column(name, justify="left" if name in ("spout", "sink") else "right")
@@ -318,6 +406,10 @@ def report(
         totals.update(c.faults)
         totals["exceptions"] += c.injected
         totals["bad records"] += len(expected.dead_letters)
+        totals["not fired"] += len(c.not_fired)
+        failures += len(c.not_fired)  # a planned fault no witness saw fails the campaign
+        for reason in c.not_fired:
+            print(f"{c.spout}: not fired: {reason}", file=sys.stderr)
         images = [
             read_redis(servers.redis.url, c.prefix, cluster=True),
             read_delta(c.delta_path),
@@ -334,6 +426,7 @@ def report(
                 str(c.runs),
                 str(c.failed_runs),
                 *(str(c.faults[k]) for k in PROCESS_KINDS),
+                str(len(c.not_fired)),
                 str(c.injected),
                 f"{len(expected.dead_letters):,}",
                 f"{verdict.records:,}",
@@ -451,8 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{totals['exceptions']} injected exceptions, {totals['bad records']} bad "
             f"records: {process + totals['exceptions'] + totals['bad records']:,} in all; "
             f"kill -9 by step: {dict(sum((c.steps for c in campaigns), Counter()))}; "
-            f"{time.monotonic() - started:.0f}s; lost, duplicated, phantom, left over or "
-            f"miscounted: {failures} (0 expected)"
+            f"not fired: {totals['not fired']}; {time.monotonic() - started:.0f}s; lost, "
+            f"duplicated, phantom, left over, miscounted or not fired: {failures} (0 expected)"
         )
         return 0 if failures == 0 else 1
     finally:

@@ -21,9 +21,10 @@ import redis.cluster
 
 from committers import CounterTable, RedisCommitter
 from committers.redis._batch import RedisBatch
-from tests.observed import assert_exact, redis_contents
+from tests.history import judge, read_redis
 from tests.processes import DemoProcess, generated_tweets, redis_txid
 from tests.reference import Expected
+from tests.witness import wait_promoted
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError
 from transactional.testing.cluster_servers import ClusterNode, RedisCluster
@@ -198,7 +199,7 @@ def test_the_demo_counts_exactly_through_a_master_failover(
         "run", "--input", str(path), "--spout", spout,
         "--sink", "redis", "--redis-url", cluster.url, "--redis-key-prefix", "{tweets}:",
         "--state-dir", str(tmp_path / "state"), "--batch-size", "20",
-        "--until-drained", "--top", "0",
+        "--until-drained", "--top", "0", "--record-ids",
     ]  # fmt: skip
     run = DemoProcess(args, tmp_path / "run.log")
     deadline = time.monotonic() + 300
@@ -207,13 +208,17 @@ def test_the_demo_counts_exactly_through_a_master_failover(
         assert time.monotonic() < deadline, "nothing committed in time"
         time.sleep(0.05)
     master = cluster.master_of("{tweets}")
+    replica = _replica_of(cluster, master)
     master.stop()  # SIGKILL the master of every key the topology writes
     at_kill = cluster_txid(cluster.url)
-    time.sleep(8)  # the failover happens while the run goes on
-    master.start()
+    # The failover, seen by the replica itself, while the run goes on.
+    wait_promoted([replica.port], timeout=60)
+    assert cluster.master_of("{tweets}").port == replica.port
+    master.start()  # it rejoins as a replica
     assert run.wait(timeout=600) == 0, run.tail()
     cluster.wait_ok()
     assert cluster_txid(cluster.url) > at_kill  # txids were still to come at the kill
     # Commits failed while the slot had no master, and were retried.
     assert re.search(r"txid failed txid=\d+ phase=commit .*CommitError", run.log.read_text())
-    assert_exact(redis_contents(cluster.url, "{tweets}:", cluster=True), expected)
+    verdict = judge(read_redis(cluster.url, "{tweets}:", cluster=True), expected)
+    assert verdict.exact, str(verdict)

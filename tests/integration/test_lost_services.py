@@ -116,14 +116,23 @@ def expire_session(hosts: str, store: ZooKeeperStateStore) -> None:
     intruder.close()
 
 
+def store_reports(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the ZooKeeper store said of its connection (its own warnings)."""
+    return [r.getMessage() for r in caplog.records if r.name == "coordinators.zookeeper"]
+
+
 def test_a_zookeeper_session_expiring_mid_run_is_taken_back_and_counts_exactly(
-    spark: Any, redis_url: str, zk_hosts: str
+    spark: Any, redis_url: str, zk_hosts: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, "coordinators.zookeeper")
     store = ZooKeeperStateStore(zk_hosts, session_timeout=4.0)
     before: list[int | None] = []
 
+    before_session: list[int] = []
+
     def expire() -> None:
         before.append(store.fence_token())
+        before_session.append(store._client.client_id[0])
         expire_session(zk_hosts, store)
 
     stats = run_buckets(spark, store, redis_committer(redis_url), 300, 50, AtCommit(2, expire))
@@ -135,6 +144,11 @@ def test_a_zookeeper_session_expiring_mid_run_is_taken_back_and_counts_exactly(
     # Commits after the loss carried the new leadership's (higher) token.
     assert before[0] is not None and int(client.get(f"{SINK}:fence") or 0) > before[0]
     assert int(client.get(f"{SINK}:txid") or 0) == 6
+    # The store said so: the session it lost, named.
+    expired = f"session=0x{before_session[0]:x}: this runner no longer leads"
+    assert any(
+        m.startswith("zookeeper session expired") and expired in m for m in store_reports(caplog)
+    ), store_reports(caplog)
 
 
 @pytest.mark.parametrize("guarantee", [Guarantee.AT_LEAST_ONCE, Guarantee.AT_MOST_ONCE])
@@ -177,8 +191,9 @@ def test_a_zookeeper_session_expiring_keeps_the_weaker_guarantees_promise(
 
 
 def test_a_zookeeper_restart_mid_run_is_ridden_out_and_counts_exactly(
-    spark: Any, redis_url: str
+    spark: Any, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, "coordinators.zookeeper")
     server = ZooKeeperServer()
     server.start()
     restart: list[threading.Thread] = []
@@ -200,6 +215,10 @@ def test_a_zookeeper_restart_mid_run_is_ridden_out_and_counts_exactly(
         server.close()
 
     assert restart, "the server was never restarted"
+    # The store said so: the connection lost with the server, and back once it returned.
+    said = [m.split(" topology=")[0] for m in store_reports(caplog)]
+    assert "zookeeper connection lost" in said and "zookeeper connection back" in said, said
+    assert said.index("zookeeper connection lost") < said.index("zookeeper connection back")
     assert buckets(redis_url) == expected_buckets(300)
     assert stats.committed_txids == 6 and stats.last_committed == 6
     assert stats.reelections >= 1 and stats.grouped_commits >= 1

@@ -1,0 +1,177 @@
+"""Observations that a fault took effect, made apart from the code under test: by the
+operating system (a process's exit status), by the servers themselves (ZooKeeper's
+ephemeral nodes, a Redis node's ``INFO``), or by Spark's own REST API. A fault the tests
+or the chaos campaign inject is counted only once its witness has seen it; a planned
+fault that no witness sees within its deadline is a ``NotFired`` failure naming it.
+
+Each wait polls with a deadline, never a fixed sleep: it ends as soon as the event is
+seen.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: A ZooKeeper node's ``ephemeralOwner`` when it has none.
+NO_OWNER = 0
+
+
+class NotFired(AssertionError):
+    """A planned fault that did not take effect (its witness did not see it in time)."""
+
+
+def waited(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.1) -> T:
+    """``probe()``'s first result that is not None, polled until ``timeout``; else
+    ``NotFired`` saying ``what`` was not seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = probe()
+        if seen is not None:
+            return seen
+        if time.monotonic() >= deadline:
+            raise NotFired(f"{what}: not seen within {timeout:.0f}s")
+        time.sleep(every)
+
+
+# -- processes ---------------------------------------------------------------------
+
+
+def killed_by_sigkill(returncode: int, what: str) -> None:
+    """A ``subprocess`` return code that says the process died of SIGKILL."""
+    if returncode != -signal.SIGKILL:
+        raise NotFired(f"{what}: the process exited with {returncode}, not by SIGKILL")
+
+
+# -- ZooKeeper ---------------------------------------------------------------------
+
+
+def zk_sessions(hosts: str, root: str = "/transactional") -> set[int]:
+    """The sessions that own an ephemeral node under ``root`` (a runner's leader node,
+    a standby's election entry), read with a client of our own."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+
+    client = KazooClient(hosts=hosts, timeout=10)
+    client.start(timeout=15)
+    try:
+        owners: set[int] = set()
+        stack = [root]
+        while stack:
+            path = stack.pop()
+            try:
+                children = client.get_children(path)
+                _, stat = client.get(path)
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner != NO_OWNER:
+                owners.add(stat.ephemeralOwner)
+            stack.extend(f"{path.rstrip('/')}/{child}" for child in children)
+        return owners
+    finally:
+        client.stop()
+        client.close()
+
+
+def wait_sessions_expired(hosts: str, sessions: Iterable[int], timeout: float) -> set[int]:
+    """Wait until ZooKeeper has expired every one of ``sessions`` (none owns a node);
+    returns the sessions that own nodes now."""
+    gone = set(sessions)
+    if not gone:
+        raise NotFired("zk session expiry: the run owned no ephemeral node to expire")
+
+    def expired() -> set[int] | None:
+        now = zk_sessions(hosts)
+        return now if not now & gone else None
+
+    return waited(f"zk session expiry of {sorted(hex(s) for s in gone)}", expired, timeout, 0.25)
+
+
+# -- Redis -------------------------------------------------------------------------
+
+
+def redis_info(port: int, section: str) -> dict[str, str]:
+    """``INFO section`` of the node on ``port`` ({} if it does not answer)."""
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return {k: str(v) for k, v in client.info(section).items()}
+    except redis.RedisError:
+        return {}
+    finally:
+        client.close()
+
+
+def replicas_of(ports: Iterable[int], master_port: int) -> list[int]:
+    """The nodes among ``ports`` that replicate the master on ``master_port``."""
+    return [
+        port
+        for port in ports
+        if (info := redis_info(port, "replication")).get("role") == "slave"
+        and info.get("master_port") == str(master_port)
+    ]
+
+
+def wait_promoted(replicas: list[int], timeout: float) -> int:
+    """Wait until one of ``replicas`` reports itself a master (``INFO replication``):
+    the cluster's failover happened. Returns its port."""
+    if not replicas:
+        raise NotFired("redis failover: the master had no replica to promote")
+
+    def promoted() -> int | None:
+        return next(
+            (p for p in replicas if redis_info(p, "replication").get("role") == "master"), None
+        )
+
+    return waited(f"redis failover: a replica of {replicas} promoted", promoted, timeout, 0.2)
+
+
+def run_id(port: int) -> str | None:
+    """The node's ``run_id``: new at every start of the server process."""
+    return redis_info(port, "server").get("run_id")
+
+
+# -- Spark -------------------------------------------------------------------------
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return json.load(reply)
+
+
+def executors(ui_port: int) -> list[dict[str, Any]] | None:
+    """Every executor the driver on ``ui_port`` has had, removed ones too (Spark's REST
+    API, ``/api/v1/applications/<app>/allexecutors``); None if it does not answer."""
+    base = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+    try:
+        apps = _get(base)
+        found: list[dict[str, Any]] = _get(f"{base}/{apps[0]['id']}/allexecutors")
+        return found
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
+
+
+def active_executors(ui_port: int) -> set[str]:
+    return {e["id"] for e in executors(ui_port) or [] if e["id"] != "driver" and e["isActive"]}
+
+
+def wait_executor_lost(ui_port: int, among: set[str], timeout: float) -> dict[str, Any]:
+    """Wait until the driver counts one of the executors ``among`` as removed; returns
+    its entry (``removeReason`` says why)."""
+    if not among:
+        raise NotFired("worker kill: the run had no executor to lose")
+
+    def lost() -> dict[str, Any] | None:
+        return next(
+            (e for e in executors(ui_port) or [] if e["id"] in among and not e["isActive"]),
+            None,
+        )
+
+    return waited(f"worker kill: an executor of {sorted(among)} lost", lost, timeout, 0.25)
