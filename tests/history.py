@@ -26,6 +26,7 @@ a lost record.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -163,11 +164,14 @@ def _compare(
 # -- reading the sinks ---------------------------------------------------------------
 
 
-def read_redis(url: str, prefix: str = "", *, cluster: bool = False) -> Image:
+def read_redis(
+    url: str, prefix: str = "", *, cluster: bool = False, inputs: str | None = None
+) -> Image:
     """The demo's tables in Redis behind ``prefix``, read with redis-py (``cluster``: its
     Redis Cluster client), and every other key behind the prefix: a committer's
     bookkeeping keys (``<prefix>transactional:...``) are expected, a staging list of an
-    unfinished commit is a leftover, anything else is strange."""
+    unfinished commit is a leftover, anything else is strange unless it matches the glob
+    ``inputs`` (the run's own input, e.g. the demo's Redis queues ``tweets:*``)."""
     import redis
     import redis.cluster
 
@@ -193,7 +197,7 @@ def read_redis(url: str, prefix: str = "", *, cluster: bool = False) -> Image:
         known = {prefix + t for t in (*TABLES.values(), IDS, DEAD_LETTERS)}
         pattern = _glob_escaped(prefix) + "*"
         for key in sorted(set(client.scan_iter(match=pattern, count=1000))):
-            if key in known:
+            if key in known or (inputs is not None and fnmatch.fnmatchcase(key, inputs)):
                 continue
             rest = key[len(prefix) :]
             if not rest.startswith("transactional:"):

@@ -15,6 +15,7 @@ import signal
 import time
 import urllib.request
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -38,6 +39,16 @@ def waited(what: str, probe: Callable[[], T | None], timeout: float, every: floa
         if time.monotonic() >= deadline:
             raise NotFired(f"{what}: not seen within {timeout:.0f}s")
         time.sleep(every)
+
+
+def clock_past(instant: datetime) -> datetime:
+    """Wait until the wall clock reads a later millisecond than ``instant`` (Kafka's
+    timestamps and Delta's commit times keep milliseconds); the time it reads then.
+    What is written after it is stamped later than ``instant``, and what was written
+    before ``instant`` earlier than the time returned."""
+    while (now := datetime.now(UTC)) < instant + timedelta(milliseconds=1):
+        time.sleep(0.001)
+    return now
 
 
 # -- processes ---------------------------------------------------------------------
@@ -175,3 +186,10 @@ def wait_executor_lost(ui_port: int, among: set[str], timeout: float) -> dict[st
         )
 
     return waited(f"worker kill: an executor of {sorted(among)} lost", lost, timeout, 0.25)
+
+
+def master_apps(ui_port: int) -> list[dict[str, Any]]:
+    """The applications a standalone master on ``ui_port`` lists, running and finished
+    (its ``/json/`` page): each with its ``id``, ``name`` and ``state``."""
+    status = _get(f"http://127.0.0.1:{ui_port}/json/")
+    return [*status.get("activeapps", []), *status.get("completedapps", [])]

@@ -11,14 +11,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.observed import assert_exact, delta_contents, redis_contents
+from tests.history import judge, read_delta, read_redis
 from tests.processes import DemoProcess, demo_env, generated_tweets, redis_txid
 from tests.reference import Expected
+from tests.witness import active_executors, master_apps, wait_executor_lost, waited
 from transactional.testing.cluster_servers import SparkMaster, SparkWorker
+from transactional.testing.servers import free_port
 
 pytestmark = pytest.mark.cluster
 
@@ -54,9 +55,11 @@ def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
 
 
 def run_args(
-    master: SparkMaster, path: Path, tmp_path: Path, spout: str, sink: list[str]
+    master: SparkMaster, path: Path, tmp_path: Path, spout: str, sink: list[str], ui_port: int = 0
 ) -> list[str]:
-    conf = [item for setting in CLUSTER_CONF for item in ("--conf", setting)]
+    """The demo's arguments; ``ui_port``: the driver's UI there (Spark's REST API)."""
+    ui = [f"spark.ui.port={ui_port}", "spark.ui.enabled=true"] if ui_port else []
+    conf = [item for setting in [*CLUSTER_CONF, *ui] for item in ("--conf", setting)]
     batch = "200" if spout == "transactional" else "60"
     return [
         "run",
@@ -69,12 +72,12 @@ def run_args(
         "--master", master.url,
         *conf,
         "--top", "0",
+        "--record-ids",
     ]  # fmt: skip
 
 
 @pytest.mark.parametrize("spout", ["transactional", "partitioned", "opaque"])
 def test_every_spout_kind_counts_exactly_on_the_cluster(
-    spark: Any,
     cluster: tuple[SparkMaster, list[SparkWorker]],
     tweets: tuple[Path, Expected],
     tmp_path: Path,
@@ -83,11 +86,15 @@ def test_every_spout_kind_counts_exactly_on_the_cluster(
     master, _ = cluster
     path, expected = tweets
     sink = ["--sink", "delta", "--delta-path", str(tmp_path / "delta")]
+    before = {app["id"] for app in master_apps(master.ui_port)}
     # A process of its own: this one's session is local.
     run = DemoProcess(run_args(master, path, tmp_path, spout, sink), tmp_path / "run.log")
     assert run.proc.wait(timeout=600) == 0, run.log.read_text()[-3000:]
-    assert "Registered app tweets" in master.log_tail(400)  # it ran there
-    assert_exact(delta_contents(spark, tmp_path / "delta"), expected)
+    # It ran there: the master itself lists one application more, this run's, finished.
+    new = [app for app in master_apps(master.ui_port) if app["id"] not in before]
+    assert [(a["name"], a["state"]) for a in new] == [("tweets", "FINISHED")], new
+    verdict = judge(read_delta(tmp_path / "delta"), expected)
+    assert verdict.exact, str(verdict)
 
 
 def test_a_worker_killed_mid_txid_leaves_the_counts_exact(
@@ -99,7 +106,8 @@ def test_a_worker_killed_mid_txid_leaves_the_counts_exact(
     master, workers = cluster
     path, expected = tweets
     sink = ["--sink", "redis", "--redis-url", redis_url]
-    args = run_args(master, path, tmp_path, "partitioned", sink)
+    ui_port = free_port()
+    args = run_args(master, path, tmp_path, "partitioned", sink, ui_port)
     args[args.index("--batch-size") + 1] = "20"  # many txids: the kill lands inside one
     run = DemoProcess(args, tmp_path / "run.log", demo_env(SPARK_LOCAL_IP="127.0.0.1"))
     deadline = time.monotonic() + 300
@@ -107,12 +115,18 @@ def test_a_worker_killed_mid_txid_leaves_the_counts_exact(
         assert run.proc.poll() is None, run.log.read_text()[-3000:]
         assert time.monotonic() < deadline, "nothing committed in time"
         time.sleep(0.05)
+    # An executor on each worker (one core each), as the driver's REST API lists them.
+    executors = waited("two executors", lambda: active_executors(ui_port) or None, 60)
+    assert len(executors) == 2, executors
     victim = workers[0]
     victim.stop()  # SIGKILL: the worker and its executor, in the middle of a txid
     at_kill = redis_txid(redis_url, "sink")
+    lost = wait_executor_lost(ui_port, executors, timeout=60)  # the driver saw it go
     replacement = SparkWorker(master)
     replacement.start()
     workers[0] = replacement
     assert run.proc.wait(timeout=600) == 0, run.log.read_text()[-3000:]
+    assert lost["id"] in executors and not lost["isActive"], lost
     assert redis_txid(redis_url, "sink") > at_kill  # txids were still to come at the kill
-    assert_exact(redis_contents(redis_url), expected)
+    verdict = judge(read_redis(redis_url), expected)
+    assert verdict.exact, str(verdict)

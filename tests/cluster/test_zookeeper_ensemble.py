@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.observed import assert_exact, redis_contents
+from tests.history import judge, read_redis
 from tests.processes import DemoProcess, generated_tweets, redis_txid
 from tests.reference import Expected
 from transactional.testing.cluster_servers import ZooKeeperEnsemble
@@ -46,6 +46,7 @@ def start_run(hosts: str, redis_url: str, path: Path, tmp_path: Path) -> DemoPro
         "--until-drained",
         "--master", "local[2]",
         "--top", "0",
+        "--record-ids",
     ]  # fmt: skip
     return DemoProcess(args, tmp_path / "run.log")
 
@@ -73,7 +74,8 @@ def test_the_leader_server_killed_mid_run_and_restarted(
     leader.start()
     assert run.proc.wait(timeout=600) == 0, run.log.read_text()[-3000:]
     assert redis_txid(redis_url, "sink") > at_kill + 1
-    assert_exact(redis_contents(redis_url), expected)
+    verdict = judge(read_redis(redis_url), expected)
+    assert verdict.exact, str(verdict)
 
 
 def test_a_minority_commits_nothing_until_quorum_returns(
@@ -96,4 +98,5 @@ def test_a_minority_commits_nothing_until_quorum_returns(
         run = start_run(ensemble.hosts, redis_url, path, tmp_path)
     assert run.proc.wait(timeout=600) == 0, run.log.read_text()[-3000:]
     assert redis_txid(redis_url, "sink") > without_quorum
-    assert_exact(redis_contents(redis_url), expected)
+    verdict = judge(read_redis(redis_url), expected)
+    assert verdict.exact, str(verdict)

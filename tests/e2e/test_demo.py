@@ -4,6 +4,7 @@ killed; every count is checked against an answer computed here from the input fi
 from __future__ import annotations
 
 import io
+import logging
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ import redis
 
 from examples.tweets.cli import main as demo
 from tests.history import judge, read_delta, read_redis
-from tests.observed import assert_exact, redis_contents
+from tests.observed import FailedTxids, assert_exact, redis_contents
 from tests.processes import run_summary
 from tests.reference import Expected, expected_counts
 
@@ -124,7 +125,21 @@ def test_demo_on_zookeeper_with_a_redis_source_and_sink(
     path, expected = tweets
     assert demo(["load", "--input", str(path), "--redis-url", redis_url], out=io.StringIO()) == 0
     out = io.StringIO()
-    code = demo(
+    failed = FailedTxids()  # the runner's own report of each failed attempt
+    logging.getLogger("transactional.runner").addHandler(failed)
+    try:
+        code = run_zookeeper_demo(redis_url, zk_hosts, tmp_path, out)
+    finally:
+        logging.getLogger("transactional.runner").removeHandler(failed)
+    assert code == 0, out.getvalue()
+    # Exceptions were injected (the seed plans some for these txids) and survived.
+    assert any("error=InjectedFault" in m for m in failed.messages), failed.messages
+    verdict = judge(read_redis(redis_url, inputs="tweets:*"), expected)  # beside its queues
+    assert verdict.exact, str(verdict)
+
+
+def run_zookeeper_demo(redis_url: str, zk_hosts: str, tmp_path: Path, out: io.StringIO) -> int:
+    return demo(
         [
             "run",
             "--source",
@@ -148,11 +163,10 @@ def test_demo_on_zookeeper_with_a_redis_source_and_sink(
             "--until-drained",
             "--master",
             "local[2]",
+            "--record-ids",
         ],
         out=out,
     )
-    assert code == 0, out.getvalue()
-    assert_exact(redis_contents(redis_url), expected)
 
 
 def test_a_killed_run_resumes_with_the_same_arguments_and_counts_exactly(
