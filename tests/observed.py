@@ -83,3 +83,28 @@ class FailedTxids(logging.Handler):
         if message.startswith("txid failed"):
             self.messages.append(message)
             self.seen.set()
+
+
+class Said(logging.Handler):
+    """Watches ``logger`` (at INFO, for the ``with`` block) for a line holding ``text``:
+    ``seen`` is set at the first."""
+
+    def __init__(self, logger: str, text: str) -> None:
+        super().__init__(logging.INFO)
+        self.logger = logging.getLogger(logger)
+        self.text = text
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+    def __enter__(self) -> Said:
+        self._level = self.logger.level
+        self.logger.addHandler(self)
+        self.logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self._level)

@@ -420,20 +420,25 @@ def test_status_and_list_on_sqlite_never_write(redis_url: str, tmp_path: Path) -
         "  sink sink (RedisCommitter): holds txid 5, ahead of the store's 3: replayed as held"
         in ahead.stdout.splitlines()
     ), ahead.stdout
-    watching = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "transactional.cli", "status", "--topology-id", "numbers"),
-            *("--state-dir", str(state), "--watch", "--interval", "0.2"),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(4)
-    watching.send_signal(signal.SIGINT)
-    out, err = watching.communicate(timeout=30)
-    assert watching.returncode == 0, err
+    shown = tmp_path / "watch.out"
+    with shown.open("w") as sink:  # its live display on, as on a terminal
+        watching = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "transactional.cli", "status", "--topology-id", "numbers"),
+                *("--state-dir", str(state), "--watch", "--interval", "0.2"),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "TTY_COMPATIBLE": "1"},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 60
+    while "stopped on" not in shown.read_text() and watching.poll() is None:
+        assert time.monotonic() < deadline, shown.read_text()
+        time.sleep(0.1)
+    watching.send_signal(signal.SIGINT)  # once it has shown the status: Ctrl-C
+    assert watching.wait(timeout=30) == 0, shown.read_text()
+    out = shown.read_text()
     assert "topology numbers" in out and "runner" in out and "stopped on" in out
     listed = cli("list", "--state-dir", str(state))
     assert (listed.returncode, listed.stdout) == (0, "numbers\n")

@@ -117,8 +117,9 @@ def test_a_standby_leaves_at_the_first_signal_and_the_leader_goes_on(
                     stderr=err_file,
                 )
             standbys.append(standby)
+            # It logs this holding no leadership, which it cannot get while the leader
+            # runs: a signal from here on finds it a standby.
             wait_for(mentions(log, "acquiring leadership"), "standby waiting", [leader, standby])
-            time.sleep(1)  # inside the wait for the lock
             standby.send_signal(signum)
             out, _ = standby.communicate(timeout=30)
             err = log.read_text()

@@ -60,9 +60,14 @@ CHILD = textwrap.dedent(
     worker.start()
     tracker = spark.sparkContext.statusTracker()
     deadline = time.monotonic() + 120
-    while not tracker.getActiveJobsIds() and time.monotonic() < deadline:
+
+    def running_tasks():
+        stages = (tracker.getStageInfo(s) for s in tracker.getActiveStageIds())
+        return sum(s.numActiveTasks for s in stages if s is not None)
+
+    # Cancelled once a task runs: the write inside a task is what logs at ERROR.
+    while not running_tasks() and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.5)
     engine.cancel("attempt")
     worker.join()
     print(outcome[0], flush=True)

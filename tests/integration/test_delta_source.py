@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from tests.spouts import drive_transactional, opened
+from tests.witness import clock_past
 from transactional.errors import SourceDataLostError, SourceSchemaError
 from transactional.sources.delta import DeltaTableSpout
 from transactional.types import TransactionAttempt
@@ -118,9 +118,8 @@ def test_the_change_data_feed_gives_every_change(spark: Any, tmp_path: Path) -> 
 def test_start_positions_and_a_lost_log(spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "t"
     _append(path, range(0, 3))  # version 0
-    time.sleep(0.05)
-    between = dt.datetime.now(dt.UTC)
-    time.sleep(0.05)
+    between = clock_past(dt.datetime.now(dt.UTC))  # after version 0's commit time
+    clock_past(between)  # and version 1's after it
     _append(path, range(3, 6))  # version 1
 
     def texts(**start: Any) -> list[tuple[Any, ...]]:

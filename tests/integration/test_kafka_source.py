@@ -24,6 +24,7 @@ from examples.tweets.sinks import make_committer
 from examples.tweets.topology import build_topology
 from tests.observed import FailedTxids, assert_exact, redis_contents
 from tests.reference import Expected, expected_counts
+from tests.witness import clock_past
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.faults import FaultPoint
 from transactional.sources.kafka import KafkaOpaqueSpout, KafkaPartitionedSpout, KafkaRange
@@ -230,9 +231,8 @@ def test_a_txid_is_decided_with_one_request_per_question(
 def test_start_positions(spark: Any, kafka: KafkaServer) -> None:
     topic = new_topic(kafka, 2)
     produce(kafka, topic, {0: [b"a0", b"a1", b"a2"], 1: [b"b0", b"b1"]})
-    time.sleep(0.05)
-    middle = datetime.now(UTC)
-    time.sleep(0.05)
+    middle = clock_past(datetime.now(UTC))  # after the first records' timestamps
+    clock_past(middle)  # and the next ones' after it
     produce(kafka, topic, {0: [b"a3"], 1: [b"b2", b"b3"]})
 
     def first(start: Any) -> dict[int, tuple[int, int]]:

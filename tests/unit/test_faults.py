@@ -178,7 +178,10 @@ TREE = textwrap.dedent(
         f"p = subprocess.Popen([sys.executable, '-c', {grandchild!r}]); "
         "print(p.pid, flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
     grand = child.stdout.readline().strip()
-    time.sleep(0.2)  # the grandchild has left the group
+    deadline = time.monotonic() + 30
+    while os.getpgid(int(grand)) != int(grand):  # until the grandchild has left the group
+        assert time.monotonic() < deadline, "the grandchild did not leave the group"
+        time.sleep(0.01)
     print(os.getpid(), child.pid, grand, flush=True)
     kill_process_tree()
     time.sleep(120)

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from tests.observed import Said
 from transactional.config import RunnerConfig
 from transactional.runner import TransactionalRunner
 from transactional.testing import (
@@ -236,10 +237,12 @@ def test_a_stop_lets_a_running_commit_finish_and_advances_past_it() -> None:
     data = [f"s{i % 3}" for i in range(12)]
     store, sink = InMemoryStateStore(), SlowSink()
     runner = runner_for(ListTransactionalSpout(data, 4), sink, store, max_pending=1)
-    thread = in_thread(runner)
-    assert entered.wait(30)
-    runner.stop()
-    time.sleep(0.2)  # the runner stops waiting on events; the commit is still running
+    # The runner says it waits for the commit in flight: stopped while it still runs.
+    with Said("transactional.runner", "waiting for the commit of txid(s) 2") as said:
+        thread = in_thread(runner)
+        assert entered.wait(30)
+        runner.stop()
+        assert said.seen.wait(30)
     release.set()
     thread.join(30)
     assert not thread.is_alive()

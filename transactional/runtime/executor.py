@@ -413,6 +413,12 @@ class Executor:
                 quietly(partial(self.engine.cancel, self._group(slot.attempt)), "cancel job group")
         self._workers.shutdown(wait=False, cancel_futures=True)
         stopped = self.stopping.is_set()
+        if stopped and committing:
+            log.info(
+                "stopping topology=%s: waiting for the commit of txid(s) %s to finish",
+                self.session.topology_id,
+                ",".join(str(t) for t in sorted(committing)),
+            )
         self._committer.shutdown(wait=stopped, cancel_futures=True)
         if stopped and committing:
             self._advance_finished_commits()
