@@ -218,11 +218,27 @@ class ZooKeeperStateStore(FencedStore):
             log.warning("zookeeper connection back %s", where)
 
     def publish_status(self, document: JsonValue) -> None:
-        value = json.dumps(document).encode()
+        """Best effort, and never a wait on ZooKeeper: refused at once without a
+        connection, and given at most the session timeout (kazoo would otherwise hold
+        the call, and the runner's thread with it, until the connection came back,
+        which without a quorum may be never)."""
+        client = self._zk
+        if client.state != KazooState.CONNECTED:
+            raise StoreUnavailableError(
+                f"not connected to ZooKeeper at {self.hosts} (state {client.state}): the "
+                "status document is not published"
+            )
+        value, path = json.dumps(document).encode(), self._path("status")
         try:
-            self._zk.set(self._path("status"), value)
-        except NoNodeError:
-            self._zk.create(self._path("status"), value)
+            try:
+                client.set_async(path, value).get(timeout=self.session_timeout)
+            except NoNodeError:
+                client.create_async(path, value).get(timeout=self.session_timeout)
+        except client.handler.timeout_exception as exc:
+            raise StoreUnavailableError(
+                f"ZooKeeper at {self.hosts} did not take the status document within "
+                f"{self.session_timeout}s"
+            ) from exc
 
     def read_status(self) -> JsonValue | None:
         try:

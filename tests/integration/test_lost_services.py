@@ -26,9 +26,10 @@ from tests.integration.topologies import BucketBolt, RangeSpout
 from tests.observed import FailedTxids, assert_exact, redis_contents
 from tests.processes import run_summary
 from tests.reference import expected_counts
+from tests.witness import waited
 from transactional import RunnerConfig, TopologyBuilder, TransactionalRunner
 from transactional.committer import Committer, CommitterContext
-from transactional.errors import CommitError
+from transactional.errors import CommitError, StoreUnavailableError
 from transactional.store import StateStore
 from transactional.testing.servers import RedisServer, ZooKeeperServer
 from transactional.types import CommitOutcome, Guarantee, TransactionAttempt
@@ -188,6 +189,41 @@ def test_a_zookeeper_session_expiring_keeps_the_weaker_guarantees_promise(
     else:
         assert got == dict(Counter(f"k{n % 7}" for n in kept))
     assert stats.reelections >= 1
+
+
+def test_the_status_is_not_waited_for_while_zookeeper_is_gone() -> None:
+    """The status document is a report: with its ZooKeeper gone (a minority left, a
+    server down) the store refuses it at once instead of holding the runner's thread
+    until the connection comes back, which may be never."""
+    server = ZooKeeperServer()
+    server.start()
+    store = ZooKeeperStateStore(server.hosts, session_timeout=4.0)
+    try:
+        store.open("status")
+        store.acquire_leadership(10)
+        store.publish_status({"n": 1})
+        assert store.read_status() == {"n": 1}
+        server.stop()  # SIGKILL: the client loses its connection
+        waited(
+            "the store's connection lost", lambda: store._client.state != "CONNECTED" or None, 30
+        )
+        outcome: list[BaseException | None] = []
+
+        def publish() -> None:
+            try:
+                store.publish_status({"n": 2})
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        thread.join(30)  # a deadline: without the refusal it waits for ever
+        assert not thread.is_alive(), "publish_status waited for ZooKeeper to come back"
+        assert isinstance(outcome[0], StoreUnavailableError), outcome
+    finally:
+        server.close()
+        store.close()
 
 
 def test_a_zookeeper_restart_mid_run_is_ridden_out_and_counts_exactly(
