@@ -223,11 +223,7 @@ class ZooKeeperStateStore(FencedStore):
         the call, and the runner's thread with it, until the connection came back,
         which without a quorum may be never)."""
         client = self._zk
-        if client.state != KazooState.CONNECTED:
-            raise StoreUnavailableError(
-                f"not connected to ZooKeeper at {self.hosts} (state {client.state}): the "
-                "status document is not published"
-            )
+        _zk.wait_connected(client, self.hosts, deadline=time.monotonic())  # no wait at all
         value, path = json.dumps(document).encode(), self._path("status")
         try:
             try:

@@ -40,24 +40,34 @@ times is lost, twice is a duplicate), nothing may be there that no input record
 explains (a phantom) or that an undone attempt left (a leftover), and every hashtag,
 user and pair count must match.
 
+Midway, once a run has gone on after a fault, both sinks are read and judged too
+(``judge(midway=True)``: a record counted more often than the input holds it, a
+phantom, a count past the records'), and what they hold wrong is put down to that
+fault's kind: the second table.
+
 Exit status: 0 when every planned fault fired and nothing is lost, duplicated, phantom,
-left over or miscounted on either sink, else 1.
+left over or miscounted on either sink, at the end or midway, else 1. ``--every-kind``
+goes on past ``--faults`` until every kind fired; ``--json`` and ``--markdown`` write
+the figures and the tables (``make chaos`` writes ``tests/CHAOS.md``).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +76,11 @@ from tests.processes import DemoProcess, redis_txid, wait_session_gone
 from tests.reference import Expected, expected_counts, input_files, lines_of
 from tests.witness import (
     NotFired,
-    active_executors,
     killed_by_sigkill,
     replicas_of,
     run_id,
     wait_executor_lost,
+    wait_executors,
     wait_promoted,
     wait_sessions_expired,
     waited,
@@ -98,6 +108,9 @@ PROCESS_KINDS = (
 STEPS = tuple(FaultPoint)
 #: The ZooKeeper session of every run (seconds): a frozen run loses it after this.
 SESSION_S = 4.0
+VERDICT_COLUMNS = ("lost", "duplicated", "phantoms", "leftovers", "miscounted")
+#: What a reading midway can find wrong (``tests.history.judge(midway=True)``).
+MIDWAY_COLUMNS = ("duplicated", "phantoms", "miscounted")
 
 
 @dataclass
@@ -118,6 +131,13 @@ class Campaign:
     turn: int = 0
     #: The Spark UI port of the current run (its REST API witnesses executors lost).
     ui_port: int = 0
+    #: The kind of the last fault witnessed, not yet followed by a reading of the sinks.
+    last_kind: str | None = None
+    #: By fault kind: the sinks read and judged midway after a fault of it
+    #: (``readings``, ``unreadable``) and what was wrong in them.
+    after: dict[str, Counter[str]] = field(default_factory=dict)
+    #: What those readings found wrong, said in full.
+    midway_notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -126,6 +146,7 @@ class Settings:
     tweets: int
     batch: int  # per partition (x3 for the transactional spout)
     faults: int  # process-level faults per spout kind
+    every_kind: bool  # and more, until each kind fired (at most three times as many)
     fail_rate: float
     bad_rate: float
     seed: int
@@ -167,6 +188,45 @@ def _progress(
     return False
 
 
+def _more(campaign: Campaign, settings: Settings, fault: int) -> bool:
+    """Whether the campaign injects another fault: ``faults`` of them, then, with
+    ``every_kind``, more until every kind fired; never into a drained run."""
+    if campaign.drained:
+        return False
+    if fault < settings.faults:
+        return True
+    missing = [k for k in PROCESS_KINDS if campaign.faults[k] == 0]
+    return settings.every_kind and bool(missing) and fault < 3 * settings.faults
+
+
+def _read_midway(campaign: Campaign, servers: Servers, expected: Expected) -> None:
+    """Both sinks read and judged midway (``tests.history.judge(midway=True)``) once the
+    run has gone on after a fault: what they hold wrong is put down to that fault's
+    kind. A sink that cannot be read now (a Redis slot without a master) is counted
+    ``unreadable``; the final reading judges it."""
+    kind, campaign.last_kind = campaign.last_kind, None
+    if kind is None:
+        return
+    tally = campaign.after.setdefault(kind, Counter())
+    readers = {
+        "redis": lambda: read_redis(servers.redis.url, campaign.prefix, cluster=True),
+        "delta": lambda: read_delta(campaign.delta_path),
+    }
+    for sink, read in readers.items():
+        try:
+            image = read()
+        except Exception as exc:
+            tally["unreadable"] += 1
+            campaign.midway_notes.append(f"after {kind}: {sink} unreadable ({exc!r:.200})")
+            continue
+        verdict = judge(image, expected, midway=True)
+        tally["readings"] += 1
+        for name in MIDWAY_COLUMNS:
+            tally[name] += len(getattr(verdict, name))
+        if not verdict.exact:
+            campaign.midway_notes.append(f"after {kind}, midway: {verdict}")
+
+
 def _finish(campaign: Campaign, run: DemoProcess, code: int) -> None:
     campaign.injected += run.output().count("error=InjectedFault")
     if code == 0:
@@ -197,7 +257,7 @@ class Injector:
         self.servers = servers
         self.rng = rng
 
-    def zk_session_expiry(self, run: DemoProcess, ui_port: int) -> str:
+    def zk_session_expiry(self, run: DemoProcess) -> str:
         hosts = self.servers.zookeeper.hosts
         sessions = zk_sessions(hosts)  # the run's leader node, and any left by a dead run
         os.kill(run.pid, signal.SIGSTOP)  # the driver's Python: no heartbeat to ZooKeeper
@@ -207,7 +267,7 @@ class Injector:
             os.kill(run.pid, signal.SIGCONT)
         return f"ZooKeeper expired {len(sessions)} session(s); owners now {len(owners)}"
 
-    def zk_restart(self, run: DemoProcess, ui_port: int) -> str:
+    def zk_restart(self, run: DemoProcess) -> str:
         logged = len(run.output())
         self.servers.zookeeper.stop()
         time.sleep(self.rng.uniform(0.2, 3.0))  # the outage: the fault's own length
@@ -224,7 +284,7 @@ class Injector:
         waited("zk restart: the run's report of its connection lost and back", reported, 60)
         return "the run reported its ZooKeeper connection lost and back"
 
-    def redis_failover(self, run: DemoProcess, ui_port: int, prefix: str) -> str:
+    def redis_failover(self, prefix: str) -> str:
         master = self.servers.redis.master_of(prefix)
         running = [n.port for n in self.servers.redis.nodes if n.proc is not None]
         replicas = replicas_of(running, master.port)
@@ -233,7 +293,7 @@ class Injector:
         master.start()  # it rejoins as a replica of the promoted one
         return f"replica {promoted} promoted in place of {master.port}"
 
-    def redis_restart(self, run: DemoProcess, ui_port: int, prefix: str) -> str:
+    def redis_restart(self, prefix: str) -> str:
         master = self.servers.redis.master_of(prefix)
         before = run_id(master.port)
         master.stop()
@@ -243,8 +303,8 @@ class Injector:
             raise NotFired(f"redis restart: node {master.port} run_id {before} -> {after}")
         return f"node {master.port} restarted (run_id {before[:8]} -> {after[:8]})"
 
-    def worker_kill(self, run: DemoProcess, ui_port: int) -> str:
-        among = active_executors(ui_port)
+    def worker_kill(self, ui_port: int) -> str:
+        among = wait_executors(ui_port, timeout=60)
         victim = self.rng.randrange(len(self.servers.workers))
         self.servers.workers[victim].stop()
         lost = wait_executor_lost(ui_port, among, timeout=60)
@@ -269,15 +329,15 @@ def _inject(inject: Injector, kind: str, run: DemoProcess, campaign: Campaign) -
         _finish(campaign, run, code)
         killed_by_sigkill(code, kind)  # from the OS: the exit status of the run
         return f"exit {code}"
-    if kind in ("redis failover", "redis restart"):
-        act = inject.redis_failover if kind == "redis failover" else inject.redis_restart
-        return act(run, campaign.ui_port, campaign.prefix)
-    injectors = {
-        "zk session expiry": inject.zk_session_expiry,
-        "zk restart": inject.zk_restart,
-        "worker kill": inject.worker_kill,
-    }
-    return injectors[kind](run, campaign.ui_port)
+    if kind == "zk session expiry":
+        return inject.zk_session_expiry(run)
+    if kind == "zk restart":
+        return inject.zk_restart(run)
+    if kind == "redis failover":
+        return inject.redis_failover(campaign.prefix)
+    if kind == "redis restart":
+        return inject.redis_restart(campaign.prefix)
+    return inject.worker_kill(campaign.ui_port)
 
 
 def run_campaign(
@@ -286,6 +346,7 @@ def run_campaign(
     args: list[str],
     work: Path,
     servers: Servers,
+    expected: Expected,
     rng: random.Random,
     say: Callable[[str], None],
 ) -> None:
@@ -294,7 +355,7 @@ def run_campaign(
     fault = 0
     crash: tuple[FaultPoint, int] | None = None
     try:
-        while fault < settings.faults and not campaign.drained:
+        while _more(campaign, settings, fault):
             # The other kinds in turn, so that a short campaign has each (a planned crash
             # at a step is decided at a run's start).
             kind = _in_turn(campaign.turn)
@@ -315,6 +376,7 @@ def run_campaign(
                     if _sink_txid(servers, campaign) > crash[1] + 1:
                         break
                     time.sleep(0.2)
+                _read_midway(campaign, servers, expected)
                 if run.poll() is not None and CRASH_MARKER in run.output():
                     code = run.kill()
                     wait_session_gone(run.pid)
@@ -329,6 +391,7 @@ def run_campaign(
                     else:
                         campaign.faults["kill -9 at step"] += 1
                         campaign.steps[crash[0].value] += 1
+                        campaign.last_kind = "kill -9 at step"
                         say(f"{campaign.spout}: fault {fault}: {what} (exit {code})")
                     run, crash = None, None
                     continue
@@ -352,6 +415,7 @@ def run_campaign(
                 continue
             else:
                 time.sleep(rng.uniform(0.0, 2.0))
+            _read_midway(campaign, servers, expected)
             if run.poll() is not None:  # it drained (or failed) meanwhile: no fault to count
                 _finish(campaign, run, run.kill())
                 run = None
@@ -366,6 +430,7 @@ def run_campaign(
                 say(f"{campaign.spout}: fault {fault}: NOT FIRED: {exc} (run {campaign.runs})")
             else:
                 campaign.faults[kind] += 1
+                campaign.last_kind = kind
                 say(f"{campaign.spout}: fault {fault}: {kind}: {seen} (run {campaign.runs})")
             if kind == "kill -9 random":
                 wait_session_gone(run.pid)
@@ -379,20 +444,40 @@ def run_campaign(
             _finish(campaign, run, code)
             say(f"{campaign.spout}: run {campaign.runs} ended with {code}")
             run = None
+        _read_midway(campaign, servers, expected)  # the last fault's, once the runs ended
     except BaseException:  # the campaign failed: leave no run behind
         if run is not None and run.poll() is None:
             run.kill()
         raise
 
 
-VERDICT_COLUMNS = ("lost", "duplicated", "phantoms", "leftovers", "miscounted")
+def by_kind(campaigns: Sequence[Campaign]) -> tuple[Any, int]:
+    """The table of the fault kinds: how many fired (seen by their witness), and what
+    the sinks read midway after them held wrong; and the count of that."""
+    from rich.table import Table
+
+    table = Table(title="after each kind of fault (both sinks read midway)", title_justify="left")
+    columns = ["fault", "fired", "readings", "unreadable", *MIDWAY_COLUMNS]
+    for name in columns:
+        table.add_column(name, justify="left" if name == "fault" else "right")
+    wrong = 0
+    for kind in PROCESS_KINDS:
+        tally = sum((c.after.get(kind, Counter()) for c in campaigns), Counter())
+        wrong += sum(tally[k] for k in MIDWAY_COLUMNS)
+        fired = sum(c.faults[kind] for c in campaigns)
+        table.add_row(kind, str(fired), *(str(tally[k]) for k in columns[2:]))
+    for c in campaigns:
+        for what in c.midway_notes:
+            print(f"{c.spout}: {what}", file=sys.stderr)
+    return table, wrong
 
 
 def report(
     campaigns: Sequence[Campaign], expected: Expected, servers: Servers
-) -> tuple[Any, int, Counter[str]]:
+) -> tuple[Any, int, Counter[str], list[dict[str, Any]]]:
     """The table of the campaigns, each sink judged record by record (``tests.history``,
-    read with redis-py and ``deltalake``), the count of what is wrong, and the faults."""
+    read with redis-py and ``deltalake``), the count of what is wrong, the faults, and
+    each row's figures."""
     from rich.table import Table
 
     table = Table(title="chaos campaign", title_justify="left")
@@ -402,6 +487,7 @@ def report(
         table.add_column(name, justify="left" if name in ("spout", "sink") else "right")
     failures = 0
     totals: Counter[str] = Counter()
+    rows: list[dict[str, Any]] = []
     for c in campaigns:
         totals.update(c.faults)
         totals["exceptions"] += c.injected
@@ -420,6 +506,11 @@ def report(
             failures += bad + (0 if c.drained else 1)  # an undrained campaign fails too
             if not verdict.exact:
                 print(verdict, file=sys.stderr)
+            rows.append(
+                {"spout": c.spout, "sink": verdict.sink, "runs": c.runs, "drained": c.drained}
+                | {"faults": dict(c.faults), "not fired": c.not_fired, "exceptions": c.injected}
+                | figures
+            )
             table.add_row(
                 c.spout,
                 verdict.sink,
@@ -433,7 +524,31 @@ def report(
                 *(str(figures[k]) for k in VERDICT_COLUMNS[:-1]),
                 str(figures["miscounted"]) + ("" if c.drained else " (not drained)"),
             )
-    return table, failures, totals
+    return table, failures, totals, rows
+
+
+def _commit() -> str:
+    """The commit the campaign ran at, ``+changes`` if the work tree differed from it."""
+    root = Path(__file__).resolve().parent.parent
+    git = ["git", "-C", str(root)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True)  # fmt: skip
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def _markdown(figures: dict[str, Any], tables: str) -> str:
+    """The campaign's record: how it was run, where, and its tables as printed."""
+    command = " ".join(["python -m tests.chaos", *figures["argv"]])
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        "# Chaos campaign: the last full run\n\n"
+        f"`{command}` at commit `{figures['commit']}`, {when}, on {os.cpu_count()} cores "
+        f"in {figures['seconds'] // 60} min. Written by the campaign itself "
+        "(`--markdown`); the figures as JSON with `--json`. How it works and what each "
+        'column means: docs/concepts/guarantees.md, "The chaos campaign".\n\n'
+        f"```text\n{tables.rstrip()}\n```\n"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -445,7 +560,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-rate", type=float, default=0.3, help="injected exceptions")
     p.add_argument("--bad-rate", type=float, default=0.05, help="bad input records")
     p.add_argument("--spouts", nargs="+", choices=SPOUTS, help="default: all (quick: opaque)")
+    p.add_argument(
+        "--every-kind",
+        action="store_true",
+        help="past --faults, go on until every kind of fault fired (up to 3x --faults)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--json", type=Path, help="write the figures to this file as JSON")
+    p.add_argument("--markdown", type=Path, help="write the tables to this Markdown file")
     return p
 
 
@@ -494,13 +616,19 @@ def run_args(
     ]  # fmt: skip
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # the servers and the run are stopped on the way out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminated)
     settings = Settings(
         spouts=tuple(args.spouts or (("opaque",) if args.quick else SPOUTS)),
         tweets=args.tweets or (300 if args.quick else 6000),
         batch=10,
         faults=args.faults if args.faults is not None else (6 if args.quick else 50),
+        every_kind=args.every_kind,
         fail_rate=args.fail_rate,
         bad_rate=args.bad_rate,
         seed=args.seed,
@@ -508,7 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
 
     # A table this wide needs room; a pipe or a log file has no width of its own.
-    console = Console() if sys.stdout.isatty() else Console(width=220)
+    console = Console(record=True) if sys.stdout.isatty() else Console(width=220, record=True)
     started = time.monotonic()
 
     def say(text: str) -> None:
@@ -532,21 +660,50 @@ def main(argv: Sequence[str] | None = None) -> int:
             c = Campaign(spout, f"chaos-{spout}", f"{{chaos-{spout}}}:", work / spout / "delta")
             (work / spout).mkdir(parents=True, exist_ok=True)
             arguments = run_args(c, settings, data, work / spout, servers)
-            run_campaign(c, settings, arguments, work / spout, servers, rng, say)
+            run_campaign(c, settings, arguments, work / spout, servers, expected, rng, say)
             campaigns.append(c)
         say("reading both sinks back")
-        table, failures, totals = report(campaigns, expected, servers)
+        table, failures, totals, rows = report(campaigns, expected, servers)
+        kinds, wrong_midway = by_kind(campaigns)
+        failures += wrong_midway
+        console.export_text()  # the tables alone go to --markdown
         console.print(table)
+        console.print(kinds)
         process = sum(totals[k] for k in PROCESS_KINDS)
+        steps = dict(sum((c.steps for c in campaigns), Counter()))
+        seconds = time.monotonic() - started
         console.print(
             f"seed {settings.seed}, {lines:,} lines, {len(settings.spouts)} spout kinds x "
             f"2 sinks; faults: {process} process-level ({', '.join(f'{k} {totals[k]}' for k in PROCESS_KINDS)}), "
             f"{totals['exceptions']} injected exceptions, {totals['bad records']} bad "
             f"records: {process + totals['exceptions'] + totals['bad records']:,} in all; "
-            f"kill -9 by step: {dict(sum((c.steps for c in campaigns), Counter()))}; "
-            f"not fired: {totals['not fired']}; {time.monotonic() - started:.0f}s; lost, "
-            f"duplicated, phantom, left over, miscounted or not fired: {failures} (0 expected)"
+            f"kill -9 by step: {steps}; not fired: {totals['not fired']}; {seconds:.0f}s; "
+            f"lost, duplicated, phantom, left over, miscounted (at the end or midway) or "
+            f"not fired: {failures} (0 expected)"
         )
+        figures = {
+            "argv": list(argv if argv is not None else sys.argv[1:]),
+            "commit": _commit(),
+            "seed": settings.seed,
+            "lines": lines,
+            "spouts": list(settings.spouts),
+            "faults": {k: totals[k] for k in PROCESS_KINDS},
+            "steps": steps,
+            "exceptions": totals["exceptions"],
+            "bad records": totals["bad records"],
+            "not fired": totals["not fired"],
+            "after": {
+                k: dict(sum((c.after.get(k, Counter()) for c in campaigns), Counter()))
+                for k in PROCESS_KINDS
+            },
+            "sinks": rows,
+            "failures": failures,
+            "seconds": round(seconds),
+        }
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=1) + "\n")
+        if args.markdown:
+            args.markdown.write_text(_markdown(figures, console.export_text()))
         return 0 if failures == 0 else 1
     finally:
         servers.close()

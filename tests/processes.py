@@ -13,6 +13,7 @@ import ctypes
 import io
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -93,6 +94,17 @@ class DemoProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def wait_said(self, pattern: str, timeout: float, since: int = 0) -> re.Match[str]:
+        """Wait until the run's output past its first ``since`` characters matches
+        ``pattern`` (the first match), the run still going; an AssertionError past
+        ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while (found := re.search(pattern, self.output()[since:], re.MULTILINE)) is None:
+            assert self.poll() is None, f"the run ended before saying {pattern!r}:\n{self.tail()}"
+            assert time.monotonic() < deadline, f"not said in {timeout:.0f}s: {pattern!r}"
+            time.sleep(0.05)
+        return found
 
     def tail(self, chars: int = 3000) -> str:
         return self.output()[-chars:]

@@ -90,6 +90,21 @@ def zk_sessions(hosts: str, root: str = "/transactional") -> set[int]:
         client.close()
 
 
+def zk_owner(hosts: str, path: str) -> int | None:
+    """The session that owns the ephemeral node ``path`` (None: there is none), read
+    with a client of our own."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=hosts, timeout=10)
+    client.start(timeout=15)
+    try:
+        stat = client.exists(path)
+        return None if stat is None else int(stat.ephemeralOwner)
+    finally:
+        client.stop()
+        client.close()
+
+
 def wait_sessions_expired(hosts: str, sessions: Iterable[int], timeout: float) -> set[int]:
     """Wait until ZooKeeper has expired every one of ``sessions`` (none owns a node);
     returns the sessions that own nodes now."""
@@ -171,6 +186,12 @@ def executors(ui_port: int) -> list[dict[str, Any]] | None:
 
 def active_executors(ui_port: int) -> set[str]:
     return {e["id"] for e in executors(ui_port) or [] if e["id"] != "driver" and e["isActive"]}
+
+
+def wait_executors(ui_port: int, timeout: float) -> set[str]:
+    """The executors the driver on ``ui_port`` has now, once its REST API lists any (it
+    may not answer for a moment, or have none while one is being replaced)."""
+    return waited("the run's executors", lambda: active_executors(ui_port) or None, timeout)
 
 
 def wait_executor_lost(ui_port: int, among: set[str], timeout: float) -> dict[str, Any]:

@@ -53,10 +53,10 @@ class LedgerError(ContractError):
             )
         super().__init__(
             f"ledger: {self.bolt} on {where}, txid {self.txid}: {what}; given {self.given} "
-            f"from {self.source}, accounted for {self.accounted} (carried with their id, folded, sent to "
-            "dead letters or dropped with a reason). Nothing of the txid was committed. Make "
-            "every branch of the bolt account for its records (a filter's other side, rows a "
-            "join drops or multiplies), or turn the ledger off (--no-ledger)"
+            f"from {self.source}, accounted for {self.accounted} (carried with their id, "
+            "folded, sent to dead letters or dropped with a reason). Nothing of the txid was "
+            "committed. Make every branch of the bolt account for its records (a filter's "
+            "other side, rows a join drops or multiplies), or turn the ledger off (--no-ledger)"
         )
 
 

@@ -17,7 +17,7 @@ import pytest
 from tests.history import judge, read_delta, read_redis
 from tests.processes import DemoProcess, demo_env, generated_tweets, redis_txid
 from tests.reference import Expected
-from tests.witness import active_executors, master_apps, wait_executor_lost, waited
+from tests.witness import master_apps, wait_executor_lost, wait_executors
 from transactional.testing.cluster_servers import SparkMaster, SparkWorker
 from transactional.testing.servers import free_port
 
@@ -116,7 +116,7 @@ def test_a_worker_killed_mid_txid_leaves_the_counts_exact(
         assert time.monotonic() < deadline, "nothing committed in time"
         time.sleep(0.05)
     # An executor on each worker (one core each), as the driver's REST API lists them.
-    executors = waited("two executors", lambda: active_executors(ui_port) or None, 60)
+    executors = wait_executors(ui_port, timeout=60)
     assert len(executors) == 2, executors
     victim = workers[0]
     victim.stop()  # SIGKILL: the worker and its executor, in the middle of a txid

@@ -289,7 +289,11 @@ def test_a_poison_batch_exits_1_and_the_fixed_rerun_resumes(redis_url: str, tmp_
     assert held(redis_url) == buckets(200)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize(
+    "signum",
+    [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM],
+    ids=["sigint", "sigterm"],
+)
 def test_an_interrupt_stops_cleanly_with_130_and_the_rerun_is_exact(
     redis_url: str, tmp_path: Path, signum: int
 ) -> None:

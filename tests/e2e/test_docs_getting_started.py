@@ -42,6 +42,7 @@ def test_the_demos_commands_count_exactly(kafka: KafkaServer, tmp_path: Path) ->
     assert hashtags(tmp_path / "kafka-state" / "delta") == expected.hashtags
 
 
+@pytest.mark.slow
 def test_make_demos_command_counts_its_sample_exactly(tmp_path: Path) -> None:
     """What ``make demo`` runs once installed (its recipe, read from the Makefile), from
     an empty directory: the sample it generates counted exactly into its Delta tables."""

@@ -70,6 +70,7 @@ def assert_no_secret(tmp_path: Path) -> None:
             assert secret.encode() not in data, f"{secret!r} in {path}"
 
 
+@pytest.mark.slow
 def test_no_output_of_a_run_with_secrets_shows_them(
     redis_url: str, zk_hosts: str, tmp_path: Path
 ) -> None:

@@ -366,7 +366,9 @@ class _BrokerKilledAt:
             self.errors.append(exc)
 
 
-@pytest.mark.parametrize("mode", [CommitMode.TRANSACTIONAL, CommitMode.OPAQUE])
+@pytest.mark.parametrize(
+    "mode", [pytest.param(CommitMode.TRANSACTIONAL, marks=pytest.mark.slow), CommitMode.OPAQUE]
+)
 def test_tweets_counted_exactly_from_kafka_through_a_crash_and_a_broker_restart(
     spark: Any, kafka: KafkaServer, redis_url: str, tmp_path: Path, mode: CommitMode
 ) -> None:

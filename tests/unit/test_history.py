@@ -115,3 +115,27 @@ def test_the_text_of_a_verdict_shows_a_few_of_each() -> None:
     text = str(judge(image, expected_of_lines(LINES)))
     assert text.startswith("test: 4 records, 3 lost (tweet 1: 0 of 1 times; ")
     assert "8 phantoms (tweet 100, 1 times; " in text and "and 3 more)" in text
+
+
+def test_midway_a_record_not_yet_counted_and_a_zero_row_are_not_wrong_yet() -> None:
+    image = exact_image()
+    del image.counts["ids"][2]  # tweet 2 not committed yet
+    image.counts["hashtags"] = Counter({"#a": 1, "#b": 0})  # #b undone, not yet deleted
+    image.dead_letters.clear()
+    assert judge(image, expected_of_lines(LINES), midway=True).exact
+    final = judge(image, expected_of_lines(LINES))
+    assert final.lost == ("tweet 2: 0 of 1 times", "bad line 'not json': 0 of 1 times")
+    assert final.miscounted == ("hashtags '#a': 1, not 2", "hashtags '#b': 0, not 1")
+
+
+def test_midway_a_duplicate_a_phantom_and_a_count_past_the_records_are_wrong() -> None:
+    image = exact_image()
+    del image.counts["ids"][1]
+    image.counts["ids"][3] += 1
+    image.counts["ids"][9] = 1
+    image.counts["users"]["@u"] = 2
+    verdict = judge(image, expected_of_lines(LINES), midway=True)
+    assert verdict.duplicated == ("tweet 3: 2 times, not 1",)
+    assert verdict.phantoms == ("tweet 9, 1 times",)
+    assert verdict.miscounted == ("users '@u': 2, not 1",)
+    assert not (verdict.lost or verdict.leftovers)

@@ -115,17 +115,20 @@ class ClusterNode(RedisServer):
             "--repl-diskless-sync-delay", "0",
         ]  # fmt: skip
 
-    def info(self, *command: str) -> dict[str, str]:
-        """The reply of ``INFO`` or ``CLUSTER INFO`` (``command``) as a dict ({}: the
-        node does not answer)."""
+    def reply(self, *command: str) -> str:
+        """The reply of ``command`` as ``redis-cli`` prints it ("": no answer)."""
         try:
-            reply = subprocess.run(
+            return subprocess.run(
                 ["redis-cli", "-p", str(self.port), *command],
                 capture_output=True, text=True, timeout=5, check=True,
             ).stdout  # fmt: skip
         except (subprocess.SubprocessError, OSError):
-            return {}
-        pairs = (line.split(":", 1) for line in reply.splitlines() if ":" in line)
+            return ""
+
+    def info(self, *command: str) -> dict[str, str]:
+        """The reply of ``INFO`` or ``CLUSTER INFO`` (``command``) as a dict ({}: the
+        node does not answer)."""
+        pairs = (line.split(":", 1) for line in self.reply(*command).splitlines() if ":" in line)
         return {key: value.strip() for key, value in pairs}
 
 
@@ -173,17 +176,27 @@ class RedisCluster:
         raise RuntimeError(f"the Redis Cluster was not whole within {timeout}s")
 
     def master_of(self, key: str) -> ClusterNode:
-        """The node that is the master of ``key``'s slot now, as the running nodes'
-        slot maps say (``committers.redis._cluster.SlotOwner``'s lookup)."""
-        from committers.redis._cluster import SlotOwner, slot_of
-
+        """The node that is the master of ``key``'s slot now: of the running nodes that
+        say of themselves (``CLUSTER NODES``, their ``myself`` line) that they are a
+        master serving the slot, the one with the newest config epoch. Right after a
+        failover the promoted replica says so at once, while the other nodes' slot maps
+        may still name the old master."""
         running = [n for n in self.nodes if n.proc is not None]
-        owner = SlotOwner(running[0].url, slot_of(key), socket_timeout=5)
-        try:
-            port = owner.client().connection_pool.connection_kwargs["port"]
-        finally:
-            owner.close()
-        return next(n for n in self.nodes if n.port == port)
+        slot = int(running[0].reply("CLUSTER", "KEYSLOT", key))
+        claims: list[tuple[int, ClusterNode]] = []
+        for node in running:
+            # id address flags master ping pong epoch link slot...
+            lines = [line.split() for line in node.reply("CLUSTER", "NODES").splitlines()]
+            fields = next((f for f in lines if len(f) > 7 and "myself" in f[2].split(",")), None)
+            if fields is None or "master" not in fields[2].split(","):
+                continue
+            for served in fields[8:]:
+                low, _, high = served.partition("-")
+                if low.isdigit() and int(low) <= slot <= int(high or low):
+                    claims.append((int(fields[6]), node))
+        if not claims:
+            raise RuntimeError(f"no running node says it is the master of slot {slot} ({key!r})")
+        return max(claims, key=lambda claim: claim[0])[1]
 
     def close(self) -> None:
         for node in self.nodes:
@@ -237,13 +250,14 @@ class SparkMaster(_Server):
     def start(self) -> None:
         self.env = _spark_env(self.dir)
         super().start()
-        # The UI's port opens before its pages are served (404 until then).
+        # The UI's port opens before its pages are served (404, or an empty page, until
+        # then).
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             try:
                 self.alive_workers()
                 return
-            except OSError as exc:  # URLError and HTTPError are OSErrors
+            except (OSError, ValueError) as exc:  # URLError, HTTPError; JSON not yet there
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"the master's status page did not answer ({exc}); the end of its "

@@ -1,0 +1,69 @@
+"""A short chaos campaign (``python -m tests.chaos --quick``): the demo, every spout kind,
+on ZooKeeper, a Redis Cluster and a Spark standalone cluster, one fault of every kind
+(SIGKILL at a protocol step and at a random moment, a ZooKeeper session expiry and
+restart, a Redis failover and restart, a Spark worker kill), each shown to have fired
+by its witness (``tests.witness``), both sinks judged record by record
+(``tests.history``) at the end and midway after each fault. The full campaign is
+``make chaos``; this is its CI-sized run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from subprocess import PIPE
+
+import pytest
+
+from tests.chaos import MIDWAY_COLUMNS, PROCESS_KINDS, SPOUTS, VERDICT_COLUMNS
+from tests.processes import ROOT, demo_env
+
+pytestmark = pytest.mark.cluster
+
+#: One fault per kind: the five taken in turn that leave the run going, the random kill
+#: that ends it, and the kill at a step planned for the run started after it; more if
+#: one of them was not reached (``--every-kind``: a run that passed its planned step is
+#: killed at once instead), on an input long enough not to drain first.
+FAULTS = len(PROCESS_KINDS)
+TWEETS = 900
+#: About ten minutes alone on 2 cores; CI runs it beside another suite.
+CAMPAIGN_S = 2400
+
+
+@pytest.mark.timeout(CAMPAIGN_S + 180)
+def test_a_short_campaign_fires_every_kind_of_fault_and_nothing_is_lost_or_counted_twice(
+    tmp_path: Path,
+) -> None:
+    figures_file = tmp_path / "figures.json"
+    command = [sys.executable, "-m", "tests.chaos", "--quick", "--faults", str(FAULTS)]
+    command += ["--spouts", *SPOUTS, "--every-kind", "--tweets", str(TWEETS)]
+    command += ["--json", str(figures_file)]
+    campaign = subprocess.Popen(
+        command, cwd=ROOT, env=demo_env(), stdout=PIPE, stderr=PIPE, text=True
+    )
+    try:
+        stdout, stderr = campaign.communicate(timeout=CAMPAIGN_S)
+    except subprocess.TimeoutExpired:
+        campaign.terminate()  # it stops its servers and its run on the way out
+        stdout, stderr = campaign.communicate(timeout=120)
+        raise AssertionError(
+            f"not done in {CAMPAIGN_S}s:\n{stdout[-6000:]}{stderr[-6000:]}"
+        ) from None
+    output = stdout[-6000:] + stderr[-6000:]
+    assert campaign.returncode == 0, output
+    figures = json.loads(figures_file.read_text())
+    assert figures["not fired"] == 0, output
+    assert {k: n for k, n in figures["faults"].items() if n < len(SPOUTS)} == {}, output
+    assert sum(figures["faults"].values()) >= FAULTS * len(SPOUTS)
+    assert figures["exceptions"] > 0  # --fail-rate injected some, seen in the runs' logs
+    assert [(row["spout"], row["sink"]) for row in figures["sinks"]] == [
+        (spout, sink) for spout in SPOUTS for sink in ("redis", "delta")
+    ]
+    for row in figures["sinks"]:
+        assert row["drained"], output
+        assert {k: row[k] for k in VERDICT_COLUMNS} == dict.fromkeys(VERDICT_COLUMNS, 0), output
+    for kind in PROCESS_KINDS:  # both sinks read after every fault
+        after = figures["after"][kind]
+        assert after.get("readings", 0) + after.get("unreadable", 0) >= 2 * len(SPOUTS), after
+        assert {k: after.get(k, 0) for k in MIDWAY_COLUMNS} == dict.fromkeys(MIDWAY_COLUMNS, 0)
