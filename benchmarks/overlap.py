@@ -34,7 +34,7 @@ from committers import CounterTable, RedisCommitter
 from transactional import Bolt, TopologyBuilder, TransactionalSpout
 from transactional.ledger import ID, folded
 from transactional.testing import Range, TopologyHarness
-from transactional.testing.latency import LatencyProxy
+from transactional.testing.proxy import TcpProxy
 from transactional.topology import Topology
 from transactional.types import Guarantee, TransactionAttempt
 
@@ -133,7 +133,7 @@ def measure(
     try:
         for k in range(repeat + 1):  # the first round warms up, untimed
             for case in CASES if k % 2 else reversed(CASES):
-                with LatencyProxy(redis_port, delay_ms / 1000) as proxy:
+                with TcpProxy(redis_port, delay_s=delay_ms / 1000) as proxy:
                     url = f"redis://127.0.0.1:{proxy.port}/0"
                     seconds = run_once(spark, url, case, txids, work)
                 if k:

@@ -36,16 +36,16 @@ def connect(url: str, socket_timeout: float, host: str | None = None, port: int 
     from redis.connection import parse_url
     from redis.retry import Retry
 
-    options: dict[str, Any] = parse_url(url)
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_timeout,
+        **parse_url(url),  # its ?socket_timeout= and ?socket_connect_timeout= win
+        "retry": Retry(NoBackoff(), 0),
+        "decode_responses": True,
+    }
     if host is not None:
         options.update(host=host, port=port)
-    pool = redis.ConnectionPool(
-        **options,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=socket_timeout,
-        retry=Retry(NoBackoff(), 0),
-        decode_responses=True,
-    )
+    pool = redis.ConnectionPool(**options)
     return redis.Redis(connection_pool=pool)
 
 

@@ -87,6 +87,11 @@ class RedisCommitter(CounterCommitter):
     ``appendonly yes`` and ``appendfsync always`` on every node, a commit reported done
     survives the loss of its master.
 
+    Timeouts: ``socket_timeout`` bounds each connect and each reply (a reply that never
+    comes fails the commit, whose outcome the runner then reads from the sink's txid);
+    the URL's own ``?socket_timeout=`` and ``?socket_connect_timeout=`` win over it, so
+    a URL-only setting such as the demo's ``--redis-url`` can set them.
+
     Key types: string, tinyint/smallint/int/bigint, boolean (``true``/``false``) and
     date (``YYYY-MM-DD``); others are refused (declared in ``CounterTable.key_types``:
     at construction; otherwise on the first batch).

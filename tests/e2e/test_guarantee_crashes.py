@@ -57,7 +57,7 @@ from tests.processes import (
 from tests.processes import delta_txid as delta_sink_txid
 from tests.reference import Expected, combined, expected_counts, expected_of_range, without
 from transactional.faults import FaultPoint
-from transactional.testing.latency import LatencyProxy
+from transactional.testing.proxy import TcpProxy
 from transactional.testing.servers import RedisServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
@@ -272,7 +272,7 @@ def overlapped(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFacto
     result = Overlapped(path, expected)
     direct = fresh_db(redis_server, 8)
     state = work / "state"
-    with LatencyProxy(redis_server.port, REDIS_DELAY_S) as proxy, adopting_orphans():
+    with TcpProxy(redis_server.port, delay_s=REDIS_DELAY_S) as proxy, adopting_orphans():
         args = [
             "-v",  # the runner's start line says how many commits overlap
             "run",
