@@ -167,6 +167,15 @@ def run_id(port: int) -> str | None:
 # -- Spark -------------------------------------------------------------------------
 
 
+def spark_settled(spark: Any) -> Any:
+    """``spark`` once its status store has heard every event posted so far. Spark's
+    listener bus delivers job and stage events on a thread of its own, so a job that has
+    returned may not yet be in ``statusTracker`` or the status store; this waits until the
+    bus is empty (Spark's own test suites do the same)."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+    return spark
+
+
 def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as reply:
         return json.load(reply)

@@ -266,8 +266,10 @@ class SparkEngine:
         return collect_arrow(frames, self._place)
 
     def jobs(self, group: str) -> int | None:
-        """How many Spark jobs ran in ``group`` (None: Spark no longer knows). With
-        adaptive execution each shuffle's map stage is a job of its own."""
+        """How many Spark jobs ran in ``group`` (None: Spark no longer knows), as far as
+        Spark's status store has heard: its listener bus may not yet have delivered the
+        last job's start (a metric, never waited for). With adaptive execution each
+        shuffle's map stage is a job of its own."""
         ids = self.spark.sparkContext.statusTracker().getJobIdsForGroup(group)
         return len(ids) if ids else None
 

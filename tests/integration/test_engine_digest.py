@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
+from tests.witness import spark_settled
 from transactional.engine import ROWS_PER_TASK, SparkEngine, collect_arrow
 from transactional.errors import ContractError
 from transactional.spout import PARTITION_COLUMN
@@ -54,6 +55,7 @@ def test_a_batch_of_one_frame_digests_as_that_partition_of_a_tagged_batch(spark:
     frame = spark.createDataFrame(ROWS, SCHEMA)
     with engine.job_group("one-frame"):
         read = engine.materialise([frame], digest=True)
+    spark_settled(spark)
     assert engine.jobs("one-frame") == 1
     assert read.digests == {0: python_sum(spark, ROWS)} and read.records == len(ROWS)
     tagged = engine.materialise([frame, spark.createDataFrame([], SCHEMA)], digest=True)
@@ -102,6 +104,7 @@ def test_materialising_runs_one_job_or_two_when_grouped(spark: Any) -> None:
         with engine.job_group(group):
             read = engine.materialise(given, digest=digest)
         assert read.records == sum(f.count() for f in given)
+        spark_settled(spark)
         assert engine.jobs(group) == jobs
 
 
@@ -146,6 +149,7 @@ def test_frames_are_collected_whole_in_the_callers_job_group(spark: Any) -> None
     }
     assert {name: table.to_pylist() for name, table in got.items()} == want
     # Each frame's job ran in the caller's group (so cancelling an attempt cancels it).
+    spark_settled(spark)
     assert engine.jobs("collect-test") == len(frames)
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from tests.witness import spark_settled
 from transactional.engine import FIRST_POOL, SparkEngine, pool_defined
 
 
 def pools_of(spark: Any, group: str) -> list[str]:
     """The pool of each stage of each job Spark ran in ``group``, in job order."""
-    jsc = spark.sparkContext._jsc.sc()
+    jsc = spark_settled(spark).sparkContext._jsc.sc()
     store, tracker = jsc.statusStore(), spark.sparkContext.statusTracker()
     pools = []
     for job in sorted(tracker.getJobIdsForGroup(group)):

@@ -14,6 +14,7 @@ import redis
 
 from coordinators import SQLiteStateStore
 from tests.integration.topologies import BATCH, TOTAL, RangeSpout, build, expected_counts
+from tests.witness import spark_settled
 from transactional import RunnerConfig, TransactionalRunner
 
 pytestmark = pytest.mark.integration
@@ -39,7 +40,7 @@ def test_a_timed_out_attempt_has_its_spark_jobs_cancelled_and_is_retried(
     assert buckets(redis_url) == expected_counts()
     assert stats.committed_txids == TOTAL // BATCH
     assert stats.failures >= 1 and spout.slowed == 1
-    tracker = spark.sparkContext.statusTracker()
+    tracker = spark_settled(spark).sparkContext.statusTracker()
     assert tracker.getActiveJobsIds() == []  # the sleeping job did not survive its timeout
 
 
@@ -56,12 +57,12 @@ def test_a_warm_up_past_the_attempt_timeout_is_cancelled_and_the_run_goes_on(
     assert any("warm-up failed" in r.getMessage() for r in caplog.records)
     assert buckets(redis_url) == expected_counts()
     assert stats.committed_txids == TOTAL // BATCH and stats.failures == 0
-    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+    assert spark_settled(spark).sparkContext.statusTracker().getActiveJobsIds() == []
 
 
 def spark_jobs(spark: Any) -> list[tuple[str | None, str | None]]:
     """(job group, description) of every job the session remembers."""
-    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    jobs = spark_settled(spark).sparkContext._jsc.sc().statusStore().jobsList(None)
 
     def text(option: Any) -> str | None:
         return str(option.get()) if option.isDefined() else None
