@@ -1,12 +1,14 @@
 """Network faults between the demo and its servers, made by a TCP proxy the test controls
 (``transactional.testing.proxy``), each shown to have happened by what the proxy and
 the servers saw, not by the run's word: a leader partitioned from ZooKeeper while a
-commit of its is in flight, and a Redis connection whose reply is lost after the
-commit's script was sent (the unknown-outcome rule). The sinks are judged record by
+commit of its is in flight, a Redis connection whose reply is lost after the
+commit's script was sent (the unknown-outcome rule), and a Kafka broker that stops
+answering while Spark reads a batch from it. The sinks are judged record by
 record (``tests.history``) against answers from the input files."""
 
 from __future__ import annotations
 
+import io
 import re
 import signal
 from collections.abc import Iterator
@@ -15,11 +17,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from examples.tweets.cli import main as demo
 from tests.history import judge, read_redis
 from tests.processes import DemoProcess, generated_tweets, redis_txid
 from tests.reference import Expected
 from tests.witness import waited, zk_owner
 from transactional.testing.proxy import TcpProxy
+from transactional.testing.servers import KafkaServer, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
@@ -152,5 +156,50 @@ def test_a_commit_whose_reply_is_lost_on_the_wire_is_applied_once(
     resolved = re.search(r"commit raised but the sink holds the txid committer=sink", text)
     skipped = re.search(r"txid committed txid=\d+ .*SKIPPED", text)
     assert resolved or skipped, text[-3000:]
+    verdict = judge(read_redis(redis_url), expected)
+    assert verdict.exact, str(verdict)
+
+
+def test_a_kafka_broker_stalled_mid_read_is_read_again_exactly(
+    tweets: tuple[Path, Expected], redis_url: str, tmp_path: Path, runs: list[DemoProcess]
+) -> None:
+    path, expected = tweets
+    # The broker tells its clients the proxy's address, so every connection of the run
+    # goes through the proxy: the driver's admin client and Spark's readers in tasks.
+    port = free_port()
+    broker = KafkaServer(advertised_port=port)
+    try:
+        with TcpProxy(broker.port, port=port) as to_kafka:
+            broker.start()
+            via = f"127.0.0.1:{port}"
+            load = ["load", "--input", str(path), "--kafka", via, "--topic", "tweets"]
+            out = io.StringIO()
+            assert demo(load, out=out) == 0, out.getvalue()
+            source = ["--source", "kafka", "--kafka", via, "--topic", "tweets"]
+            state = ["--state-dir", str(tmp_path / "state"), "--until-drained"]
+            args = demo_args(None, redis_url, *source, *state, spout="partitioned")
+            run = DemoProcess(args, tmp_path / "run.log")
+            runs.append(run)
+            waited("a first commit", lambda: redis_txid(redis_url, "sink") >= 1 or None, 240)
+            # A read of Spark's (a request of an executor's consumer) on its way to the
+            # broker when the broker stops answering anyone.
+            to_kafka.delay_s = 1.0
+            to_kafka.wait_in_flight(b"executor", timeout_s=120)
+            to_kafka.black_hole()
+            to_kafka.delay_s = 0.0
+            connections = to_kafka.stats["connections"]
+            # The stall lasts until a client gave up on its connection and tried anew
+            # (the reader's consumer, after its request timeout).
+            waited(
+                "a client of the broker to reconnect during the stall",
+                lambda: to_kafka.stats["connections"] > connections or None,
+                120,
+            )
+            assert to_kafka.stats["discarded_up"] > 0  # the read went nowhere
+            to_kafka.heal()
+            # The reader asks again once the broker answers; the run drains.
+            assert run.wait(timeout=600) == 0, run.tail()
+    finally:
+        broker.close()
     verdict = judge(read_redis(redis_url), expected)
     assert verdict.exact, str(verdict)

@@ -12,6 +12,7 @@ from contextlib import suppress
 import pytest
 
 from transactional.testing.proxy import TcpProxy
+from transactional.testing.servers import free_port
 
 #: Long enough for a reply on loopback to arrive, short enough to call silence silence.
 QUIET_S = 1.0
@@ -93,6 +94,16 @@ def test_it_forwards_both_ways_and_counts_what_it_carried(server: LineServer) ->
     assert proxy.stats["forwarded_up"] == len(b"a\nbb\n")
     assert proxy.stats["forwarded_down"] == len(b"ok a\nok bb\n")
     assert proxy.stats["connections"] == 1
+
+
+def test_it_listens_on_the_port_it_is_given(server: LineServer) -> None:
+    """A port chosen before the proxy exists (a broker that advertises it is configured
+    first) is the one it listens on."""
+    port = free_port()
+    with TcpProxy(server.port, port=port) as proxy:
+        assert proxy.port == port
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            assert ask(sock, b"here") == b"ok here\n"
 
 
 def test_a_delayed_request_is_held_in_flight_and_then_delivered(server: LineServer) -> None:

@@ -72,10 +72,14 @@ class _Link:
 
 class TcpProxy:
     def __init__(
-        self, target_port: int, delay_s: float = 0.0, target_host: str = "127.0.0.1"
+        self,
+        target_port: int,
+        delay_s: float = 0.0,
+        target_host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
-        """A proxy to ``target_host:target_port``, listening on a free loopback port
-        (``port``)."""
+        """A proxy to ``target_host:target_port``, listening on loopback ``port`` (0: a
+        free one; ``port`` says which)."""
         self.target = (target_host, target_port)
         self.delay_s = delay_s
         self.fault = Fault.NONE
@@ -88,7 +92,7 @@ class TcpProxy:
         self._held: list[bytes] = []  # requests waiting out ``delay_s``
         self._open = 0  # connections whose requests are still being read or delivered
         self._lock = threading.Condition()
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(("127.0.0.1", port))
         self.port: int = self._listener.getsockname()[1]
         self._closed = threading.Event()
 
@@ -181,9 +185,9 @@ class TcpProxy:
                 self.stats["connections"] += 1
                 fault = self.fault
             if fault is Fault.RESET:
-                link = _Link(client, None)
                 with self._lock:
-                    self._reset(link)
+                    self.stats["resets"] += 1
+                _abort(client)
                 continue
             server = None
             if fault is not Fault.BLACK_HOLE:

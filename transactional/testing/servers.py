@@ -278,7 +278,12 @@ class KafkaServer(_Server):
     name = "kafka"
     start_timeout_s = 90.0
 
-    def __init__(self, ivy_dir: str | Path | None = None) -> None:
+    def __init__(
+        self, ivy_dir: str | Path | None = None, advertised_port: int | None = None
+    ) -> None:
+        """``advertised_port``: the port the broker tells its clients to connect to (its
+        own by default), e.g. a ``TcpProxy``'s in front of it, so that every connection a
+        client makes after bootstrapping goes through the proxy too."""
         from transactional.jars import resolved_jars
 
         # Spark's resolver leaves out the Scala library (Spark has its own): the broker
@@ -292,7 +297,7 @@ class KafkaServer(_Server):
             f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}\n"
             f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
             f"CONTROLLER://127.0.0.1:{self.controller_port}\n"
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}\n"
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{advertised_port or self.port}\n"
             "controller.listener.names=CONTROLLER\ninter.broker.listener.name=PLAINTEXT\n"
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n"
             f"log.dirs={self.dir / 'log'}\nauto.create.topics.enable=false\n"
