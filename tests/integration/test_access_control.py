@@ -1,13 +1,17 @@
 """Access control against real servers: ZooKeeper digest ACLs on a topology's znodes
 (another client, unauthenticated or with other credentials, can neither read nor change
 ``currtx`` or the metadata; a topology made before credentials were configured is
-protected when they are), and Redis AUTH (no password, a wrong one, the right one). No
-message names a password."""
+protected when they are), Redis AUTH (no password, a wrong one, the right one), and
+Redis over TLS with AUTH, at the committer and through the demo end to end. No message
+names a password."""
 
 from __future__ import annotations
 
+import io
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +23,10 @@ from kazoo.security import make_digest_acl_credential
 from committers import CounterTable, RedisCommitter
 from committers.redis._batch import RedisBatch
 from coordinators import ZooKeeperStateStore
+from examples.tweets.cli import main as demo
 from tests.conftest import REDIS_PASSWORD
+from tests.history import judge, read_redis
+from tests.processes import generated_tweets
 from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError
 from transactional.testing.servers import RedisServer
@@ -217,5 +224,32 @@ def test_redis_over_tls_with_a_rediss_url() -> None:
         with pytest.raises(ConfigurationError) as refused:
             opened(plain)
         assert SECRET not in str(refused.value)
+    finally:
+        server.close()
+
+
+def test_the_demo_loads_runs_and_shows_exactly_over_tls_with_a_password(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """End to end through one ``rediss://`` URL with AUTH, to a server with no plain
+    port: the demo loads its tweets into Redis queues, reads them in Spark tasks, counts
+    them into Redis and shows them. Judged record by record with redis-py over TLS."""
+    path, expected = generated_tweets(tmp_path / "input", count=200, seed=21)
+    server = RedisServer(password=SECRET, tls=True)
+    server.start()
+    out = io.StringIO()
+    try:
+        assert demo(["load", "--input", str(path), "--redis-url", server.url], out=out) == 0
+        sink = ["--sink", "redis", "--redis-url", server.url, "--state-dir", str(tmp_path / "s")]
+        run = ["run", "--source", "redis", "--spout", "partitioned", *sink, "--batch-size", "25"]
+        with caplog.at_level("DEBUG"):
+            code = demo([*run, "--until-drained", "--record-ids", "--top", "0"], out=out)
+        assert code == 0, out.getvalue()
+        assert demo(["show", *sink, "--top", "3"], out=out) == 0, out.getvalue()
+        verdict = judge(read_redis(server.url, inputs="tweets:*"), expected)
+        assert verdict.exact, str(verdict)
+        top, count = expected.hashtags.most_common(1)[0]
+        assert re.search(rf"{re.escape(top)}\s+│\s+{count} ", out.getvalue()), out.getvalue()
+        assert SECRET not in out.getvalue() + caplog.text
     finally:
         server.close()
