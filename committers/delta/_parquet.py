@@ -126,7 +126,9 @@ def target_rows(
         columns += ["prev", "txid"]
     dataset = files(dt, schema)
     first = table.keys[0]
-    condition = ds.field(first).isin(source.column(first).drop_null())
+    # One array, not the chunked column: a batch with no rows has no chunks, and
+    # pyarrow would take a value set of no chunks for one of type null.
+    condition = ds.field(first).isin(source.column(first).drop_null().combine_chunks())
     if source.column(first).null_count:
         condition = condition | ds.field(first).is_null()
     if own is not None:

@@ -214,6 +214,27 @@ class CommitterContract:
             assert self.commit(sink, restarted, 3, {"c": 1}) is CommitOutcome.APPLIED
         assert sink.read() == {"a": 4, "b": 2, "c": 1}
 
+    def test_a_txid_with_nothing_to_count_is_committed_and_replayed(
+        self, sink: SinkUnderTest, mode: CommitMode
+    ) -> None:
+        """A batch with no rows for the table (every record of a small txid a dead
+        letter) still marks its txid; in opaque mode a replay that comes out empty
+        undoes the earlier attempt, and one that had come out empty is applied."""
+        with self.opened(sink, mode) as committer:
+            assert self.commit(sink, committer, 1, {"a": 1}) is CommitOutcome.APPLIED
+            assert self.commit(sink, committer, 2, {}) is CommitOutcome.APPLIED
+            assert self.commit(sink, committer, 3, {"b": 2}) is CommitOutcome.APPLIED
+            assert committer.committed_txid() == 3
+        if mode is not CommitMode.OPAQUE:
+            assert sink.read() == {"a": 1, "b": 2}
+            return
+        with self.opened(sink, mode) as restarted:  # replays, after a crash
+            assert self.commit(sink, restarted, 3, {}) is CommitOutcome.REAPPLIED
+            assert sink.read() == {"a": 1}
+            # Applied (whether the sink calls it a redo of the empty attempt or not).
+            assert self.commit(sink, restarted, 3, {"c": 4}) is not CommitOutcome.SKIPPED
+        assert sink.read() == {"a": 1, "c": 4}
+
     def test_an_opaque_commit_older_than_the_sink_is_refused(
         self, sink: SinkUnderTest, opaque: CommitMode
     ) -> None:
