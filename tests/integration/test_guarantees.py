@@ -1,8 +1,10 @@
 """The spout kinds' table of "Guarantees" (docs/concepts/guarantees.md), cell by cell,
 end to end on real Spark, the SQLite store and both real sinks: a transactional and a
-partitioned spout into opaque-mode committers, and an opaque spout whose replay emits a
-different batch (one that drops whole keys). Each run is crashed right after the sink wrote txid 2, then rerun; the
-sink must hold exactly what the committed batches hold, computed here in Python."""
+partitioned spout into committers of both modes, an opaque spout whose replay emits a
+different batch (one that drops whole keys) into an opaque-mode committer, and the
+same spout with a transactional-mode committer refused before anything runs. Each run
+is crashed right after the sink wrote txid 2, then rerun; the sink must hold exactly
+what the committed batches hold, computed here in Python."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from transactional import (
     TopologyBuilder,
 )
 from transactional.committer import Committer
+from transactional.errors import TopologyValidationError
 from transactional.testing import FaultPlan, FaultPoint, Range, TopologyHarness
 from transactional.topology import Topology
 from transactional.types import CommitMode, TransactionAttempt
@@ -103,16 +106,23 @@ class ChangingSpout(OpaquePartitionedTransactionalSpout[Range]):
 
 
 class Sink:
-    """One real sink: an opaque-mode counter committer on it, and its contents."""
+    """One real sink: a counter committer on it in ``mode``, and its contents."""
 
     def __init__(self, kind: str, spark: SparkSession, redis_url: str, tmp: Path) -> None:
         self.kind, self.spark, self.url, self.path = kind, spark, redis_url, tmp / "delta"
         self.counters = {"default": CounterTable("buckets", ("key",))}
+        self.mode = CommitMode.OPAQUE
 
     def committer(self) -> Committer:
         if self.kind == "redis":
-            return RedisCommitter(self.url, self.counters, mode=CommitMode.OPAQUE)
-        return DeltaCommitter(str(self.path), self.counters, mode=CommitMode.OPAQUE)
+            return RedisCommitter(self.url, self.counters, mode=self.mode)
+        return DeltaCommitter(str(self.path), self.counters, mode=self.mode)
+
+    def read_or_none(self) -> dict[str, int] | None:
+        """What the sink holds (None: no commit ever reached it)."""
+        if self.kind == "redis":
+            return self.read() or None
+        return self.read() if (self.path / "buckets").exists() else None
 
     def read(self) -> dict[str, int]:
         if self.kind == "redis":
@@ -129,12 +139,9 @@ def sink(request: Any, spark: SparkSession, redis_url: str, tmp_path: Path) -> S
     return Sink(request.param, spark, redis_url, tmp_path)
 
 
-def crash_and_rerun(
+def harness(
     spark: SparkSession, tmp_path: Path, sink: Sink, spout: Callable[[], Any]
-) -> None:
-    """Crash right after the sink wrote txid 2, rerun to the end; the rerun must have
-    undone and redone txid 2 in the sink (``reapplied``)."""
-
+) -> TopologyHarness:
     def build() -> Topology:
         return (
             TopologyBuilder()
@@ -144,26 +151,43 @@ def crash_and_rerun(
             .build()
         )
 
-    harness = TopologyHarness(
+    return TopologyHarness(
         build, spark, topology_id="guarantees", state_dir=tmp_path / "state", strict=True
     )
-    first = harness.run_until_drained(FaultPlan().crash(FaultPoint.AFTER_SINK_WRITE, txid=2))
+
+
+def crash_and_rerun(
+    spark: SparkSession, tmp_path: Path, sink: Sink, spout: Callable[[], Any]
+) -> None:
+    """Crash right after the sink wrote txid 2, rerun to the end; the rerun must have
+    found txid 2 in the sink: skipped it (transactional mode) or undone and redone it
+    (opaque mode, ``reapplied``)."""
+    runs = harness(spark, tmp_path, sink, spout)
+    first = runs.run_until_drained(FaultPlan().crash(FaultPoint.AFTER_SINK_WRITE, txid=2))
     assert first.crashed and first.stats.committed_txids == 1
-    second = harness.run_until_drained()
-    assert second.stats.outcomes["reapplied"] == 1, second.stats.outcomes  # txid 2, undone
+    second = runs.run_until_drained()
+    found = "reapplied" if sink.mode is CommitMode.OPAQUE else "skipped"
+    assert second.stats.outcomes[found] == 1, second.stats.outcomes  # txid 2
     assert second.stats.committed_txids == 2  # txids 2 and 3
 
 
-def test_a_transactional_spout_into_an_opaque_committer_is_exact(
-    spark: SparkSession, tmp_path: Path, sink: Sink
+MODES = pytest.mark.parametrize("mode", [CommitMode.TRANSACTIONAL, CommitMode.OPAQUE], ids=str)
+
+
+@MODES
+def test_a_transactional_spout_into_a_committer_of_either_mode_is_exact(
+    spark: SparkSession, tmp_path: Path, sink: Sink, mode: CommitMode
 ) -> None:
+    sink.mode = mode
     crash_and_rerun(spark, tmp_path, sink, lambda: RangeSpout(NUMBERS, 2 * BATCH))
     assert sink.read() == dict(Counter(key(n) for n in range(NUMBERS)))
 
 
-def test_a_partitioned_spout_into_an_opaque_committer_is_exact(
-    spark: SparkSession, tmp_path: Path, sink: Sink
+@MODES
+def test_a_partitioned_spout_into_a_committer_of_either_mode_is_exact(
+    spark: SparkSession, tmp_path: Path, sink: Sink, mode: CommitMode
 ) -> None:
+    sink.mode = mode
     crash_and_rerun(spark, tmp_path, sink, HalvesSpout)
     assert sink.read() == dict(Counter(key(n) for n in range(NUMBERS)))
 
@@ -186,3 +210,19 @@ def test_an_opaque_spout_whose_replay_drops_keys_is_exact(
         (t, p) for t in (1, 2, 3) for p in (0, 1)
     ]
     assert sink.read() == dict(expected)
+
+
+def test_an_opaque_spout_into_a_transactional_mode_committer_is_refused_before_it_runs(
+    spark: SparkSession, tmp_path: Path, sink: Sink
+) -> None:
+    reads: Counter[tuple[int, int]] = Counter()
+    sink.mode = CommitMode.TRANSACTIONAL
+    runs = harness(spark, tmp_path, sink, lambda: ChangingSpout(reads, {}))
+    with pytest.raises(TopologyValidationError) as refused:
+        runs.run_until_drained()
+    message = str(refused.value)
+    assert "cannot give exactly_once" in message and "ChangingSpout is opaque" in message
+    assert "--guarantee at_least_once" in message
+    # Nothing ran: no read of the source, no txid in the sink.
+    assert not reads
+    assert sink.read_or_none() is None
