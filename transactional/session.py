@@ -21,10 +21,15 @@ SCHEDULER_POOLS = Path(__file__).with_name("scheduler.xml")
 
 #: Defaults on every master: no console progress bars (the runner shows its own), Arrow
 #: between the JVM and Python, adaptive execution, and the fair scheduler with
-#: ``SCHEDULER_POOLS``, so that the runner can put the oldest txid's jobs first.
+#: ``SCHEDULER_POOLS``, so that the runner can put the oldest txid's jobs first. The
+#: driver's pool that runs adaptive execution's result stages is capped at 16 threads:
+#: its core size is its maximum (1024 by default), so it starts a thread for every
+#: result stage until it has that many, each kept a minute idle; a run of small txids
+#: held about a thousand such threads in the driver's JVM (``tests/soak.py``).
 DEFAULTS: Mapping[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.adaptive.enabled": "true",
+    "spark.sql.resultQueryStage.maxThreadThreshold": "16",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.scheduler.mode": "FAIR",
     "spark.scheduler.allocation.file": SCHEDULER_POOLS.as_uri(),

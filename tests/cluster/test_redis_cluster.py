@@ -24,7 +24,7 @@ from committers.redis._batch import RedisBatch
 from tests.history import judge, read_redis
 from tests.processes import DemoProcess, generated_tweets, redis_txid
 from tests.reference import Expected
-from tests.witness import wait_promoted
+from tests.witness import replicas_of, wait_promoted
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError
 from transactional.testing.cluster_servers import ClusterNode, RedisCluster
@@ -167,11 +167,10 @@ def test_a_commit_reported_done_survives_the_sigkill_of_its_master(
 
 
 def _replica_of(cluster: RedisCluster, master: ClusterNode) -> ClusterNode:
-    for node in cluster.nodes:
-        role = node.info("info", "replication")
-        if role.get("role") == "slave" and role.get("master_port") == str(master.port):
-            return node
-    raise AssertionError(f"no replica of {master.address}")
+    running = [node.port for node in cluster.nodes if node.proc is not None]
+    ports = replicas_of(running, master.port)
+    assert ports, f"no replica of {master.address}"
+    return next(node for node in cluster.nodes if node.port == ports[0])
 
 
 @pytest.fixture(scope="module")

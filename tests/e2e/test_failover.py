@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from kazoo.client import KazooClient
 
 from committers import decode_key
 from examples.tweets.cli import main as demo
 from tests.reference import Expected, expected_counts
+from tests.witness import zk_owner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -164,17 +164,6 @@ def committed(url: str) -> int:
         client.close()
 
 
-def leader_session(hosts: str) -> int | None:
-    client = KazooClient(hosts=hosts)
-    client.start(timeout=15)
-    try:
-        stat = client.exists(f"/transactional/{TOPOLOGY}/leader")
-        return None if stat is None else int(stat.ephemeralOwner)
-    finally:
-        client.stop()
-        client.close()
-
-
 def fence_of(runner: Runner) -> int:
     found = re.findall(rf"{STARTED} currtx=(\d+) .*fence=(\d+)", runner.text())
     assert len(found) == 1, runner.text()
@@ -206,7 +195,7 @@ def test_one_runner_leads_and_a_standby_takes_over_when_it_is_killed(
     leader, standby = roles(*runners(True))
     # The sink, then the store: the log line comes once both hold txid 1.
     wait_for("a first commit", lambda: "txid committed" in leader.text(), leader, standby)
-    owner = leader_session(zk_hosts)
+    owner = zk_owner(zk_hosts, f"/transactional/{TOPOLOGY}/leader")
     # The standby waits for the leadership: it has started no txid, committed nothing.
     assert owner is not None and committed(redis_url) >= 1
     assert STARTED not in standby.text() and "txid started" not in standby.text()

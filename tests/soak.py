@@ -1,0 +1,388 @@
+"""``python -m tests.soak``: one long run of the tweet demo, thousands of small txids on
+both sinks with its state in ZooKeeper and faults at a low rate throughout, watched
+from outside for what grows (``make soak``: 10,000 txids, about two hours on 2 cores;
+``--quick`` a few minutes, run by ``make test-slow``).
+
+The run is the demo as a user starts it (``run --sink both --zookeeper ...``), one
+record per partition per txid (three per txid), every tweet also counted under its id,
+and these faults, each shown to have happened apart from the run's word where it can
+be:
+
+- exceptions injected at protocol steps (``--fail-rate``): the failed attempt replayed;
+  counted from the run's own ``txid failed`` lines (the run injects them itself);
+- ``zk restart`` every ``--fault-every`` seconds, in turn with ``redis restart``: the
+  ZooKeeper server SIGKILLed and started again, seen by the run's report of its
+  connection lost and back;
+- ``redis restart``: the Redis server SIGKILLed and started from its append-only file
+  (``appendfsync always``), seen by the server's new ``run_id`` and a commit after it.
+
+Every ``--sample-every`` seconds the soak reads, with psutil and a ZooKeeper client of
+its own: the driver's Python process and its Spark JVM (resident memory, threads, open
+files) and how many nodes the topology holds in ZooKeeper, against the txid the Redis
+sink holds. After the warm-up (the first ``--warm-up`` of the txids, and at least the
+100 whose metadata the store keeps for rewinds, so that its node count has reached its
+level) each figure's least-squares slope against the txid must show no growth past its
+allowance over the rest of the run (``LIMITS``): a leak of a thread, a file, a node or
+memory per txid would show as a slope that, times thousands of txids, passes it.
+
+At the end both sinks are read with their own clients and judged record by record
+(``tests.history``) against ``tests.reference``: nothing lost, duplicated, phantom or
+left over. Exit 0 when the result is exact, every planned fault fired and every figure
+is flat; else 1, saying why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tests.history import judge, read_delta, read_redis
+from tests.processes import DemoProcess, redis_txid
+from tests.reference import expected_counts
+from tests.witness import run_id, waited
+from transactional.testing.servers import RedisServer, ZooKeeperServer
+
+TOPOLOGY = "soak"
+SESSION_S = 6
+MIB = 1 << 20
+
+#: How much each figure may grow over the run after the warm-up (slope x txids): an
+#: absolute allowance, and for memory also a fraction of its level after the warm-up
+#: (whichever is larger). Memory settles slowly (the JVM's heap grows to its working
+#: size; Python's arenas fragment), a leak does not settle.
+LIMITS: dict[str, tuple[float, float]] = {
+    "python_rss_mib": (64.0, 0.10),
+    "jvm_rss_mib": (128.0, 0.10),
+    "threads": (4.0, 0.0),
+    "open_files": (10.0, 0.0),
+    "store_nodes": (4.0, 0.0),
+}
+
+
+@dataclass
+class Sample:
+    seconds: float
+    txid: int
+    python_rss_mib: float
+    jvm_rss_mib: float
+    threads: int
+    open_files: int
+    store_nodes: int
+
+
+@dataclass
+class Figure:
+    name: str
+    first: float
+    last: float
+    peak: float
+    #: Growth per 1,000 txids after the warm-up (least squares).
+    slope: float
+    #: ``slope`` over the txids after the warm-up; and what it may be.
+    growth: float
+    allowed: float
+
+    @property
+    def flat(self) -> bool:
+        return self.growth <= self.allowed
+
+
+@dataclass
+class Soak:
+    txids: int
+    samples: list[Sample] = field(default_factory=list)
+    faults: dict[str, int] = field(default_factory=lambda: {"zk restart": 0, "redis restart": 0})
+    planned: dict[str, int] = field(default_factory=lambda: {"zk restart": 0, "redis restart": 0})
+    injected_failures: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def sample(pid: int, zk: Any, started: float, txid: int) -> Sample | None:
+    """The driver's figures now (None: the process is gone)."""
+    import psutil
+
+    try:
+        driver = psutil.Process(pid)
+        jvms = [p for p in driver.children(recursive=True) if p.name() == "java"]
+        py_rss = driver.memory_info().rss / MIB
+        jvm_rss = sum(p.memory_info().rss for p in jvms) / MIB
+        threads = driver.num_threads() + sum(p.num_threads() for p in jvms)
+        files = driver.num_fds() + sum(p.num_fds() for p in jvms)
+    except psutil.Error:
+        return None
+    return Sample(
+        round(time.monotonic() - started, 1), txid, round(py_rss, 1), round(jvm_rss, 1),
+        threads, files, count_nodes(zk, f"/transactional/{TOPOLOGY}"),
+    )  # fmt: skip
+
+
+def count_nodes(zk: Any, path: str) -> int:
+    """``path`` and every node under it."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        children = zk.get_children(path)
+    except NoNodeError:
+        return 0
+    return 1 + sum(count_nodes(zk, f"{path}/{child}") for child in children)
+
+
+#: The txids the store keeps the metadata of for rewinds (``ZooKeeperStateStore``'s
+#: ``history``), and a few in flight: its node count grows until a run passes them.
+STORE_HISTORY = 100 + 10
+
+
+def warm_up(txids: int, fraction: float) -> int:
+    """The txid the warm-up ends at: ``fraction`` of the run, and past the store's
+    history in any case."""
+    return max(int(txids * fraction), STORE_HISTORY)
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of ``points`` (0 with fewer than two txids)."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    if spread == 0:
+        return 0.0
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+
+
+def figures(samples: Sequence[Sample], warm_txid: int, last_txid: int) -> list[Figure]:
+    """Each figure after the warm-up: its level, slope and growth against its limit."""
+    after = [s for s in samples if s.txid >= warm_txid] or list(samples)
+    span = max(last_txid - warm_txid, 1)
+    out = []
+    for name, (absolute, fraction) in LIMITS.items():
+        values = [float(getattr(s, name)) for s in after]
+        per_txid = slope([(s.txid, float(getattr(s, name))) for s in after])
+        allowed = max(absolute, fraction * values[0])
+        out.append(
+            Figure(name, values[0], values[-1], max(values), per_txid * 1000,
+                   per_txid * span, allowed)
+        )  # fmt: skip
+    return out
+
+
+def table(result: Soak, figs: Sequence[Figure]) -> str:
+    lines = [
+        f"{'figure':<16} {'after warm-up':>13} {'at the end':>11} {'peak':>9} "
+        f"{'slope/1k txids':>15} {'growth':>9} {'allowed':>9}  flat",
+    ]
+    for f in figs:
+        lines.append(
+            f"{f.name:<16} {f.first:>13.1f} {f.last:>11.1f} {f.peak:>9.1f} "
+            f"{f.slope:>15.3f} {f.growth:>9.2f} {f.allowed:>9.1f}  {'yes' if f.flat else 'NO'}"
+        )
+    faults = ", ".join(f"{k}: {v} of {result.planned[k]}" for k, v in result.faults.items())
+    lines.append(f"faults fired: {faults}; injected failures: {result.injected_failures}")
+    return "\n".join(lines)
+
+
+class Faults:
+    """The soak's own faults, in turn, each waited on until its witness saw it."""
+
+    def __init__(self, zookeeper: ZooKeeperServer, redis: RedisServer, result: Soak) -> None:
+        self.zookeeper, self.redis, self.result = zookeeper, redis, result
+        self.turn = 0
+
+    def next(self, run: DemoProcess) -> str:
+        kind = ("zk restart", "redis restart")[self.turn % 2]
+        self.turn += 1
+        self.result.planned[kind] += 1
+        seen = self.zk_restart(run) if kind == "zk restart" else self.redis_restart()
+        self.result.faults[kind] += 1
+        return f"{kind}: {seen}"
+
+    def zk_restart(self, run: DemoProcess) -> str:
+        logged = len(run.output())
+        self.zookeeper.stop()
+        self.zookeeper.start()
+        run.wait_said(r"zookeeper connection lost", timeout=60, since=logged)
+        run.wait_said(r"zookeeper connection back", timeout=60, since=logged)
+        return "the run reported its connection lost and back"
+
+    def redis_restart(self) -> str:
+        before, at = run_id(self.redis.port), redis_txid(self.redis.url, "redis", TOPOLOGY)
+        self.redis.stop()
+        self.redis.start()
+        assert run_id(self.redis.port) != before, "redis restart: the same run_id"
+        waited(
+            "redis restart: a commit after it",
+            lambda: redis_txid(self.redis.url, "redis", TOPOLOGY) > at or None,
+            120,
+        )
+        return "a new run_id, and a commit after it"
+
+
+def run_args(data: Path, work: Path, zk: str, redis_url: str, fail_rate: float) -> list[str]:
+    return [
+        "run", "--input", str(data), "--spout", "opaque", "--sink", "both",
+        "--redis-url", redis_url, "--delta-path", str(work / "delta"),
+        "--zookeeper", zk, "--zk-session-timeout", str(SESSION_S),
+        "--state-dir", str(work / "state"), "--topology-id", TOPOLOGY,
+        "--record-ids", "--batch-size", "1", "--max-pending", "3",
+        "--max-attempts", "30", "--until-drained", "--master", "local[2]",
+        "--top", "0", "--fail-rate", str(fail_rate), "--fail-seed", "11",
+    ]  # fmt: skip
+
+
+def soak(args: argparse.Namespace, say: Callable[[str], None]) -> Soak:
+    from kazoo.client import KazooClient
+
+    from examples.tweets.cli import main as demo
+
+    work = Path(tempfile.mkdtemp(prefix="soak-"))
+    data = work / "tweets"
+    result = Soak(args.txids)
+    generate = ["generate", "--count", str(args.txids * 3), "--seed", "5", "--partitions", "3"]
+    assert demo([*generate, "--bad-rate", "0.05", "--out", str(data)], out=io.StringIO()) == 0
+    expected = expected_counts(data)
+    zookeeper, redis_server = ZooKeeperServer(), RedisServer(appendonly=True)
+    zookeeper.start()
+    redis_server.start()
+    zk = KazooClient(hosts=zookeeper.hosts)
+    run = None
+    try:
+        zk.start(timeout=30)
+        argv = run_args(data, work, zookeeper.hosts, redis_server.url, args.fail_rate)
+        run = DemoProcess(argv, work / "run.log")
+        say(f"run started (pid {run.pid}); {args.txids} txids, log {work / 'run.log'}")
+        started = time.monotonic()
+        faults = Faults(zookeeper, redis_server, result)
+        next_sample, next_fault = started, started + args.fault_every
+        committed = 0
+        while run.poll() is None:
+            now = time.monotonic()
+            if now - started > args.timeout:
+                result.problems.append(f"the run did not drain in {args.timeout:.0f}s")
+                break
+            if now >= next_sample:
+                committed = max(committed, redis_txid(redis_server.url, "redis", TOPOLOGY))
+                if (taken := sample(run.pid, zk, started, committed)) is not None:
+                    result.samples.append(taken)
+                    if len(result.samples) % 20 == 0:
+                        say(f"txid {committed} of {args.txids}: {taken}")
+                next_sample = now + args.sample_every
+            if now >= next_fault and committed < args.txids * 0.95:
+                say(faults.next(run))
+                next_fault = time.monotonic() + args.fault_every
+            time.sleep(0.2)
+        code = run.wait(timeout=120)
+        if code != 0:
+            result.problems.append(f"the run exited {code}: {run.tail(1500)}")
+        result.injected_failures = run.output().count("error=InjectedFault")
+        last = redis_txid(redis_server.url, "redis", TOPOLOGY)
+        for image in (read_redis(redis_server.url), read_delta(work / "delta", last)):
+            verdict = judge(image, expected)
+            if not verdict.exact:
+                result.problems.append(f"{image.sink}: {verdict}")
+    finally:
+        if run is not None and run.poll() is None:
+            run.kill()
+        zk.stop()
+        zk.close()
+        zookeeper.close()
+        redis_server.close()
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--quick", action="store_true",
+        help="200 txids, a fault every 25 s, memory shown but not judged",
+    )  # fmt: skip
+    p.add_argument("--txids", type=int, help="txids of three records (default 10000)")
+    p.add_argument("--fault-every", type=float, help="seconds between faults (default 300)")
+    p.add_argument("--sample-every", type=float, default=5.0)
+    p.add_argument("--warm-up", type=float, help="fraction of the txids (0.2; quick 0.5)")
+    p.add_argument("--fail-rate", type=float, default=0.01, help="injected exceptions")
+    p.add_argument("--timeout", type=float, help="seconds the run may take (default 4 h)")
+    p.add_argument("--json", type=Path, help="write the samples and figures here")
+    p.add_argument("--markdown", type=Path, help="write the table here, with the commit")
+    return p
+
+
+def _markdown(argv: Sequence[str], seconds: float, tables: str, passed: bool) -> str:
+    """The soak's record: how it was run, where, and its table as printed."""
+    from tests.chaos import _commit
+
+    command = " ".join(["python -m tests.soak", *argv])
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    verdict = "passed" if passed else "FAILED"
+    return (
+        "# Soak: the last full run\n\n"
+        f"`{command}` at commit `{_commit()}`, {when}, on {os.cpu_count()} cores in "
+        f"{seconds // 60:.0f} min: {verdict}. Written by the soak itself (`--markdown`); "
+        "every sample as JSON with `--json`. What it runs and how each figure is judged: "
+        "`tests/soak.py`'s docstring.\n\n"
+        f"```text\n{tables.rstrip()}\n```\n"
+    )
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # the servers and the run are stopped on the way out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.txids = args.txids or (200 if args.quick else 10_000)
+    args.fault_every = args.fault_every or (25.0 if args.quick else 300.0)
+    args.warm_up = args.warm_up or (0.5 if args.quick else 0.2)
+    args.timeout = args.timeout or (900.0 if args.quick else 4 * 3600.0)
+    signal.signal(signal.SIGTERM, _terminated)
+
+    def say(text: str) -> None:
+        print(f"soak: {text}", flush=True)
+
+    began = time.monotonic()
+    result = soak(args, say)
+    figs = figures(result.samples, warm_up(args.txids, args.warm_up), args.txids)
+    tables = table(result, figs)
+    print(tables, flush=True)
+    for f in figs:
+        if f.name.endswith("_mib") and args.quick:
+            continue  # too short a run for memory to settle: judged by the full soak
+        if not f.flat:
+            result.problems.append(f"{f.name} grew {f.growth:.2f} (allowed {f.allowed:.1f})")
+    for kind, planned in result.planned.items():
+        if planned == 0 or result.faults[kind] < planned:
+            result.problems.append(f"{kind}: {result.faults[kind]} of {planned} planned fired")
+    if result.injected_failures == 0:
+        result.problems.append("no injected failure happened")
+    if len(result.samples) < 10:
+        result.problems.append(f"only {len(result.samples)} samples")
+    if args.json:
+        figures_json = {
+            **{k: v for k, v in asdict(result).items() if k != "samples"},
+            "samples": [asdict(s) for s in result.samples],
+            "figures": [{**asdict(f), "flat": f.flat} for f in figs],
+        }
+        args.json.write_text(json.dumps(figures_json, indent=1))
+    if args.markdown:
+        passed = not result.problems
+        args.markdown.write_text(
+            _markdown(argv or sys.argv[1:], time.monotonic() - began, tables, passed)
+        )
+    for problem in result.problems:
+        print(f"soak: FAILED: {problem}", file=sys.stderr, flush=True)
+    if not result.problems:
+        print("soak: exact on both sinks, every fault fired, every figure flat", flush=True)
+    return 1 if result.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
