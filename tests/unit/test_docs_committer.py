@@ -41,4 +41,5 @@ def test_the_docs_committer_passes_the_contract_as_printed(tmp_path: Path) -> No
         "test_unchecked_a_held_txid_is_applied_again_or_skipped_as_it_says",
         "test_a_deposed_leader_writes_nothing",
         "test_committed_txid_reads_the_sink_not_a_cache",
+        "test_a_txid_with_nothing_to_count_is_committed_and_replayed",
     }, done.stdout
