@@ -40,7 +40,7 @@ class SQLiteStateStore(FencedStore):
     """State of any number of topologies in one SQLite file, rows keyed by topology id.
     ``history``: committed txids whose metadata is kept besides the last, for rewinds."""
 
-    def __init__(self, path: str | Path, history: int = 100) -> None:
+    def __init__(self, path: str | Path, history: int = FencedStore.history) -> None:
         self.path = Path(path)
         self.history = checked_history(history)
         self._conn: sqlite3.Connection | None = None

@@ -74,7 +74,7 @@ class ZooKeeperStateStore(FencedStore):
         hosts: str,
         session_timeout: float = 10.0,
         connect_timeout: float = 15.0,
-        history: int = 100,
+        history: int = FencedStore.history,
         credentials: str | None = None,
     ) -> None:
         self.hosts = hosts

@@ -14,7 +14,7 @@ import json
 import signal
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -67,27 +67,31 @@ def zk_sessions(hosts: str, root: str = "/transactional") -> set[int]:
     """The sessions that own an ephemeral node under ``root`` (a runner's leader node,
     a standby's election entry), read with a client of our own."""
     from kazoo.client import KazooClient
-    from kazoo.exceptions import NoNodeError
 
     client = KazooClient(hosts=hosts, timeout=10)
     client.start(timeout=15)
     try:
-        owners: set[int] = set()
-        stack = [root]
-        while stack:
-            path = stack.pop()
-            try:
-                children = client.get_children(path)
-                _, stat = client.get(path)
-            except NoNodeError:
-                continue
-            if stat.ephemeralOwner != NO_OWNER:
-                owners.add(stat.ephemeralOwner)
-            stack.extend(f"{path.rstrip('/')}/{child}" for child in children)
-        return owners
+        return {s.ephemeralOwner for s in zk_nodes(client, root) if s.ephemeralOwner != NO_OWNER}
     finally:
         client.stop()
         client.close()
+
+
+def zk_nodes(client: Any, root: str) -> Iterator[Any]:
+    """The stat of ``root`` and of every node under it, through a started kazoo
+    ``client`` (none: no ``root``); a node deleted meanwhile is left out."""
+    from kazoo.exceptions import NoNodeError
+
+    stack = [root]
+    while stack:
+        path = stack.pop()
+        try:
+            children = client.get_children(path)
+            _, stat = client.get(path)
+        except NoNodeError:
+            continue
+        yield stat
+        stack.extend(f"{path.rstrip('/')}/{child}" for child in children)
 
 
 def zk_owner(hosts: str, path: str) -> int | None:

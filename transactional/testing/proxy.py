@@ -125,14 +125,14 @@ class TcpProxy:
         with self._lock:
             self._set(Fault.RESET)
             for link in self._links:
-                self._reset(link)
+                self._reset(link.client, link.server)
 
     def heal(self) -> None:
         with self._lock:
             self._set(Fault.NONE)
             for link in self._links:
                 if link.holed:
-                    self._reset(link)
+                    self._reset(link.client, link.server)
 
     def _set(self, fault: Fault) -> None:
         with self._lock:
@@ -186,8 +186,7 @@ class TcpProxy:
                 fault = self.fault
             if fault is Fault.RESET:
                 with self._lock:
-                    self.stats["resets"] += 1
-                _abort(client)
+                    self._reset(client, None)
                 continue
             server = None
             if fault is not Fault.BLACK_HOLE:
@@ -265,12 +264,11 @@ class TcpProxy:
                 if not link.holed:
                     _shut(link.client)
 
-    def _reset(self, link: _Link) -> None:
+    def _reset(self, client: socket.socket, server: socket.socket | None) -> None:
         """RST to the client (SO_LINGER 0), and the server's side closed."""
         self.stats["resets"] += 1
-        _abort(link.client)
-        if link.server is not None:
-            _close(link.server)
+        _abort(client)
+        _close(server)
 
 
 def _abort(sock: socket.socket) -> None:
