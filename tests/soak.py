@@ -64,12 +64,15 @@ MIB = 1 << 20
 #: (whichever is larger). Memory settles slowly (the JVM's heap grows to its working
 #: size; Python's arenas fragment), a leak does not settle. The store's nodes move with
 #: the txids in flight (up to ``--max-pending`` 3, a node each and one per partition):
-#: 12 either way is noise, a node a txid is not.
+#: 12 either way is noise, a node a txid is not. The driver's threads and open files
+#: swing by about ten between samples as Spark's pools start threads and idle them out
+#: (AQE's result-stage pool alone may hold 16; a 200-txid run in CI saw 400 to 410 and
+#: back within a minute): 16 is that swing, a thread or a file leaked per txid is not.
 LIMITS: dict[str, tuple[float, float]] = {
     "python_rss_mib": (64.0, 0.10),
     "jvm_rss_mib": (128.0, 0.10),
-    "threads": (4.0, 0.0),
-    "open_files": (10.0, 0.0),
+    "threads": (16.0, 0.0),
+    "open_files": (16.0, 0.0),
     "store_nodes": (12.0, 0.0),
 }
 
