@@ -62,6 +62,12 @@ log = logging.getLogger("committers.delta")
 #: 3M sums, 45 s (1.5 GiB) against 25 s.
 MAX_DRIVER_ROWS = 1_000_000
 
+#: A table holding more files than this is compacted after a commit (delta-rs'
+#: OPTIMIZE; delta-spark's auto compaction waits for 50 small files likewise). A soak of
+#: small txids without it grew a file per txid in a table of new keys, and the cost of
+#: each commit with them.
+COMPACT_FILES = 50
+
 
 @dataclass(frozen=True)
 class DeltaBatch:
@@ -111,18 +117,13 @@ class DeltaCommitter(CounterCommitter):
         dead_letters: str | None = None,
         mode: CommitMode = CommitMode.TRANSACTIONAL,
         max_driver_rows: int = MAX_DRIVER_ROWS,
+        compact_files: int = COMPACT_FILES,
     ) -> None:
         super().__init__(counters, dead_letters, mode)
-        if isinstance(max_driver_rows, bool) or not isinstance(max_driver_rows, int):
-            raise ConfigurationError(
-                f"DeltaCommitter: max_driver_rows must be an integer >= 0, got {max_driver_rows!r}"
-            )
-        if max_driver_rows < 0:
-            raise ConfigurationError(
-                f"DeltaCommitter: max_driver_rows must be >= 0 (0: always merge with "
-                f"delta-spark), got {max_driver_rows}"
-            )
-        self.max_driver_rows = max_driver_rows
+        self.max_driver_rows = _count(
+            "max_driver_rows", max_driver_rows, "always merge with delta-spark"
+        )
+        self.compact_files = _count("compact_files", compact_files, "never compact")
         if dead_letters is not None and any(
             t.name == DEAD_LETTERS_TABLE for t in self.counters.values()
         ):
@@ -134,7 +135,9 @@ class DeltaCommitter(CounterCommitter):
         names = [t.name for t in self.counters.values()]
         if dead_letters is not None:
             names.append(DEAD_LETTERS_TABLE)
-        target = DeltaTarget(self.mode, self.path, tuple(names), self._context, self.who)
+        target = DeltaTarget(
+            self.mode, self.path, tuple(names), self._context, self.who, self.compact_files
+        )
         self._target = target
         self._reader = DeltaReader(target)
         self._driver = DriverWriter(target)
@@ -403,3 +406,12 @@ class DeltaCommitter(CounterCommitter):
     #: ``"dead_letters"``) under ``path`` as of one committed txid of the committer
     #: ``committer_name`` of ``topology_id`` (``committers.delta._snapshot.read_snapshot``).
     snapshot = staticmethod(read_snapshot)
+
+
+def _count(name: str, value: object, zero: str) -> int:
+    """``value`` of the parameter ``name``, an integer >= 0 (``zero``: what 0 means)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(
+            f"DeltaCommitter: {name} must be an integer >= 0 (0: {zero}), got {value!r}"
+        )
+    return value

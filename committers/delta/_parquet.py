@@ -94,13 +94,28 @@ def readable(location: str) -> DeltaTable:
     return dt
 
 
-def files(dt: DeltaTable, schema: pa.Schema) -> Any:
+def files(dt: DeltaTable, schema: pa.Schema, condition: Any = None) -> Any:
     """The snapshot's files as a pyarrow dataset of plain Parquet in the table's own
-    types. A filter given to its scan would be compared with the files' statistics,
-    which delta-rs writes as string_view: pyarrow cannot, so callers filter batches."""
+    types; with ``condition`` (a pyarrow expression), only the files whose Delta
+    statistics (each file's min, max and null count in the log, as delta-rs attaches
+    them to its fragments) say may hold a row it matches. Scan the result without a
+    filter and filter its batches: a filter in the scan would also be compared with the
+    Parquet files' own statistics, which delta-rs writes as string_view, and pyarrow
+    cannot compare those with a string."""
     import pyarrow.dataset as ds
+    import pyarrow.fs as pa_fs
 
-    return ds.dataset(dt.file_uris(), schema=schema, format="parquet")
+    # A local table is read with pyarrow's own file system (delta-rs's, which honours
+    # storage options, calls back into Python for every read: twice as slow here).
+    filesystem = None
+    if dt.table_uri.startswith(("file://", "/")):
+        local, root = pa_fs.FileSystem.from_uri(dt.table_uri)
+        filesystem = pa_fs.SubTreeFileSystem(root, local)
+    every = dt.to_pyarrow_dataset(schema=schema, filesystem=filesystem)
+    if condition is None:
+        return every
+    kept = list(every.get_fragments(filter=condition))
+    return ds.FileSystemDataset(kept, every.schema, every.format, every.filesystem)
 
 
 def arrow_schema(dt: DeltaTable) -> pa.Schema:
@@ -118,13 +133,12 @@ def target_rows(
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    # The snapshot's files, filtered batch by batch as they are read (``files``). The
-    # committer's tables have neither deletion vectors nor column mapping
-    # (``arrow_writable``), so their files hold exactly their rows.
+    # The committer's tables have neither deletion vectors nor column mapping
+    # (``arrow_writable``), so their files hold exactly their rows: the files the
+    # condition may match (``files``), filtered batch by batch as they are read.
     columns = [*table.keys, table.column]
     if own is not None:
         columns += ["prev", "txid"]
-    dataset = files(dt, schema)
     first = table.keys[0]
     # One array, not the chunked column: a batch with no rows has no chunks, and
     # pyarrow would take a value set of no chunks for one of type null.
@@ -133,6 +147,7 @@ def target_rows(
         condition = condition | ds.field(first).is_null()
     if own is not None:
         condition = condition | (ds.field("txid") >= own)
+    dataset = files(dt, schema, condition)
     batches = [
         batch.filter(condition) for batch in dataset.to_batches(columns=columns, batch_size=1 << 16)
     ]

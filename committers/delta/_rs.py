@@ -79,6 +79,7 @@ class DriverWriter:
             rows = [{**key, "stored": stored, "inc": inc} for key, stored, inc in exc.rows]
             raise self._target.overflow(txid, table, rows, done) from None
         log_merged("delta-rs", table.name, txid, began, 0 if source is None else source.num_rows)
+        self._compact(table.name, dt)
         return outcome
 
     def dead_letters(self, span: tuple[int, int], rows: pa.Table | None) -> CommitOutcome:
@@ -87,7 +88,45 @@ class DriverWriter:
         dt, marker, outcome = self._marker(DEAD_LETTERS_TABLE, span)
         if marker is not None:
             write_dead_letters(dt, rows, span[0], self.mode, marker)
+            self._compact(DEAD_LETTERS_TABLE, dt)
         return outcome
+
+    def _compact(self, table: str, dt: Any) -> None:
+        """Bin-pack the table's small files into few (delta-rs' OPTIMIZE) once it holds
+        more than ``compact_files``. A commit that adds keys adds a file, so without
+        this a table of thousands of small txids holds thousands of files, and each
+        commit's read of the rows its keys may match (``target_rows``), and every
+        reader's, grows with them. Compaction rewrites rows, never changes them: it
+        keeps every txid marker, and time travel to a version before it still reads that
+        version's files. It is its own Delta commit, after the txid's; if it fails (a
+        conflict with another writer), the txid stays committed and a later commit
+        compacts."""
+        from deltalake.exceptions import DeltaError
+
+        limit = self._target.compact_files
+        if not limit:
+            return
+        files = len(dt.file_uris())
+        if files <= limit:
+            return
+        began = time.perf_counter()
+        try:
+            done = dt.optimize.compact()
+        except DeltaError as exc:
+            log.warning(
+                "compaction failed table=%s files=%d error=%s: left for a later commit",
+                self._location(table),
+                files,
+                exc,
+            )
+            return
+        log.info(
+            "compacted table=%s files_removed=%d files_added=%d seconds=%.3f",
+            self._location(table),
+            done["numFilesRemoved"],
+            done["numFilesAdded"],
+            time.perf_counter() - began,
+        )
 
     def _marker(
         self, table: str, span: tuple[int, int]

@@ -39,6 +39,8 @@ class DeltaTarget:
     names: tuple[str, ...]
     context: Callable[[], CommitterContext]
     who: Callable[[], str]
+    #: Compact a table (``DriverWriter``) once it holds more files than this; 0: never.
+    compact_files: int = 0
 
     def location(self, table: str) -> str:
         return f"{self.root}/{table}"

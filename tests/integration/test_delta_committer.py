@@ -292,3 +292,61 @@ def test_open_creates_plain_delta_tables_that_delta_spark_reads_with_the_declare
     with pytest.raises(ConfigurationError, match=r"holds files but no Delta table"):
         taken.open(CommitterContext(spark, "topo", "counts"))
     assert sorted(p.name for p in (other / "tags").iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("mode", list(CommitMode))
+def test_a_table_of_many_small_commits_is_compacted_and_stays_exact(
+    spark: Any, tmp_path: Path, mode: CommitMode
+) -> None:
+    """Every txid brings only new keys, so each adds a file (a MERGE rewrites only the
+    files of keys it matches); past ``compact_files`` the
+    committer compacts (an OPTIMIZE in the table's own history), the table's files stay
+    few, and the counts, the markers, replays and snapshots before the compaction stay
+    exact."""
+    from deltalake import DeltaTable
+
+    limit = 3
+    committer = DeltaCommitter(
+        str(tmp_path), {"user_tags": USER_TAGS}, dead_letters="bad", mode=mode, compact_files=limit
+    )
+    committer.open(CommitterContext(spark, "topo", "counts"))
+    batches: dict[int, Pairs] = {
+        txid: [(f"@u{txid}", "#a"), (f"@u{txid}", f"#t{txid}"), (f"@u{txid}", "#a")]
+        for txid in range(1, 11)
+    }
+    for txid, pairs in batches.items():
+        assert commit(committer, spark, txid, 1, pairs, [(f"r{txid}", "bad")]) is (
+            CommitOutcome.APPLIED
+        )
+        for table in ("users_hashtags", "dead_letters"):
+            assert len(DeltaTable(committer.location(table)).file_uris()) <= limit + 1, (
+                txid,
+                table,
+            )
+    for table in ("users_hashtags", "dead_letters"):
+        history = DeltaTable(committer.location(table)).history()
+        assert any(h["operation"] == "OPTIMIZE" for h in history), (table, history)
+    expected = Counter(p for pairs in batches.values() for p in pairs)
+    assert read(spark, committer, USER_TAGS) == dict(expected)
+    assert read_dead(spark, committer) == Counter((f"r{t}", "bad", t) for t in batches)
+    assert committer.committed_txid() == 10
+
+    # A replay of the last txid after the compactions: skipped, or undone and redone.
+    again = commit(committer, spark, 10, 2, [("@x", "#z")])
+    if mode is CommitMode.OPAQUE:
+        assert again is CommitOutcome.REAPPLIED
+        expected = expected - Counter(batches[10]) + Counter([("@x", "#z")])
+    else:
+        assert again is CommitOutcome.SKIPPED
+    assert read(spark, committer, USER_TAGS) == dict(expected)
+    # A snapshot as of txid 2 (before any compaction) reads that txid's counts.
+    early = DeltaCommitter.snapshot(spark, str(tmp_path), "topo", "counts", ["users_hashtags"], 2)
+    early = early.table("users_hashtags").collect()
+    assert {(r["user"], r["tag"]): r["count"] for r in early} == dict(
+        Counter(batches[1] + batches[2])
+    )
+
+
+def test_compact_files_must_be_a_count(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"compact_files must be an integer >= 0 .*'3'"):
+        DeltaCommitter(str(tmp_path), {"user_tags": USER_TAGS}, compact_files="3")  # type: ignore[arg-type]
