@@ -11,7 +11,8 @@ time the run has committed something new, injects one of these (the kinds after 
 first in turn, those that leave the run going before the random kill):
 
 - ``kill -9 at <step>``: SIGKILL at a protocol step (``--crash-at STEP:TXID``, planned
-  for every other run as it starts), the steps taken in turn; a run that passes the
+  for every other run as it starts), the steps taken in turn (from a different step
+  for each spout kind); a run that passes the
   txid without reaching the step is killed at once (counted as ``kill -9 random``);
 - ``kill -9 random``: SIGKILL of the whole run at a random moment;
 - ``zk session expiry``: the run frozen (SIGSTOP) until ZooKeeper has expired its
@@ -314,6 +315,13 @@ class Injector:
         return f"executor {lost['id']} lost ({lost.get('removeReason', 'no reason given')})"
 
 
+def _first_step(spout: str) -> int:
+    """Where in ``STEPS`` the spout kind's turn of kills starts: spread over the steps,
+    so that a short campaign, a kill at a step or two per kind, kills at different
+    steps for each kind rather than at the first step three times."""
+    return SPOUTS.index(spout) * len(STEPS) // len(SPOUTS)
+
+
 def _in_turn(turn: int) -> str:
     """The kind of the ``turn``-th fault of the kinds taken in turn: the five that leave
     the run going first, then a kill at a random moment, which ends it."""
@@ -363,7 +371,8 @@ def run_campaign(
                 held = max(_sink_txid(servers, campaign), 0)
                 crash = None
                 if campaign.runs % 2 == 1:  # every other run crashes at the next step in turn
-                    step = STEPS[sum(campaign.steps.values()) % len(STEPS)]
+                    turn = _first_step(campaign.spout) + sum(campaign.steps.values())
+                    step = STEPS[turn % len(STEPS)]
                     # Txids up to held + max_pending may be stored already: a replay meets
                     # no metadata write, so that step is planned past them.
                     ahead = 3 if step is FaultPoint.AFTER_STORE_META else rng.randrange(3)

@@ -17,10 +17,10 @@ import pytest
 import redis
 
 from examples.tweets.cli import main as demo
-from tests.history import judge, read_delta, read_redis
-from tests.observed import FailedTxids, assert_exact, redis_contents
+from tests.history import assert_exact, judge, read_delta, read_redis
 from tests.processes import run_summary
 from tests.reference import Expected, expected_counts
+from tests.runner_logs import FailedTxids
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -197,6 +197,7 @@ def test_a_killed_run_resumes_with_the_same_arguments_and_counts_exactly(
         "local[2]",
         "--top",
         "0",
+        "--record-ids",  # judged record by record
     ]
     client = redis.Redis.from_url(redis_url)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -216,7 +217,7 @@ def test_a_killed_run_resumes_with_the_same_arguments_and_counts_exactly(
 
     second = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, timeout=600)
     assert second.returncode == 0, second.stderr.decode()[-3000:]
-    assert_exact(redis_contents(redis_url), expected)
+    assert_exact(read_redis(redis_url), expected, ids=True)
 
 
 def list_lines(path: Path) -> list[bytes]:
@@ -254,6 +255,6 @@ def test_demo_with_adaptive_batch_size_counts_exactly(
         out=out,
     )
     assert code == 0, out.getvalue()
-    assert_exact(redis_contents(redis_url), expected)
+    assert_exact(read_redis(redis_url), expected, ids=False)
     # 300 lines in 3 files of ~100: the first txid takes up to 1000 per partition
     assert "committed_txids=1 " in out.getvalue()

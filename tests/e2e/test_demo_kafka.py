@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from examples.tweets.cli import main as demo
-from tests.observed import assert_exact, redis_contents
+from tests.history import assert_exact, read_redis
 from tests.processes import generated_tweets, run_summary
 from tests.reference import Expected, input_files, lines_of
 from transactional.testing.servers import KafkaServer
@@ -103,7 +103,7 @@ def test_demo_counts_a_topic_exactly_through_injected_failures(
     code = demo([*args, "--fail-rate", "0.2", "--fail-seed", "5"], out=out)
     assert code == 0, out.getvalue()
     assert run_summary(out.getvalue())["failures"] >= 1, out.getvalue()
-    assert_exact(redis_contents(redis_url), expected)
+    assert_exact(read_redis(redis_url), expected, ids=False)
 
 
 @pytest.mark.slow  # a Kafka crash and a broker restart stay in make test: test_kafka_source
@@ -145,4 +145,4 @@ def test_a_kafka_run_killed_mid_way_resumes_exactly(
 
     second = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, timeout=600)
     assert second.returncode == 0, second.stderr.decode()[-3000:]
-    assert_exact(redis_contents(redis_url), expected)
+    assert_exact(read_redis(redis_url), expected, ids=False)

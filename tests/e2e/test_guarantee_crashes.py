@@ -43,7 +43,7 @@ import pytest
 
 from examples.tweets.cli import main as demo
 from tests.e2e.test_crash_matrix import CHAIN, fresh_db
-from tests.observed import assert_exact, delta_contents, redis_contents
+from tests.history import Image, assert_exact, read_delta, read_redis
 from tests.processes import (
     DemoProcess,
     adopting_orphans,
@@ -207,19 +207,15 @@ def test_killed_at_every_step_keeps_the_guarantees_promise_exactly(
         assert (kill.returncode, kill.marked, kill.jvms_killed) == (-9, True, True), kill
     assert chain.final_returncode == 0, chain.outputs[-1][-3000:]
     assert run_guarantee(chain.outputs[-1]) == chain.guarantee  # the run says what it gave
-    got = (
-        redis_contents(chain.redis_url)
-        if sink == "redis"
-        else delta_contents(spark, chain.delta_path)
-    )
+    got = read_redis(chain.redis_url) if sink == "redis" else read_delta(chain.delta_path)
     written = [
         {t: m for t, m in kill.pending.items() if t <= kill.held[sink]} for kill in chain.kills
     ]
     if chain.guarantee == "at_least_once":
         again = [records_of(chain.input, m) for w in written for m in w.values()]
         assert any(written)  # a kill after a sink write happened: the double count is real
-        assert_exact(got, combined(chain.expected, *again))
-        assert max(got.ids.values()) == 2  # counted twice, never more, in this chain
+        assert_exact(got, combined(chain.expected, *again), ids=True)
+        assert max(got.counts["ids"].values()) == 2  # counted twice, never more, in this chain
     else:
         lost = [
             records_of(chain.input, m)
@@ -228,8 +224,8 @@ def test_killed_at_every_step_keeps_the_guarantees_promise_exactly(
             if t not in w
         ]
         assert lost  # some kill left a batch that no sink held
-        assert_exact(got, without(chain.expected, combined(*lost)))
-        assert max(got.ids.values()) == 1  # nothing twice
+        assert_exact(got, without(chain.expected, combined(*lost)), ids=True)
+        assert max(got.counts["ids"].values()) == 1  # nothing twice
         reported = {int(t) for out in chain.outputs for t in DROPPED.findall(out)}
         not_everywhere = {
             t
@@ -261,7 +257,7 @@ class Overlapped:
     kills: list[tuple[int, bool, bool]] = field(default_factory=list)  # (code, marked, jvms)
     final_returncode: int = -1
     pending: list[dict[int, Any]] = field(default_factory=list)  # past currtx, at each kill
-    snapshots: list[Expected] = field(default_factory=list)  # the sink after each run
+    snapshots: list[Image] = field(default_factory=list)  # the sink after each run
     outputs: list[str] = field(default_factory=list)
 
 
@@ -318,13 +314,13 @@ def overlapped(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFacto
                 )
             )
             result.pending.append({t: m for t, m in stored_metas(state).items() if t >= currtx})
-            result.snapshots.append(redis_contents(direct))
+            result.snapshots.append(read_redis(direct))
         final = DemoProcess(args, work / "final.log")
         result.final_returncode = final.wait()
         reap_session(final.pid)
         proxy.wait_idle(60)
         result.outputs.append(final.output())
-        result.snapshots.append(redis_contents(direct))
+        result.snapshots.append(read_redis(direct))
     return result
 
 
@@ -340,15 +336,15 @@ def test_overlapping_commits_killed_at_every_step_count_again_exactly_what_was_r
     again = []
     before: Counter[int] = Counter()
     for pending, after in zip(overlapped.pending, overlapped.snapshots, strict=False):
-        applied = after.ids - before  # what this run wrote, per tweet
+        applied = after.counts["ids"] - before  # what this run wrote, per tweet
         for meta in pending.values():  # a batch the store had not moved past ...
             batch = records_of(overlapped.input, meta)
             landed = {applied[i] for i in batch.ids}
             assert landed in ({0}, {1}), (meta, landed)  # whole, once, or not at all
             if landed == {1}:  # ... written by the run, so replayed and written again
                 again.append(batch)
-        before = after.ids
+        before = after.counts["ids"]
     assert again  # some kill left a written batch to replay: the double count is real
     got = overlapped.snapshots[-1]
-    assert_exact(got, combined(overlapped.expected, *again))
-    assert got.ids.keys() == overlapped.expected.ids.keys()  # every tweet, none lost
+    assert_exact(got, combined(overlapped.expected, *again), ids=True)
+    assert got.counts["ids"].keys() == overlapped.expected.ids.keys()  # every tweet, none lost

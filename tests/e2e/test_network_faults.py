@@ -112,7 +112,11 @@ def test_a_leader_cut_off_from_zookeeper_mid_commit_commits_nothing_once_replace
         )
         started = standby.wait_said(STARTED, timeout=120)
         currtx, fence = int(started.group(1)), int(started.group(2))
-        waited("a commit of the new leader", lambda: redis_txid(redis_url, "sink") >= currtx or None, 240)  # fmt: skip
+
+        def new_commit() -> bool | None:
+            return redis_txid(redis_url, "sink") >= currtx or None
+
+        waited("a commit of the new leader", new_commit, 240)
         assert to_zk.stats["discarded_up"] > 0  # the old leader's heartbeats went nowhere
         to_zk.heal()
         # The old leader finds it was replaced and stops; what it reported committed once
@@ -122,7 +126,11 @@ def test_a_leader_cut_off_from_zookeeper_mid_commit_commits_nothing_once_replace
         assert re.search(r"error: (LostLeadershipError|FencedError): ", after), after
         late = [int(t) for t in re.findall(r"txid committed txid=(\d+)", after)]
         assert all(t < currtx for t in late), (late, currtx)
-    waited("the new leader to count the whole input", lambda: judge(read_redis(redis_url), expected).exact or None, 300)  # fmt: skip
+
+    def whole() -> bool | None:
+        return judge(read_redis(redis_url), expected).exact or None
+
+    waited("the new leader to count the whole input", whole, 300)
     standby.proc.send_signal(signal.SIGINT)
     assert standby.wait(timeout=120) == 130, standby.tail()
     assert fence_held(redis_url) == fence  # the sink holds the new leader's token
@@ -145,8 +153,12 @@ def test_a_commit_whose_reply_is_lost_on_the_wire_is_applied_once(
         to_redis.half_open()  # from now on Redis gets every request and answers none
         # A commit's script reached Redis, its reply never came back...
         to_redis.wait_lost_reply(b"EVALSHA", timeout_s=120)
+
         # ...and it took effect: Redis holds a txid the runner was never told of.
-        waited("the script's txid in Redis", lambda: redis_txid(redis_url, "sink") > before or None, 30)  # fmt: skip
+        def landed() -> bool | None:
+            return redis_txid(redis_url, "sink") > before or None
+
+        waited("the script's txid in Redis", landed, 30)
         to_redis.heal()
         assert run.wait(timeout=300) == 0, run.tail()
     # The runner's commit failed without a reply; it read the txid from the sink (the

@@ -14,7 +14,7 @@ import redis
 
 from coordinators import SQLiteStateStore
 from examples.tweets.cli import main as demo
-from tests.observed import assert_exact, redis_contents
+from tests.history import assert_exact, read_redis
 from tests.reference import expected_counts, lines_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -63,7 +63,7 @@ def test_a_poison_txid_stops_the_run_and_a_rerun_after_the_fix_finishes_exactly(
     ]
     assert demo(args, out=io.StringIO()) == 0
     first = expected_counts(source)
-    assert_exact(redis_contents(redis_url), first)
+    assert_exact(read_redis(redis_url), first, ids=False)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     committed = int(client.get(SINK_TXID))  # type: ignore[arg-type]
     assert committed == -(-len(lines_of(source)) // 15)  # 15 lines a txid
@@ -98,11 +98,11 @@ def test_a_poison_txid_stops_the_run_and_a_rerun_after_the_fix_finishes_exactly(
     assert int(client.get(SINK_TXID)) == poison - 1  # type: ignore[arg-type]
     assert client.get("users") == "not a hash"
     client.delete("users")  # "users" held no counts before: nothing is lost with it
-    assert_exact(redis_contents(redis_url), first)
+    assert_exact(read_redis(redis_url), first, ids=False)
 
     # The cause removed, the same command resumes at the poison txid and finishes.
     out = io.StringIO()
     assert demo(args, out=out) == 0, out.getvalue()
-    assert_exact(redis_contents(redis_url), expected_counts(source))
+    assert_exact(read_redis(redis_url), expected_counts(source), ids=False)
     assert int(client.get(SINK_TXID)) == -(-len(lines_of(source)) // 15)  # type: ignore[arg-type]
     client.close()

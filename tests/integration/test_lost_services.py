@@ -22,10 +22,11 @@ from kazoo.client import KazooClient
 from committers import CounterTable, RedisCommitter
 from coordinators import SQLiteStateStore, ZooKeeperStateStore
 from examples.tweets.cli import main as demo
+from tests.history import assert_exact, read_redis
 from tests.integration.topologies import BucketBolt, RangeSpout
-from tests.observed import FailedTxids, assert_exact, redis_contents
 from tests.processes import run_summary
 from tests.reference import expected_counts
+from tests.runner_logs import FailedTxids
 from tests.witness import waited
 from transactional import RunnerConfig, TopologyBuilder, TransactionalRunner
 from transactional.committer import Committer, CommitterContext
@@ -363,7 +364,7 @@ def test_a_redis_restart_mid_run_hits_source_and_sink_and_counts_exactly(
     client = redis.Redis.from_url(url, decode_responses=True)
     final = int(client.get("transactional:tweets:sink:txid") or 0)
     assert restarted_at and restarted_at[0] < final == 4  # restarted mid-run
-    assert_exact(redis_contents(url), expected_counts(tweets))
+    assert_exact(read_redis(url, inputs="tweets:*"), expected_counts(tweets), ids=False)
 
 
 class LostReply(Committer):

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from tests.history import Image, MissingIds, judge
+from tests.history import Image, MissingIds, assert_exact, judge
 from tests.reference import expected_of_lines
 
 LINES = [
@@ -106,6 +106,22 @@ def test_a_sink_without_record_ids_fails_the_check() -> None:
     del image.counts["ids"]
     with pytest.raises(MissingIds, match="--record-ids"):
         judge(image, expected_of_lines(LINES))
+
+
+def test_a_run_without_record_ids_is_judged_by_its_tables_and_dead_letters() -> None:
+    image = exact_image()
+    del image.counts["ids"]
+    assert_exact(image, expected_of_lines(LINES), ids=False)
+    image.counts["pairs"][("@u", "#a")] = 0  # an undone attempt's row, not deleted
+    image.dead_letters.append("not json")
+    verdict = judge(image, expected_of_lines(LINES), ids=False)
+    assert verdict.miscounted == ("pairs ('@u', '#a'): 0, not 1",)
+    assert verdict.duplicated == ("bad line 'not json': 2 times, not 1",)
+    with pytest.raises(AssertionError, match=r"1 duplicated .*1 miscounted"):
+        assert_exact(image, expected_of_lines(LINES), ids=False)
+    # Ids in a sink the test says were not counted: a table no such run writes.
+    with pytest.raises(AssertionError, match=r"1 phantoms \(tweet_ids: 3 ids"):
+        assert_exact(exact_image(), expected_of_lines(LINES), ids=False)
 
 
 def test_the_text_of_a_verdict_shows_a_few_of_each() -> None:

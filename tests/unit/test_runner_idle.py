@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from tests.observed import Said
+from tests.runner_logs import Said
 from transactional.config import RunnerConfig
 from transactional.runner import TransactionalRunner
 from transactional.testing import (

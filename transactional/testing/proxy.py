@@ -46,7 +46,9 @@ from enum import Enum
 
 
 class Fault(Enum):
-    """What the proxy does to the bytes it carries."""
+    """What the proxy does to the bytes it carries. ``DROP`` is the proxy's state only
+    for the record: the links open at ``drop()`` carry it themselves (``dropped``), and
+    a connection made after it is forwarded as under ``NONE``."""
 
     NONE = "none"
     DROP = "drop"
