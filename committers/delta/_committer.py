@@ -96,7 +96,9 @@ class DeltaCommitter(CounterCommitter):
     collected as Arrow and merged on the driver by delta-rs (``DriverWriter``), in tens
     of milliseconds; larger ones are merged by delta-spark from the executors
     (``ExecutorWriter``), so the driver's memory stays bounded. Dead letters likewise.
-    What it reads back is its ``DeltaReader``'s.
+    What it reads back is its ``DeltaReader``'s. A table the driver's writer wrote is
+    compacted after the commit once it holds more than ``compact_files`` files (0:
+    never).
 
     Opaque mode keeps ``(count, prev, txid)`` per row. Re-committing txid t undoes every
     row whose txid is t, also rows absent from the new attempt (whenNotMatchedBySource),

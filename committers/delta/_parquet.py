@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from committers.delta._snapshot import local_dir
 from committers.tables import CounterTable
 from transactional.errors import ConfigurationError
 
@@ -107,10 +108,10 @@ def files(dt: DeltaTable, schema: pa.Schema, condition: Any = None) -> Any:
 
     # A local table is read with pyarrow's own file system (delta-rs's, which honours
     # storage options, calls back into Python for every read: twice as slow here).
+    local = local_dir(dt.table_uri)
     filesystem = None
-    if dt.table_uri.startswith(("file://", "/")):
-        local, root = pa_fs.FileSystem.from_uri(dt.table_uri)
-        filesystem = pa_fs.SubTreeFileSystem(root, local)
+    if local is not None:
+        filesystem = pa_fs.SubTreeFileSystem(str(local), pa_fs.LocalFileSystem())
     every = dt.to_pyarrow_dataset(schema=schema, filesystem=filesystem)
     if condition is None:
         return every

@@ -40,7 +40,7 @@ class DeltaTarget:
     context: Callable[[], CommitterContext]
     who: Callable[[], str]
     #: Compact a table (``DriverWriter``) once it holds more files than this; 0: never.
-    compact_files: int = 0
+    compact_files: int
 
     def location(self, table: str) -> str:
         return f"{self.root}/{table}"
