@@ -35,5 +35,10 @@ def test_the_short_soak_is_exact_with_every_fault_fired_and_flat(tmp_path: Path)
     judged = {f["name"]: f for f in soak["figures"] if not f["name"].endswith("_mib")}
     assert set(judged) == {"threads", "open_files", "store_nodes"}
     assert all(f["flat"] for f in judged.values()), judged
-    # The samples span the run: the last was taken at (or close to) the last txid.
+    # The samples span the run: the last was taken at (or close to) the last txid, from
+    # a live run (no zeros of a process on its way out).
     assert soak["samples"][-1]["txid"] >= 190, soak["samples"][-1]
+    assert soak["samples"][-1]["threads"] > 100, soak["samples"][-1]
+    # The JVM's GC log was read: its full collections, and the live heap after them.
+    assert soak["full_collections"] >= 1
+    assert any(s["jvm_heap_mib"] for s in soak["samples"])
