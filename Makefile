@@ -88,9 +88,9 @@ chaos: deps venv
 
 # The soak (python -m tests.soak): 10,000 txids of three tweets on both sinks with the
 # state in ZooKeeper, ZooKeeper and Redis restarted in turn every 5 min and exceptions
-# injected throughout; exact on both sinks, and the driver's memory, its JVM's live heap,
-# threads and open files and the store's nodes flat after the warm-up. About two hours on 2 cores; writes
-# tests/SOAK.md with the commit it ran at. SOAK="--quick" for a short one (make test-slow
+# injected throughout; exact on both sinks, and the driver's memory, its JVM's live
+# heap, threads and open files and the store's nodes flat after the warm-up. About two
+# hours on 2 cores; writes tests/SOAK.md with the commit it ran at. SOAK="--quick" for a short one (make test-slow
 # runs it), which writes nothing.
 soak: deps venv
 	$(BIN)/python -m tests.soak $(if $(SOAK),$(SOAK),--markdown tests/SOAK.md)

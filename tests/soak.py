@@ -26,9 +26,10 @@ its resident memory towards its maximum heap for hours, leak or none (a 2 GiB he
 went from 1.9 to 2.3 GiB over 1,000 txids, with 131 MiB live), so its RSS measures only
 what lies outside the heap (threads, metaspace, code, buffers), and the live heap what
 lies in it. The JIT is the JVM's full one, as in production (the tests' short-lived
-demo processes use the quick one). After the warm-up (the first ``--warm-up`` of the txids, and at least the
-100 whose metadata the store keeps for rewinds, so that its node count has reached its
-level) each figure's least-squares slope against the txid must show no growth past its
+demo processes use the quick one).
+
+After the warm-up (the first ``--warm-up`` of the txids, and at least the 100 whose
+metadata the store keeps for rewinds, so that its node count has reached its level) each figure's least-squares slope against the txid must show no growth past its
 allowance over the rest of the run (``LIMITS``): a leak of a thread, a file, a node or
 memory per txid would show as a slope that, times thousands of txids, passes it.
 
@@ -129,8 +130,9 @@ class Soak:
     problems: list[str] = field(default_factory=list)
 
 
-#: The driver JVM's heap in the soak: fixed, several times what it holds live (130 to
-#: 190 MiB), so that full collections come about once a minute (every 14 s at 512m).
+#: The driver JVM's heap in the soak: fixed, several times what it holds live (135 to
+#: 250 MiB in a full soak), so that full collections come about once a minute (every
+#: 14 s at 512m).
 HEAP = "1g"
 #: A full collection's line in the JVM's ``-Xlog:gc`` output (Parallel GC):
 #: ``GC(57) Pause Full (Ergonomics) 300M->110M(491M) 200.1ms``.
