@@ -76,7 +76,10 @@ from tests.history import judge, read_delta, read_redis
 from tests.processes import DemoProcess, redis_txid, wait_session_gone
 from tests.reference import Expected, expected_counts, input_files, lines_of
 from tests.witness import (
+    Moot,
     NotFired,
+    app_id,
+    executors_in_session,
     killed_by_sigkill,
     replicas_of,
     run_id,
@@ -128,6 +131,8 @@ class Campaign:
     drained: bool = False
     #: Planned faults no witness saw take effect, each saying which and why.
     not_fired: list[str] = field(default_factory=list)
+    #: Faults that met no run (``witness.Moot``): neither counted nor failing.
+    moot: list[str] = field(default_factory=list)
     #: Faults of the kinds taken in turn injected so far (the next kind's index).
     turn: int = 0
     #: The Spark UI port of the current run (its REST API witnesses executors lost).
@@ -280,6 +285,8 @@ class Injector:
                 "zookeeper connection back" in said or run.poll() is not None
             ):
                 return said
+            if run.poll() is not None:
+                _moot_if_done(run, "zk restart")
             return None
 
         waited("zk restart: the run's report of its connection lost and back", reported, 60)
@@ -304,15 +311,43 @@ class Injector:
             raise NotFired(f"redis restart: node {master.port} run_id {before} -> {after}")
         return f"node {master.port} restarted (run_id {before[:8]} -> {after[:8]})"
 
-    def worker_kill(self, ui_port: int) -> str:
-        among = wait_executors(ui_port, timeout=60)
-        victim = self.rng.randrange(len(self.servers.workers))
+    def worker_kill(self, run: DemoProcess, ui_port: int) -> str:
+        try:
+            among = wait_executors(ui_port, timeout=60)
+        except NotFired:
+            _moot_if_done(run, "worker kill")
+            raise
+        app = app_id(ui_port)
+        # A worker that runs one of those executors (one may have none of the run's yet:
+        # a replacement whose executor is still starting).
+        hosts = [
+            i
+            for i, worker in enumerate(self.servers.workers)
+            if worker.proc is not None
+            and app
+            and executors_in_session(worker.proc.pid, app) & among
+        ]
+        if not hosts:
+            _moot_if_done(run, "worker kill")
+            raise NotFired(f"worker kill: no worker runs an executor of {sorted(among)}")
+        victim = hosts[self.rng.randrange(len(hosts))]
         self.servers.workers[victim].stop()
-        lost = wait_executor_lost(ui_port, among, timeout=60)
-        replacement = SparkWorker(self.servers.master)
-        replacement.start()
-        self.servers.workers[victim] = replacement
+        try:
+            lost = wait_executor_lost(ui_port, among, timeout=60)
+        except NotFired:
+            _moot_if_done(run, "worker kill")
+            raise
+        finally:
+            replacement = SparkWorker(self.servers.master)
+            replacement.start()
+            self.servers.workers[victim] = replacement
         return f"executor {lost['id']} lost ({lost.get('removeReason', 'no reason given')})"
+
+
+def _moot_if_done(run: DemoProcess, kind: str) -> None:
+    """Raise ``Moot`` if ``run`` has exited 0 (drained): the fault came too late for it."""
+    if run.poll() == 0:
+        raise Moot(f"{kind}: the run drained and exited 0 before the fault reached it")
 
 
 def _first_step(spout: str) -> int:
@@ -345,7 +380,7 @@ def _inject(inject: Injector, kind: str, run: DemoProcess, campaign: Campaign) -
         return inject.redis_failover(campaign.prefix)
     if kind == "redis restart":
         return inject.redis_restart(campaign.prefix)
-    return inject.worker_kill(campaign.ui_port)
+    return inject.worker_kill(run, campaign.ui_port)
 
 
 def run_campaign(
@@ -430,10 +465,16 @@ def run_campaign(
                 run = None
                 continue
             fault += 1
-            if kind == _in_turn(campaign.turn):
-                campaign.turn += 1  # not for a kill in place of a planned crash
+            in_turn = kind == _in_turn(campaign.turn)  # not a kill in place of a crash
+            if in_turn:
+                campaign.turn += 1
             try:
                 seen = _inject(inject, kind, run, campaign)
+            except Moot as exc:  # the run drained first: that kind again, on the next run
+                fault -= 1
+                campaign.turn -= in_turn
+                campaign.moot.append(str(exc))
+                say(f"{campaign.spout}: moot: {exc} (run {campaign.runs})")
             except NotFired as exc:
                 campaign.not_fired.append(str(exc))
                 say(f"{campaign.spout}: fault {fault}: NOT FIRED: {exc} (run {campaign.runs})")
@@ -502,6 +543,7 @@ def report(
         totals["exceptions"] += c.injected
         totals["bad records"] += len(expected.dead_letters)
         totals["not fired"] += len(c.not_fired)
+        totals["moot"] += len(c.moot)
         failures += len(c.not_fired)  # a planned fault no witness saw fails the campaign
         for reason in c.not_fired:
             print(f"{c.spout}: not fired: {reason}", file=sys.stderr)
@@ -517,7 +559,12 @@ def report(
                 print(verdict, file=sys.stderr)
             rows.append(
                 {"spout": c.spout, "sink": verdict.sink, "runs": c.runs, "drained": c.drained}
-                | {"faults": dict(c.faults), "not fired": c.not_fired, "exceptions": c.injected}
+                | {
+                    "faults": dict(c.faults),
+                    "not fired": c.not_fired,
+                    "moot": c.moot,
+                    "exceptions": c.injected,
+                }
                 | figures
             )
             table.add_row(
@@ -686,7 +733,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"2 sinks; faults: {process} process-level ({', '.join(f'{k} {totals[k]}' for k in PROCESS_KINDS)}), "
             f"{totals['exceptions']} injected exceptions, {totals['bad records']} bad "
             f"records: {process + totals['exceptions'] + totals['bad records']:,} in all; "
-            f"kill -9 by step: {steps}; not fired: {totals['not fired']}; {seconds:.0f}s; "
+            f"kill -9 by step: {steps}; not fired: {totals['not fired']}; moot (the run "
+            f"drained first, planned again): {totals['moot']}; {seconds:.0f}s; "
             f"lost, duplicated, phantom, left over, miscounted (at the end or midway) or "
             f"not fired: {failures} (0 expected)"
         )

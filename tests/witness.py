@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -26,6 +27,11 @@ NO_OWNER = 0
 
 class NotFired(AssertionError):
     """A planned fault that did not take effect (its witness did not see it in time)."""
+
+
+class Moot(Exception):
+    """A planned fault that met no run: the run it was aimed at finished its work and
+    exited 0 before the fault could reach it (neither fired nor failed)."""
 
 
 def waited(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.1) -> T:
@@ -205,6 +211,37 @@ def wait_executors(ui_port: int, timeout: float) -> set[str]:
     """The executors the driver on ``ui_port`` has now, once its REST API lists any (it
     may not answer for a moment, or have none while one is being replaced)."""
     return waited("the run's executors", lambda: active_executors(ui_port) or None, timeout)
+
+
+def app_id(ui_port: int) -> str | None:
+    """The Spark application id of the driver on ``ui_port`` (None: it does not answer)."""
+    try:
+        apps = _get(f"http://127.0.0.1:{ui_port}/api/v1/applications")
+        return str(apps[0]["id"])
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
+
+
+def executors_in_session(sid: int, app: str) -> set[str]:
+    """The ids of ``app``'s executors whose JVMs run in session ``sid`` (a Spark worker
+    started in a session of its own launches its executors there), read from the
+    processes' command lines in ``/proc``, not from Spark."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat.rpartition(")")[2].split()[3]) != sid:
+                continue
+            words = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if "--executor-id" not in words or "--app-id" not in words:
+            continue
+        if words[words.index("--app-id") + 1] == app:
+            found.add(words[words.index("--executor-id") + 1])
+    return found
 
 
 def wait_executor_lost(ui_port: int, among: set[str], timeout: float) -> dict[str, Any]:
