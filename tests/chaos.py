@@ -84,7 +84,6 @@ from tests.witness import (
     replicas_of,
     run_id,
     wait_executor_lost,
-    wait_executors,
     wait_promoted,
     wait_sessions_expired,
     waited,
@@ -312,35 +311,35 @@ class Injector:
         return f"node {master.port} restarted (run_id {before[:8]} -> {after[:8]})"
 
     def worker_kill(self, run: DemoProcess, ui_port: int) -> str:
+        workers = self.servers.workers
         try:
-            among = wait_executors(ui_port, timeout=60)
+            app = waited("worker kill: the run's application id", lambda: app_id(ui_port), 60)
+
+            def hosted() -> dict[int, set[str]] | None:
+                """The run's executors on each worker, from the processes themselves
+                (one may run none of the run's yet: a replacement still starting one)."""
+                found = {
+                    i: executors_in_session(w.proc.pid, app)
+                    for i, w in enumerate(workers)
+                    if w.proc is not None
+                }
+                return {i: ids for i, ids in found.items() if ids} or None
+
+            hosts = waited("worker kill: an executor of the run on a worker", hosted, 60)
         except NotFired:
             _moot_if_done(run, "worker kill")
             raise
-        app = app_id(ui_port)
-        # A worker that runs one of those executors (one may have none of the run's yet:
-        # a replacement whose executor is still starting).
-        hosts = [
-            i
-            for i, worker in enumerate(self.servers.workers)
-            if worker.proc is not None
-            and app
-            and executors_in_session(worker.proc.pid, app) & among
-        ]
-        if not hosts:
-            _moot_if_done(run, "worker kill")
-            raise NotFired(f"worker kill: no worker runs an executor of {sorted(among)}")
-        victim = hosts[self.rng.randrange(len(hosts))]
-        self.servers.workers[victim].stop()
+        victim = sorted(hosts)[self.rng.randrange(len(hosts))]
+        workers[victim].stop()
         try:
-            lost = wait_executor_lost(ui_port, among, timeout=60)
+            lost = wait_executor_lost(ui_port, hosts[victim], timeout=60)
         except NotFired:
             _moot_if_done(run, "worker kill")
             raise
         finally:
             replacement = SparkWorker(self.servers.master)
             replacement.start()
-            self.servers.workers[victim] = replacement
+            workers[victim] = replacement
         return f"executor {lost['id']} lost ({lost.get('removeReason', 'no reason given')})"
 
 

@@ -250,13 +250,20 @@ def wait_executor_lost(ui_port: int, among: set[str], timeout: float) -> dict[st
     if not among:
         raise NotFired("worker kill: the run had no executor to lose")
 
+    last: list[Any] = [None]
+
     def lost() -> dict[str, Any] | None:
+        listed = last[0] = executors(ui_port)
         return next(
-            (e for e in executors(ui_port) or [] if e["id"] in among and not e["isActive"]),
+            (e for e in listed or [] if e["id"] in among and not e["isActive"]),
             None,
         )
 
-    return waited(f"worker kill: an executor of {sorted(among)} lost", lost, timeout, 0.25)
+    try:
+        return waited(f"worker kill: an executor of {sorted(among)} lost", lost, timeout, 0.25)
+    except NotFired as e:
+        said = "no answer" if last[0] is None else [(x["id"], x["isActive"]) for x in last[0]]
+        raise NotFired(f"{e} (the driver's REST API last said: {said})") from None
 
 
 def master_apps(ui_port: int) -> list[dict[str, Any]]:

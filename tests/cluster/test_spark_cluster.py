@@ -17,7 +17,7 @@ import pytest
 from tests.history import judge, read_delta, read_redis
 from tests.processes import DemoProcess, demo_env, generated_tweets, redis_txid
 from tests.reference import Expected
-from tests.witness import master_apps, wait_executor_lost, wait_executors
+from tests.witness import active_executors, master_apps, wait_executor_lost, waited
 from transactional.testing.cluster_servers import SparkMaster, SparkWorker
 from transactional.testing.servers import free_port
 
@@ -116,8 +116,11 @@ def test_a_worker_killed_mid_txid_leaves_the_counts_exact(
         assert time.monotonic() < deadline, "nothing committed in time"
         time.sleep(0.05)
     # An executor on each worker (one core each), as the driver's REST API lists them.
-    executors = wait_executors(ui_port, timeout=60)
-    assert len(executors) == 2, executors
+    executors = waited(
+        "an executor on each worker",
+        lambda: found if len(found := active_executors(ui_port)) == 2 else None,
+        60,
+    )
     victim = workers[0]
     victim.stop()  # SIGKILL: the worker and its executor, in the middle of a txid
     at_kill = redis_txid(redis_url, "sink")
