@@ -16,8 +16,9 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, TypeVar
+
+from transactional.testing.servers import session_processes
 
 T = TypeVar("T")
 
@@ -207,12 +208,6 @@ def active_executors(ui_port: int) -> set[str]:
     return {e["id"] for e in executors(ui_port) or [] if e["id"] != "driver" and e["isActive"]}
 
 
-def wait_executors(ui_port: int, timeout: float) -> set[str]:
-    """The executors the driver on ``ui_port`` has now, once its REST API lists any (it
-    may not answer for a moment, or have none while one is being replaced)."""
-    return waited("the run's executors", lambda: active_executors(ui_port) or None, timeout)
-
-
 def app_id(ui_port: int) -> str | None:
     """The Spark application id of the driver on ``ui_port`` (None: it does not answer)."""
     try:
@@ -227,15 +222,10 @@ def executors_in_session(sid: int, app: str) -> set[str]:
     started in a session of its own launches its executors there), read from the
     processes' command lines in ``/proc``, not from Spark."""
     found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for entry in session_processes(sid):
         try:
-            stat = (entry / "stat").read_text()
-            if int(stat.rpartition(")")[2].split()[3]) != sid:
-                continue
             words = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
         if "--executor-id" not in words or "--app-id" not in words:
             continue

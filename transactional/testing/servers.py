@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -82,19 +83,28 @@ def _listening_sockets(port: int) -> set[str]:
     return inodes
 
 
-def _session_listens(sid: int, port: int) -> bool:
-    """Whether a process of session ``sid`` (a server started in a session of its own)
-    holds a socket listening on ``port``."""
-    inodes = _listening_sockets(port)
+def session_processes(sid: int) -> Iterator[Path]:
+    """The ``/proc`` entries of the processes of session ``sid`` (a server started in a
+    session of its own, and what it started); one that exits meanwhile is skipped."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            if int(stat.rpartition(")")[2].split()[3]) != sid:
-                continue
-            fds = list((entry / "fd").iterdir())
+            if int(stat.rpartition(")")[2].split()[3]) == sid:
+                yield entry
         except (OSError, ValueError, IndexError):
+            continue
+
+
+def _session_listens(sid: int, port: int) -> bool:
+    """Whether a process of session ``sid`` (a server started in a session of its own)
+    holds a socket listening on ``port``."""
+    inodes = _listening_sockets(port)
+    for entry in session_processes(sid):
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:
             continue
         for fd in fds:
             try:
