@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 APT_PACKAGES := zookeeper redis-server default-jre-headless openssl
 
-.PHONY: demo test test-slow cluster-test deps java venv lint typecheck unit chaos soak bench docs clean
+.PHONY: demo test test-slow cluster-test connect-test deps java venv lint typecheck unit chaos soak bench docs clean
 
 # PYTHONWARNINGS reaches pip's build backend: setuptools' notes on editable installs are
 # for packagers, not for someone running the demo.
@@ -16,13 +16,13 @@ $(STAMP): pyproject.toml
 	@echo "installing the project and its dependencies into $(VENV) (first run: a few minutes)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@PYTHONWARNINGS=ignore $(BIN)/pip install -q --upgrade pip
-	@PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev]'
+	@PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev,connect]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
 
 $(DOCS_STAMP): pyproject.toml $(STAMP)
-	@PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev,docs]'
+	@PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev,connect,docs]'
 	@touch $(DOCS_STAMP)
 
 # ZooKeeper and Redis servers for the integration tests, Java for Spark and ZooKeeper,
@@ -69,6 +69,13 @@ test: deps venv lint typecheck
 # tests, so a CI log says where its time went.
 test-slow: deps venv
 	$(BIN)/pytest -q -ra --durations=15 -m "slow and not cluster"
+
+# The tests marked connect on a Spark Connect session, against a server the suite starts
+# (pytest --connect: a process is either Connect's or classic, so they run apart from
+# `make test`); CI runs it after `make test`. The crash matrix's Connect chains are in
+# `make test-slow`.
+connect-test: deps venv
+	$(BIN)/pytest -q -ra --durations=15 --connect -m "not slow and not cluster"
 
 # A Spark standalone master and workers, a three-server ZooKeeper ensemble and a Redis
 # Cluster (three masters, a replica each), on loopback, started by the tests from the

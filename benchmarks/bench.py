@@ -30,6 +30,8 @@ from benchmarks.cases import (
     framework,
     structured_streaming,
 )
+from benchmarks.connect import SIZES as CONNECT_SIZES
+from benchmarks.connect import section as connect_section
 from benchmarks.growth import (
     FIXED_RECORDS,
     FIXED_TXIDS,
@@ -41,6 +43,9 @@ from benchmarks.growth import (
     measure_fixed_cost,
     measure_growth,
 )
+from benchmarks.object_store import SIZES as OBJECT_STORE_SIZES
+from benchmarks.object_store import s3_settings
+from benchmarks.object_store import section as object_store_section
 from benchmarks.overheads import overheads_section
 from benchmarks.overlap import measure as measure_overlap
 from benchmarks.redis_commit import commit_table
@@ -55,7 +60,7 @@ from benchmarks.report import (
 )
 from committers.redis._committer import GROUP_FIELDS
 from committers.redis._send import STAGE_CHUNK
-from transactional.testing.servers import RedisServer, ZooKeeperServer
+from transactional.testing.servers import RedisServer, S3Server, ZooKeeperServer
 
 #: The machine's cores, which the CPU figures are shares of.
 CORES = os.cpu_count() or 1
@@ -208,6 +213,18 @@ def main(argv: list[str] | None = None) -> int:
         "(benchmarks.overlap; 0: skip it)",
     )
     parser.add_argument(
+        "--object-store-sizes",
+        default=",".join(str(n) for n in OBJECT_STORE_SIZES),
+        help="sums per txid of the Delta-in-S3 section (benchmarks.object_store; "
+        "comma-separated; empty: skip it)",
+    )
+    parser.add_argument(
+        "--connect-sizes",
+        default=",".join(str(n) for n in CONNECT_SIZES),
+        help="sums per txid of the Spark Connect section (benchmarks.connect: the commit "
+        "path on both sinks, Connect against classic; comma-separated; empty: skip it)",
+    )
+    parser.add_argument(
         "--only",
         metavar="TEXT",
         action="append",
@@ -225,9 +242,14 @@ def main(argv: list[str] | None = None) -> int:
             args.fixed_txids = 20
         if args.redis_commit_sizes == "10000,100000,1000000":
             args.redis_commit_sizes = "10000,100000"
+        if args.object_store_sizes == ",".join(str(n) for n in OBJECT_STORE_SIZES):
+            args.object_store_sizes = "1000,10000"
+        if args.connect_sizes == ",".join(str(n) for n in CONNECT_SIZES):
+            args.connect_sizes = "1000,10000"
 
     from committers import delta_spark_conf
-    from transactional.session import create_spark_session
+    from transactional.session import create_spark_session, merged
+    from transactional.storage import s3_spark_conf
 
     def progress(line: str) -> None:
         print(f"[{datetime.now(UTC):%H:%M:%S}] {line}", file=sys.stderr, flush=True)
@@ -235,10 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     progress(f"dataset: {args.tweets:,} tweets in {args.partitions} files")
     data = dataset(args.tweets, args.partitions)
-    redis_server, zookeeper = RedisServer(), ZooKeeperServer()
+    redis_server, zookeeper, s3 = RedisServer(), ZooKeeperServer(), S3Server()
     redis_server.start()
     zookeeper.start()
-    spark = create_spark_session("local[*]", "bench", delta_spark_conf())
+    s3.start()
+    # The S3 stand-in's settings before the session starts: its JVM reads them once.
+    with s3_settings(s3):
+        spark = create_spark_session(
+            "local[*]", "bench", merged(delta_spark_conf(), s3_spark_conf())
+        )
     try:
         per_txid = args.tweets // args.partitions  # Structured Streaming: one file a trigger
         results: list[Result] = []
@@ -340,6 +367,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{GROUP_FIELDS:,} fields: the script's work is per field either way.",
                 "",
             ]
+        store_sizes = [int(x) for x in args.object_store_sizes.split(",") if x.strip()]
+        if store_sizes and "delta" in args.sinks.split(",") and args.only is None:
+            with s3_settings(s3):
+                fixed += object_store_section(spark, s3, store_sizes, 5, progress)
+        connect_sizes = [int(x) for x in args.connect_sizes.split(",") if x.strip()]
+        if connect_sizes and args.only is None:  # its own processes: a server, two clients
+            fixed += connect_section(connect_sizes, 5, progress)
         overlap: list[str] = []
         if args.overlap_delay_ms and "redis" in args.sinks.split(",") and args.only is None:
             overlap = [
@@ -414,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         redis_server.close()
         zookeeper.close()
+        s3.close()
     return 0
 
 

@@ -330,7 +330,8 @@ class Injector:
             _moot_if_done(run, "worker kill")
             raise
         victim = sorted(hosts)[self.rng.randrange(len(hosts))]
-        workers[victim].stop()
+        # SIGKILL, then its directory (the executors' copies of the jars, ~1 GB) removed.
+        workers[victim].close()
         try:
             lost = wait_executor_lost(ui_port, hosts[victim], timeout=60)
         except NotFired:

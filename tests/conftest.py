@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -13,7 +14,50 @@ import pytest
 
 from tests.jvm import driver_opts, made
 from transactional.errors import ConfigurationError
-from transactional.testing.servers import KafkaServer, RedisServer, ZooKeeperServer
+from transactional.testing.servers import (
+    KafkaServer,
+    RedisServer,
+    S3Server,
+    SparkConnectServer,
+    ZooKeeperServer,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--connect",
+        action="store_true",
+        help="run the tests marked connect on a Spark Connect session (a server the "
+        "suite starts, with Delta's, Kafka's and the s3a jars); the others are deselected. "
+        "A process is in Connect mode or classic mode, never both: PySpark's functions "
+        "build Connect columns once a Connect session exists.",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--connect``, the tests marked ``connect`` and not ``classic`` are kept, and
+    of those none that uses the S3 stand-in: its settings reach a classic session per
+    bucket (``s3_bucket``), a Connect server only when it starts."""
+    if not config.getoption("connect"):  # the tests that need a Connect session go
+        dropped = [item for item in items if item.get_closest_marker("connect_only")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if not item.get_closest_marker("connect_only")]
+        return
+
+    def on_connect(item: pytest.Item) -> bool:
+        return (
+            item.get_closest_marker("connect") is not None
+            and item.get_closest_marker("classic") is None
+            and "s3_bucket" not in getattr(item, "fixturenames", ())
+        )
+
+    dropped = [item for item in items if not on_connect(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if on_connect(item)]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -27,6 +71,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from committers.delta import delta_spark_conf
     from transactional.jars import resolved_jars
     from transactional.sources.kafka import kafka_spark_conf
+    from transactional.storage import s3_spark_conf
     from transactional.testing.servers import KAFKA_BROKER
 
     names = {name for item in session.items for name in getattr(item, "fixturenames", ())}
@@ -37,6 +82,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         wanted.append(delta_spark_conf)
     if "spark" in names or "kafka" in names:
         wanted.append(kafka_spark_conf)
+    if "spark" in names:
+        wanted.append(lambda: s3_spark_conf({}))
     if "kafka" in names:
         wanted.append(lambda: resolved_jars([KAFKA_BROKER]))
     capture = session.config.pluginmanager.getplugin("capturemanager")
@@ -53,6 +100,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             if not made():
                 print("\ntests.jvm: making the Spark driver's class archive (once, ~1 min)")
             os.environ["SPARK_SUBMIT_OPTS"] = driver_opts(quick=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The Spark scratch space (``SPARK_LOCAL_DIRS``) of this process's session and of
+    every driver the tests start, under the run's temporary directory and removed at its
+    end: a SIGKILLed driver leaves its own (~100 MB: its executors' copies of the jars),
+    and a suite kills hundreds (``DemoProcess`` removes each of its runs' sooner)."""
+    if "SPARK_LOCAL_DIRS" in os.environ:  # the user's choice
+        yield
+        return
+    scratch = tmp_path_factory.mktemp("spark-scratch")
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+    try:
+        yield
+    finally:
+        del os.environ["SPARK_LOCAL_DIRS"]
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -91,6 +156,45 @@ def zk_hosts(zookeeper_server: ZooKeeperServer) -> str:
     client.stop()
     client.close()
     return zookeeper_server.hosts + chroot
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    server = S3Server()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def s3_bucket(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> str:
+    """A new bucket of the test's own in the S3 stand-in, reached as a user reaches S3:
+    this process through the standard AWS environment variables (delta-rs, pyarrow), and
+    the suite's Spark session, whose JVM started before the store, through the s3a
+    connector's settings for that one bucket (``fs.s3a.bucket.<name>.*``) and, for its
+    Python tasks (the file source's readers), the same variables in the environment
+    PySpark gives its workers (``SparkContext.environment``)."""
+    bucket = s3_server.bucket()
+    for name, value in s3_server.settings.items():
+        monkeypatch.setenv(name, value)
+    if "spark" in request.fixturenames:
+        spark = request.getfixturevalue("spark")
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        per_bucket = {
+            "endpoint": s3_server.endpoint_url,
+            "endpoint.region": s3_server.region,
+            "path.style.access": "true",
+            "connection.ssl.enabled": "false",
+            "access.key": s3_server.settings["AWS_ACCESS_KEY_ID"],
+            "secret.key": s3_server.settings["AWS_SECRET_ACCESS_KEY"],
+        }
+        for key, value in per_bucket.items():
+            hadoop.set(f"fs.s3a.bucket.{bucket}.{key}", value)
+        for name, value in s3_server.settings.items():
+            monkeypatch.setitem(spark.sparkContext.environment, name, value)
+    return bucket
 
 
 @pytest.fixture(scope="session")
@@ -136,13 +240,34 @@ def kafka() -> Iterator[KafkaServer]:
 
 
 @pytest.fixture(scope="session")
-def spark():  # type: ignore[no-untyped-def]
+def spark(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """The suite's session: classic on ``local[2]``, or with ``--connect`` a Spark Connect
+    session on ``spark_connect`` (its own server, on ``local[2]``)."""
     from tests.jvm import driver_conf
     from transactional.session import create_spark_session
 
-    session = create_spark_session("local[2]", "tests", driver_conf())
+    if request.config.getoption("connect"):
+        server = request.getfixturevalue("spark_connect")
+        session = create_spark_session(app_name="tests", remote=server.remote)
+    else:
+        session = create_spark_session("local[2]", "tests", driver_conf())
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect() -> Iterator[SparkConnectServer]:
+    """A Spark Connect server on ``local[2]`` with the suite's jars and Delta's settings;
+    its Python workers import this checkout; its UI's REST API answers on
+    ``spark.ui.port`` (``tests.witness.server_persisted``)."""
+    from tests.jvm import driver_conf
+    from transactional.testing.servers import free_port
+
+    ui = {"spark.ui.enabled": "true", "spark.ui.port": str(free_port())}  # its REST API
+    server = SparkConnectServer(conf={**driver_conf(), **ui}, python_path=ROOT)
+    server.start()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -233,16 +234,18 @@ def _glob_escaped(text: str) -> str:
 
 
 def read_delta(path: Path | str, committed: int | None = None) -> Image:
-    """The demo's tables under ``path``, read with ``deltalake`` (not Spark, not the
-    committer): every row, a zero count too. ``committed``: the last txid the run
-    committed, beyond which an opaque table's row is a leftover."""
+    """The demo's tables under ``path`` (a directory or an S3 URL), read with
+    ``deltalake`` (not Spark, not the committer): every row, a zero count too.
+    ``committed``: the last txid the run committed, beyond which an opaque table's row
+    is a leftover."""
+    import pyarrow.fs as pa_fs
     from deltalake import DeltaTable
 
-    root = Path(path)
+    root = str(path).rstrip("/")
     image = Image("delta")
 
     def rows(table: str) -> list[dict[str, Any]]:
-        return DeltaTable(str(root / table)).to_pyarrow_table().to_pylist()
+        return DeltaTable(f"{root}/{table}").to_pyarrow_table().to_pylist()
 
     for name, table in TABLES.items():
         got: Counter[Any] = Counter()
@@ -251,14 +254,16 @@ def read_delta(path: Path | str, committed: int | None = None) -> Image:
             key = key if len(key) > 1 else key[0]
             _add(image, got, f"{table} {key!r}", key, row, committed)
         image.counts[name] = got
-    if (root / IDS).is_dir():
+    if DeltaTable.is_deltatable(f"{root}/{IDS}"):  # with --record-ids
         ids: Counter[Any] = Counter()
         for row in rows(IDS):
             _add(image, ids, f"{IDS} {row['id']}", row["id"], row, committed)
         image.counts["ids"] = ids
     image.dead_letters = [r["raw"] for r in rows(DEAD_LETTERS)]
     known = {*TABLES.values(), IDS, DEAD_LETTERS}
-    image.strange += [f"table {p.name!r}" for p in sorted(root.iterdir()) if p.name not in known]
+    fs, where = pa_fs.FileSystem.from_uri(root if "://" in root else os.path.abspath(root))
+    names = sorted(i.base_name for i in fs.get_file_info(pa_fs.FileSelector(where)))
+    image.strange += [f"table {n!r}" for n in names if n not in known]
     return image
 
 

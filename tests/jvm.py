@@ -57,14 +57,16 @@ def made() -> bool:
 
 
 def driver_conf() -> dict[str, str]:
-    """The settings of the tests' drivers that decide their class path: Delta's and
-    Kafka's jars (resolved into the project's cache), on loopback."""
+    """The settings of the tests' drivers that decide their class path: Delta's,
+    Kafka's and the s3a connector's jars (resolved into the project's cache; each test's
+    bucket is set up by the ``s3_bucket`` fixture), on loopback."""
     from committers.delta import delta_spark_conf
     from transactional.session import merged
     from transactional.sources.kafka import kafka_spark_conf
+    from transactional.storage import s3_spark_conf
 
     loopback = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-    return merged(delta_spark_conf(), kafka_spark_conf(), loopback)
+    return merged(delta_spark_conf(), kafka_spark_conf(), s3_spark_conf({}), loopback)
 
 
 def _archive_path() -> Path | None:

@@ -14,11 +14,14 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -52,15 +55,22 @@ def demo_env(**extra: str) -> dict[str, str]:
 
 
 class DemoProcess:
-    """``python -m examples.tweets ARGS`` in a session of its own, output to ``log``."""
+    """``python -m examples.tweets ARGS`` in a session of its own, output to ``log``.
+
+    Its Spark scratch space (``SPARK_LOCAL_DIRS``: shuffle and block files, the copies
+    of the jars its executors fetch, ~100 MB) is a directory of its own, removed once
+    the run has ended: a SIGKILLed JVM cannot remove its own, and the crash tests kill
+    hundreds."""
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.log = log
         self._out: IO[bytes] = log.open("wb")
+        self.scratch = Path(tempfile.mkdtemp(prefix="demo-spark-"))
+        self._remove_scratch = weakref.finalize(self, shutil.rmtree, self.scratch, True)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "examples.tweets", *args],
             cwd=ROOT,
-            env=env or demo_env(),
+            env={**(env or demo_env()), "SPARK_LOCAL_DIRS": str(self.scratch)},
             stdout=self._out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -81,7 +91,7 @@ class DemoProcess:
             raise AssertionError(
                 f"demo run did not end within {timeout}s:\n{self.tail()}"
             ) from None
-        self._out.close()
+        self._ended()
         return code
 
     def kill(self) -> int:
@@ -89,8 +99,12 @@ class DemoProcess:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         code = self.proc.wait()
-        self._out.close()
+        self._ended()
         return code
+
+    def _ended(self) -> None:
+        self._out.close()
+        self._remove_scratch()
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -259,16 +273,37 @@ def redis_txid(
         client.close()
 
 
-def delta_txid(path: Path, committer: str, opaque: bool, topology_id: str = TOPOLOGY_ID) -> int:
-    """The txid every Delta table holds (the lowest over the tables; 0: none), from the
-    ``txn`` actions of the committed log files. A commit file appears atomically, so a
-    commit cut short by a kill is simply not there."""
+def _log_texts(root: Path | str, table: str) -> list[str]:
+    """The JSON commit files of a table's log under ``root`` (a directory, or an
+    ``s3://``/``s3a://`` URL read by pyarrow with the standard AWS settings)."""
+    if "://" not in str(root):
+        return [c.read_text() for c in sorted((Path(root) / table / "_delta_log").glob("*.json"))]
+    import pyarrow.fs as pa_fs
+
+    where = str(root).split("://", 1)[1].rstrip("/")
+    s3 = pa_fs.FileSystem.from_uri(f"s3://{where.split('/', 1)[0]}")[0]
+    selector = pa_fs.FileSelector(f"{where}/{table}/_delta_log", allow_not_found=True)
+    texts = []
+    for info in sorted(s3.get_file_info(selector), key=lambda i: i.path):
+        if info.path.endswith(".json"):
+            with s3.open_input_stream(info.path) as stream:
+                texts.append(stream.read().decode())
+    return texts
+
+
+def delta_txid(
+    path: Path | str, committer: str, opaque: bool, topology_id: str = TOPOLOGY_ID
+) -> int:
+    """The txid every Delta table under ``path`` (a directory or an S3 URL) holds (the
+    lowest over the tables; 0: none), from the ``txn`` actions of the committed log
+    files. A commit file appears atomically, so a commit cut short by a kill is simply
+    not there."""
     held = []
     for table in DELTA_TABLES:
         app_id = f"{topology_id}:{committer}:{table}" + (":opaque" if opaque else "")
         version = 0
-        for commit in sorted((path / table / "_delta_log").glob("*.json")):
-            for line in commit.read_text().splitlines():
+        for text in _log_texts(path, table):
+            for line in text.splitlines():
                 txn = json.loads(line).get("txn") if line.strip() else None
                 if txn and txn.get("appId") == app_id:
                     version = max(version, int(txn["version"]))

@@ -217,6 +217,15 @@ def app_id(ui_port: int) -> str | None:
         return None
 
 
+def server_persisted(ui_port: int) -> set[int]:
+    """The ids of the RDDs the driver on ``ui_port`` holds persisted (blocks cached),
+    from its REST API (``/api/v1/applications/<app>/storage/rdd``): a Spark Connect
+    server's, which its clients cannot ask through py4j."""
+    base = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+    app = _get(base)[0]["id"]
+    return {int(r["id"]) for r in _get(f"{base}/{app}/storage/rdd")}
+
+
 def executors_in_session(sid: int, app: str) -> set[str]:
     """The ids of ``app``'s executors whose JVMs run in session ``sid`` (a Spark worker
     started in a session of its own launches its executors there), read from the

@@ -2,6 +2,7 @@
 transactional topologies."""
 
 from transactional.bolt import Bolt
+from transactional.checkpoints import checkpoint
 from transactional.committer import Committer, CommitterContext
 from transactional.config import RunnerConfig
 from transactional.errors import (
@@ -81,5 +82,6 @@ __all__ = [
     "TransactionalRunner",
     "TransactionalSpout",
     "UnknownTopologyError",
+    "checkpoint",
     "create_spark_session",
 ]

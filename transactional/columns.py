@@ -81,4 +81,9 @@ def prebuilt(frame: DataFrame, key: Hashable, build: Callable[[], T]) -> T:
 
 
 def _owner(frame: DataFrame) -> object:
-    return frame.sparkSession.sparkContext._jsc  # one per running SparkContext
+    from transactional.connect import is_connect
+
+    session = frame.sparkSession
+    if is_connect(session):
+        return session  # one per Connect session
+    return session.sparkContext._jsc  # one per running SparkContext

@@ -40,9 +40,10 @@ class CommitterContext:
     then a deposed leader that wakes up in the middle of a commit writes nothing.
 
     ``check_leadership`` raises ``LostLeadershipError`` unless the runner still leads;
-    it is safe to call from the commit thread. A sink that cannot fence atomically
-    (``DeltaCommitter``) calls it right before each write, which narrows the window
-    for a deposed leader's write to one write, without closing it.
+    it is safe to call from the commit thread. ``DeltaCommitter`` calls it right before
+    each write, and fences by token as well: each leadership claims a table with its
+    token before writing it, and a write checks the table's token (see
+    ``committers.delta``).
     """
 
     spark: SparkSession | None
@@ -135,7 +136,9 @@ class Committer(ABC):
         """Turn the attempt's input streams into what ``commit`` writes. Runs in the
         parallel phase, so heavy Spark work belongs here. Default: materialise each
         input once, so the rows cannot change between prepare and commit."""
-        return {name: df.localCheckpoint(eager=True) for name, df in inputs.items()}
+        from transactional.checkpoints import checkpoint
+
+        return {name: checkpoint(df, eager=True) for name, df in inputs.items()}
 
     def collect_plan(
         self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]

@@ -19,7 +19,7 @@ from transactional.spout import PARTITION_COLUMN
 from transactional.types import BatchMetadata, CommitOutcome, dump_meta
 
 #: What the runner calls "a DataFrame", for messages.
-FRAME = "a pyspark.sql.DataFrame (classic, not Spark Connect)"
+FRAME = "a pyspark.sql.DataFrame of the runner's session"
 
 
 def qualified(obj: object) -> str:
@@ -44,8 +44,13 @@ def frame_problem(value: object, is_frame: Callable[[object], bool]) -> str | No
     module = type(value).__module__
     if module.startswith("pyspark.sql.connect"):
         return (
-            f"a Spark Connect DataFrame ({qualified(value)}); the runner needs {FRAME}: "
-            "build it with the SparkSession the runner gives at open"
+            f"a Spark Connect DataFrame ({qualified(value)}) on a classic session; the "
+            f"runner needs {FRAME}: build it with the SparkSession the runner gives at open"
+        )
+    if module.startswith("pyspark.sql"):
+        return (
+            f"a classic DataFrame ({qualified(value)}) on a Spark Connect session; the "
+            f"runner needs {FRAME}: build it with the SparkSession the runner gives at open"
         )
     if module.startswith("pandas") or module.startswith("pyarrow") or module.startswith("polars"):
         return (

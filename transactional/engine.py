@@ -11,6 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from transactional.checkpoints import KEPT as _KEPT
+from transactional.checkpoints import checkpoint
+from transactional.connect import is_connect, reopen_if_lost
 from transactional.errors import ContractError
 from transactional.ledger import ID, RecordIds, Tally, check_positions, id_column, id_sums
 from transactional.spout import PARTITION_COLUMN
@@ -49,6 +52,8 @@ class Engine(Protocol):
     ) -> Materialised: ...
 
     def job_group(self, group: str, txid: int | None = None) -> Any: ...
+
+    def revive(self) -> None: ...
 
     def describe(self, text: str) -> None: ...
 
@@ -165,13 +170,13 @@ class SparkEngine:
             union = _union(frames)
             if partitions is not None:
                 union = union.drop(_PARTITION)
-            batch = _with_ids(union, ids).localCheckpoint(eager=False)
+            batch = checkpoint(_with_ids(union, ids))
             kept.append(batch)
             got = _observed(batch, [F.count(F.lit(1)).alias("n"), *counted])
             records = int(got["n"])
             return Materialised(_few_tasks(batch, records), records, None, _tally(got, ids))
         if partitions is None and len(frames) == 1:
-            batch = _with_ids(frames[0], ids).localCheckpoint(eager=False)
+            batch = checkpoint(_with_ids(frames[0], ids))
             kept.append(batch)
             got = _observed(batch, [*_digest_sums(_row_hash(batch)), *counted])
             digest_of = _digest(got)
@@ -183,7 +188,7 @@ class SparkEngine:
             tagged = _union([f.withColumn(_PARTITION, F.lit(p)) for p, f in enumerate(frames)])
         else:
             tagged = frames[0].withColumn(_PARTITION, F.col(_PARTITION).cast("int"))
-        tagged = _with_ids(tagged, ids).localCheckpoint(eager=False)
+        tagged = checkpoint(_with_ids(tagged, ids))
         kept.append(tagged)
         batch = tagged.drop(_PARTITION)
         rows = _grouped_digests(tagged, _row_hash(batch), partitions, counted)
@@ -243,6 +248,12 @@ class SparkEngine:
             first = txid is None or txid == min(self._processing, default=txid)
         pool = self.first_pool if first else None
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)  # type: ignore[arg-type]
+
+    def revive(self) -> None:
+        """Before an attempt starts (its spout's calls included, outside any job group):
+        make the session usable again if it can be. A classic session has nothing to
+        reopen."""
+        return None
 
     def describe(self, text: str) -> None:
         """The description the Spark UI shows for the calling thread's next jobs (PySpark
@@ -310,6 +321,104 @@ class SparkEngine:
         return isinstance(value, DataFrame) and not type(value).__module__.startswith(
             "pyspark.sql.connect"
         )
+
+
+class ConnectEngine(SparkEngine):
+    """``SparkEngine`` on a Spark Connect session: the same batch operations (observed
+    metrics and Arrow collection are DataFrame calls), and no py4j. A job group is a
+    job tag (``addTag``, per client thread, as a job group is per thread), cancelled
+    with ``interruptTag``. What Connect has no call for is left out:
+    scheduler pools (a Connect client cannot set a thread's pool, so attempts share the
+    server's cores in one queue), job descriptions, and the count of a group's jobs
+    (a metric: None).
+
+    Keeping and releasing: a local checkpoint the client drops on Connect
+    (``CachedRemoteRelation.__del__``) keeps its blocks on the server while the
+    server's plan cache holds its plan and until its JVM collects it (30 min apart by
+    default). So the batch, and what bolts and committers keep through
+    ``checkpoint``, is persisted instead, listed per attempt (``mark``, on the
+    attempt's thread), and unpersisted by ``release`` when the attempt is over. A lost
+    block is then recomputed from the batch's stored ranges rather than failing the
+    attempt. A spout's or bolt's own ``localCheckpoint`` is left to the server."""
+
+    counts_ids = True
+
+    def __init__(self, spark: SparkSession) -> None:  # no pools to look up, no py4j
+        self.spark = spark
+        self.first_pool = None
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._processing: dict[int, int] = {}
+        self._next = 0
+        self._kept: dict[int, list[Any]] = {}  # mark -> the frames persisted since
+
+    @contextmanager
+    def job_group(self, group: str, txid: int | None = None) -> Iterator[None]:
+        """The calling thread's operations tagged ``group`` until the block ends; a
+        session the server lost (restarted) reopened first (``revive``)."""
+        self.revive()
+        self.spark.addTag(group)
+        try:
+            yield
+        finally:
+            self.spark.removeTag(group)
+
+    def _place(self) -> None:
+        return None
+
+    def revive(self) -> None:
+        """A session whose server was restarted (PySpark closes its client for good when
+        a reply comes from another server session) is reopened (``reopen_if_lost``).
+        Called before every attempt's start, in every job group and at every cancel:
+        a thread whose request was under way with the old server's session id closes
+        the client again after another thread reopened it, and the next attempt of
+        any phase must not meet it closed (an attempt that fails at its start is not
+        cancelled: its spout's calls would fail on a closed client at every retry)."""
+        reopen_if_lost(self.spark)
+
+    def describe(self, text: str) -> None:
+        return None
+
+    def cancel(self, group: str) -> None:
+        """Interrupt the operations tagged ``group`` (none running: nothing happens).
+        Called for every failed attempt: a session the server lost (restarted) is
+        reopened here first (``revive``), so that the attempt's replay runs on the new
+        server."""
+        self.revive()
+        self.spark.interruptTag(group)
+
+    def jobs(self, group: str) -> int | None:
+        return None
+
+    def mark(self) -> int:
+        """Start the calling thread's list of frames ``checkpoint`` persists (an
+        attempt's steps run on one thread); the key of that list."""
+        with self._lock:
+            self._next += 1
+            key = self._next
+            self._kept[key] = _KEPT.frames = []
+        return key
+
+    def release(self, frames: Iterable[Any], since: int) -> int:
+        """Unpersist the frames ``checkpoint`` persisted since ``mark`` returned
+        ``since`` (``frames`` need not be walked: the list holds them); -1 (a failed
+        materialisation) leaves them to the attempt's own release. Returns how many."""
+        with self._lock:
+            kept = self._kept.pop(since, [])
+        for frame in kept:
+            frame.unpersist(blocking=False)
+        return len(kept)
+
+    def is_frame(self, value: object) -> bool:
+        from pyspark.sql.connect.dataframe import DataFrame as ConnectFrame
+
+        return isinstance(value, ConnectFrame)
+
+
+def engine_for(spark: Any) -> SparkEngine:
+    """The engine for ``spark``: ``ConnectEngine`` on a Spark Connect session,
+    ``SparkEngine`` on a classic one."""
+    return ConnectEngine(spark) if is_connect(spark) else SparkEngine(spark)
 
 
 def pool_defined(spark: SparkSession, pool: str) -> str | None:

@@ -47,9 +47,10 @@ _RESOLVE = """
 import os, sys
 from urllib.parse import unquote, urlparse
 from pyspark.sql import SparkSession
-packages, ivy, settings, manifest = sys.argv[1:5]
+packages, excludes, ivy, settings, manifest = sys.argv[1:6]
 session = (SparkSession.builder.master("local[1]").appName("resolve-packages")
-           .config("spark.jars.packages", packages).config("spark.jars.ivy", ivy)
+           .config("spark.jars.packages", packages).config("spark.jars.excludes", excludes)
+           .config("spark.jars.ivy", ivy)
            .config("spark.jars.ivySettings", settings).config("spark.ui.enabled", "false")
            .getOrCreate())
 jars = [unquote(urlparse(uri).path) for uri in session.sparkContext.getConf().get("spark.jars", "").split(",") if uri]
@@ -62,6 +63,7 @@ os.replace(manifest + ".tmp", manifest)
 #: Lines of Ivy's log that say why a resolution failed.
 _WHY = re.compile(r"not found|UNRESOLVED|unresolved|Exception|Error|FAILED|refused", re.IGNORECASE)
 _COORDINATE = re.compile(r"[^:\s/]+:[^:\s/]+:[^:\s/]+")
+_MODULE = re.compile(r"[^:\s/]+:[^:\s/]+")
 
 
 def jar_name(coordinate: str) -> str:
@@ -71,10 +73,14 @@ def jar_name(coordinate: str) -> str:
 
 
 def resolved_jars(
-    packages: Sequence[str], ivy_dir: str | Path | None = None, repository: str = MAVEN_CENTRAL
+    packages: Sequence[str],
+    ivy_dir: str | Path | None = None,
+    repository: str = MAVEN_CENTRAL,
+    excludes: Sequence[str] = (),
 ) -> list[Path]:
-    """The jars of ``packages`` (``group:artifact:version``) and of their dependencies,
-    resolving them first (one line on stderr, Ivy's report in ``<ivy_dir>/resolve.log``)
+    """The jars of ``packages`` (``group:artifact:version``) and of their dependencies
+    but ``excludes`` (``group:artifact``, and what only they bring), resolving them first
+    (one line on stderr, Ivy's report in ``<ivy_dir>/resolve.log``)
     unless an earlier resolution left all of them in place. Raises ``ConfigurationError``
     with the reason from Ivy's log (and the log's path) if the resolution fails."""
     bad = [p for p in packages if not _COORDINATE.fullmatch(p)]
@@ -82,14 +88,17 @@ def resolved_jars(
         raise ConfigurationError(
             f"packages to resolve must be group:artifact:version, not {bad or list(packages)}"
         )
+    bad = [e for e in excludes if not _MODULE.fullmatch(e)]
+    if bad:
+        raise ConfigurationError(f"packages to exclude must be group:artifact, not {bad}")
     ivy = Path(ivy_dir) if ivy_dir else DEFAULT_IVY_DIR
-    manifest = ivy / "resolved" / f"{_key(packages)}.txt"
+    manifest = ivy / "resolved" / f"{_key([*packages, *(f'-{e}' for e in excludes)])}.txt"
     if (jars := _listed(manifest)) is not None:
         return jars
     manifest.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive(ivy / ".lock"):  # two first runs at once resolve once
         if (jars := _listed(manifest)) is None:
-            jars = _resolve(packages, ivy, repository, manifest)
+            jars = _resolve(packages, excludes, ivy, repository, manifest)
     return jars
 
 
@@ -118,7 +127,9 @@ def _exclusive(lock: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _resolve(packages: Sequence[str], ivy: Path, repository: str, manifest: Path) -> list[Path]:
+def _resolve(
+    packages: Sequence[str], excludes: Sequence[str], ivy: Path, repository: str, manifest: Path
+) -> list[Path]:
     settings = ivy / "ivysettings.xml"
     settings.write_text(_IVY_SETTINGS.format(root=repository))
     log = ivy / "resolve.log"
@@ -138,7 +149,7 @@ def _resolve(packages: Sequence[str], ivy: Path, repository: str, manifest: Path
                 sys.executable,
                 "-c",
                 _RESOLVE,
-                *map(str, (",".join(packages), ivy, settings, manifest)),
+                *map(str, (",".join(packages), ",".join(excludes), ivy, settings, manifest)),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

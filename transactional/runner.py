@@ -80,7 +80,7 @@ from typing import Any
 from transactional import contracts
 from transactional.committer import Committer
 from transactional.config import RunnerConfig
-from transactional.engine import Engine, SparkEngine
+from transactional.engine import Engine, engine_for
 from transactional.errors import ConfigurationError
 from transactional.faults import FaultInjector
 from transactional.flow import AdaptiveBatchSize
@@ -143,7 +143,7 @@ class TransactionalRunner:
         if engine is None:
             if spark is None:
                 raise TypeError("a SparkSession (spark=...) or an engine is required")
-            engine = SparkEngine(spark)
+            engine = engine_for(spark)
         self.topology = topology
         self.store = store
         self.config = config

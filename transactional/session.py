@@ -10,10 +10,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from transactional.connect import is_connect
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["create_spark_session", "executor_python", "is_local", "merged", "session_settings"]
+__all__ = [
+    "create_spark_session",
+    "executor_python",
+    "is_connect",
+    "is_local",
+    "merged",
+    "session_settings",
+]
 
 #: The fair scheduler's pools: ``transactional.engine.FIRST_POOL`` for the oldest
 #: attempt being processed and every commit, Spark's default pool for the rest.
@@ -113,14 +122,23 @@ def create_spark_session(
     master: str = "local[*]",
     app_name: str = "transactional",
     conf: Mapping[str, str] | None = None,
+    *,
+    remote: str | None = None,
 ) -> SparkSession:
     """Create (or reuse) the session. ``conf`` wins over the defaults; a committer that
     needs Spark extensions (Delta) supplies them through it. On a cluster master only
     ``DEFAULTS`` apply: the executors' Python (``spark.pyspark.python`` or
     ``PYSPARK_PYTHON``), memory and partitions are the user's to set. The driver's JVM,
-    when this starts it, writes its stderr through ``STDERR_FILTER`` (see there)."""
+    when this starts it, writes its stderr through ``STDERR_FILTER`` (see there).
+
+    ``remote`` (``sc://host:port``): a Spark Connect session on that server instead, no
+    JVM here (``master`` is then the server's; see ``connect_session``)."""
     from pyspark.sql import SparkSession
 
+    if remote is not None:
+        from transactional.connect import connect_session
+
+        return connect_session(remote, app_name, {**DEFAULTS, **(conf or {})})
     settings = session_settings(master, conf)
     python = executor_python(master, settings)
     if python is not None:

@@ -7,17 +7,17 @@ Delta itself skips a replay. Opaque mode must be able to write the same txid aga
 its version is ``txid * ATTEMPT_SLOTS + n`` (n counts rewrites of that txid): it still
 grows strictly, and ``version // ATTEMPT_SLOTS`` is the txid the table holds.
 
-Fencing a deposed leader: Delta's commits are atomic and its conflict detection refuses
-a write that raced another on the same table, but a table cannot compare a fence token
-inside a MERGE the way the Redis script does. So the committer checks the runner still
-leads right before each table's write (``CommitterContext.check_leadership``), and what
-Delta guarantees against a leader that is paused *between* that check and the write is:
-in transactional mode, nothing can go wrong (a txid's rows follow from its stored
-metadata, and the txn marker makes a second write of a txid a no-op); in opaque mode,
-a leader paused in exactly that window may, when it resumes, rewrite the txid it was
-committing over its successor's rewrite of it, in that one table. Where leaders can be
-paused for longer than their store session, prefer the Redis committer (fenced inside
-its script) for opaque spouts.
+Fencing a deposed leader: a table cannot compare a fence token inside a MERGE the way
+the Redis script does, so each leadership claims a table before its first write to it:
+an empty commit carrying the runner's fence token as an app transaction of its own
+(``<topology>:<committer>:<table>:fence``), refused (``FencedError``) if the table holds
+a higher token; and each write first reads the table's token at the version it writes
+on, refused likewise. A leader deposed *after* that read, its write under way, loses to
+Delta's conflict check: the new leader's commits carry the same txid marker's app id,
+and Delta refuses a commit whose app transaction another commit changed since its read
+version. So a deposed leader never writes a txid its successor wrote, in either mode.
+The committer also checks the runner still leads right before each table's write
+(``CommitterContext.check_leadership``), which stops a deposed leader sooner.
 
 Each table is its own atomic commit, so a reader of several tables may see them at
 different txids while a commit runs; ``DeltaCommitter.snapshot`` (``committers.delta._snapshot``)
@@ -34,15 +34,17 @@ from typing import TYPE_CHECKING, Any
 from committers._sums import batch_sums
 from committers.counters import BAD_COLUMN, CounterCommitter
 from committers.delta._arrow import Unstorable, combined_sums
+from committers.delta._location import is_object_store, table_root
 from committers.delta._read import DeltaReader
 from committers.delta._rs import DriverWriter
-from committers.delta._snapshot import read_snapshot, table_root
+from committers.delta._snapshot import read_snapshot
 from committers.delta._spark import DEAD_LETTERS_TABLE, ExecutorWriter, concat
 from committers.delta._sql import batch_overflow_error
 from committers.delta._tables import brief, delta_spark_conf, ensure_table, open_counter_table
 from committers.delta._target import DeltaTarget, Writer
 from committers.keys import exact_key_cast, supported, why_unsupported
 from committers.tables import CounterTable
+from transactional.checkpoints import checkpoint
 from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, TransactionalError
 from transactional.preflight import check_writable_dir
@@ -61,6 +63,12 @@ log = logging.getLogger("committers.delta")
 #: 8.8 s on the delta-rs path (driver peak 795 MiB) against 11.2 s on delta-spark; of
 #: 3M sums, 45 s (1.5 GiB) against 25 s.
 MAX_DRIVER_ROWS = 1_000_000
+
+#: Why a table in S3 is written by delta-rs only.
+_S3_WRITER = (
+    "only the driver's delta-rs writer commits there safely (its commits are S3 "
+    "conditional writes; delta-spark's S3 log store assumes it is the only writer)"
+)
 
 #: A table holding more files than this is compacted after a commit (delta-rs'
 #: OPTIMIZE; delta-spark's auto compaction waits for 50 small files likewise). A soak of
@@ -133,6 +141,12 @@ class DeltaCommitter(CounterCommitter):
                 f"counter table name {DEAD_LETTERS_TABLE!r} is taken by the dead-letter table"
             )
         self.path = table_root(path)
+        if is_object_store(self.path) and max_driver_rows == 0:
+            raise ConfigurationError(
+                f"DeltaCommitter: max_driver_rows=0 merges every table with delta-spark, "
+                f"which does not commit safely beside delta-rs in S3 ({self.path}): "
+                f"{_S3_WRITER}; leave max_driver_rows at its default"
+            )
         self._key_types: dict[str, dict[str, str]] = {}
         names = [t.name for t in self.counters.values()]
         if dead_letters is not None:
@@ -151,7 +165,13 @@ class DeltaCommitter(CounterCommitter):
         check_writable_dir(self.path, "the Delta tables' directory")
 
     def spark_conf(self) -> dict[str, str]:
-        """Delta's jars and SQL extensions (``delta_spark_conf``)."""
+        """Delta's jars and SQL extensions (``delta_spark_conf``); for tables in S3, the
+        ``s3a`` connector too (``transactional.storage.s3_spark_conf``)."""
+        if is_object_store(self.path):
+            from transactional.session import merged
+            from transactional.storage import s3_spark_conf
+
+            return merged(delta_spark_conf(), s3_spark_conf())
         return delta_spark_conf()
 
     def location(self, table: str) -> str:
@@ -177,6 +197,16 @@ class DeltaCommitter(CounterCommitter):
             columns = [("raw", "STRING", True), ("reason", "STRING", True), ("txid", "LONG", False)]
             ensure_table(spark, self.location(DEAD_LETTERS_TABLE), columns)
         self._driver.open()
+        if is_object_store(self.path):
+            names = [t.name for t in self.counters.values()]
+            names += [DEAD_LETTERS_TABLE] if self.dead_letters is not None else []
+            spark_only = [n for n in names if not self._driver.writes(n)]
+            if spark_only:
+                raise ConfigurationError(
+                    f"{self.who()}: Delta tables {spark_only} under {self.path} use table "
+                    f"features delta-rs does not write (deletion vectors or column mapping), "
+                    f"and in S3 {_S3_WRITER}: use new tables"
+                )
         self._executors.open(spark, [t.name for t in self.counters.values()])
 
     def key_problem(self, table: CounterTable, column: str, sql: str) -> str | None:
@@ -244,6 +274,7 @@ class DeltaCommitter(CounterCommitter):
         for input_name, table in self.counters.items():
             sums = collected.get(table.name)
             if sums is None or sums.num_rows > self.max_driver_rows:
+                self._check_executors_may_write(attempt.txid, table.name)
                 frame, key_types = inputs[input_name], self._key_types[table.name]
                 sums = self._executors.sums(attempt, input_name, table, frame, key_types)
                 batch.counters[table.name] = sums
@@ -257,9 +288,20 @@ class DeltaCommitter(CounterCommitter):
         if self.dead_letters is not None:
             dead: pa.Table | DataFrame | None = collected.get(DEAD_LETTERS_TABLE)
             if dead is None or dead.num_rows > self.max_driver_rows:
-                dead = self._dead_rows(attempt, inputs).localCheckpoint(eager=True)
+                self._check_executors_may_write(attempt.txid, DEAD_LETTERS_TABLE)
+                dead = checkpoint(self._dead_rows(attempt, inputs), eager=True)
             batch = DeltaBatch(batch.txid, batch.counters, dead)
         return batch
+
+    def _check_executors_may_write(self, txid: int, table: str) -> None:
+        """Refuse a table too large for the driver when the tables are in S3."""
+        if is_object_store(self.path):
+            raise ConfigurationError(
+                f"{self.who()}: txid {txid} brings more than max_driver_rows "
+                f"({self.max_driver_rows:,}) rows for Delta table {table!r} under "
+                f"{self.path}, and in S3 {_S3_WRITER}: raise max_driver_rows (the driver "
+                "holds them as Arrow), or make the batches smaller"
+            )
 
     def groupable(self, prepared: Any) -> bool:
         """A batch whose sums and dead letters are all on the driver (Arrow): a group of
@@ -315,12 +357,14 @@ class DeltaCommitter(CounterCommitter):
         try:
             for table in self.counters.values():
                 leads()  # right before each table's write: see the module's note on fencing
+                self._claim(table.name)
                 outcomes.append(
                     self._commit_table(span, table, prepared.counters[table.name], done)
                 )
                 done.append(table.name)
             if self.dead_letters is not None:
                 leads()
+                self._claim(DEAD_LETTERS_TABLE)
                 outcomes.append(self._commit_dead_letters(span, prepared.dead_letters))
         except TransactionalError:
             raise
@@ -334,6 +378,12 @@ class DeltaCommitter(CounterCommitter):
             if outcome in outcomes:
                 return outcome
         return CommitOutcome.SKIPPED
+
+    def _claim(self, table: str) -> None:
+        """The table claimed with this leadership's fence token before its first write
+        (``DriverWriter.claim``), by the writer that can write it."""
+        writer = self._driver if self._driver.writes(table) else self._executors
+        writer.claim(table)
 
     def _commit_table(
         self,

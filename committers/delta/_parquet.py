@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from committers.delta._snapshot import local_dir
+from committers.delta._location import local_dir
 from committers.tables import CounterTable
 from transactional.errors import ConfigurationError
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from committers.delta._parquet import arrow_writable
-from committers.delta._snapshot import ATTEMPT_SLOTS, latest_marker, local_dir, txid_markers
+from committers.delta._snapshot import ATTEMPT_SLOTS, latest_marker, txid_markers
 from transactional.committer import Rollback
 from transactional.errors import ConfigurationError
 from transactional.types import CommitMode
@@ -37,13 +37,8 @@ class TableRollback:
 def table_rollback(location: str, app_id: str, txid: int, mode: CommitMode) -> TableRollback:
     """The version of the table at ``location`` that holds ``txid`` of ``app_id`` (0:
     the version before its first marker), or why there is none."""
-    if local_dir(location) is None:
-        raise ConfigurationError(
-            f"cannot rewind Delta table {location}: rewinds read the Delta log of local "
-            "tables only; restore it with Delta's RESTORE and its txn marker yourself"
-        )
     slots = ATTEMPT_SLOTS if mode is CommitMode.OPAQUE else 1
-    markers = txid_markers(None, location, app_id)  # type: ignore[arg-type]
+    markers = txid_markers(location, app_id)
     latest = latest_marker(location, app_id)
     held = None if latest is None else latest // slots
     if held is None and txid == 0:

@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from committers.delta._arrow import Unstorable, merge_counts, write_dead_letters
-from committers.delta._parquet import arrow_writable
+from committers.delta._parquet import arrow_schema, arrow_writable
 from committers.delta._snapshot import next_marker
 from committers.delta._spark import DEAD_LETTERS_TABLE
 from committers.delta._target import DeltaTarget, log_merged
@@ -38,6 +38,7 @@ class DriverWriter:
         self._location = target.location
         self._loaded: dict[str, Any] = {}  # table -> its delta-rs DeltaTable, kept open
         self._writable: dict[str, bool] = {}  # table -> delta-rs may write it
+        self._claimed: dict[str, int] = {}  # table -> the fence token it was claimed with
 
     def open(self) -> None:
         """Load every table; one with features delta-rs does not write is left to
@@ -61,6 +62,32 @@ class DriverWriter:
 
     def close(self) -> None:
         self._loaded.clear()
+        self._claimed.clear()
+
+    def claim(self, table: str) -> None:
+        """Before this leadership's first write to ``table``: refuse it if a later
+        leader claimed it (``FencedError``), else put this runner's fence token in it
+        (an empty commit carrying the token as an app transaction), so that a deposed
+        leader resuming after this one claimed the table finds a token above its own
+        before it writes. One whose commit was under way when the table was claimed is
+        refused by Delta's conflict check: its commit and this leader's carry the same
+        txid marker's app id."""
+        from deltalake import write_deltalake
+        from deltalake.transaction import CommitProperties, Transaction
+
+        token = self._target.context().fence_token
+        if token is None or self._claimed.get(table) == token:
+            return
+        dt = self._caught_up(table)
+        fence = self._target.fence_id(table)
+        held = dt.transaction_version(fence)
+        self._target.check_fence(held, table)
+        if held != token:
+            marked = CommitProperties(app_transactions=[Transaction(fence, token)])
+            empty = arrow_schema(dt).empty_table()
+            write_deltalake(dt, empty, mode="append", commit_properties=marked)
+            log.info("claimed table=%s fence=%d", self._location(table), token)
+        self._claimed[table] = token
 
     def merge(
         self, span: tuple[int, int], table: CounterTable, source: pa.Table | None, done: list[str]
@@ -128,11 +155,8 @@ class DriverWriter:
             time.perf_counter() - began,
         )
 
-    def _marker(
-        self, table: str, span: tuple[int, int]
-    ) -> tuple[Any, tuple[str, int] | None, CommitOutcome]:
-        """The table, caught up; the marker ``(app id, version)`` a commit of ``span``
-        writes to it (None: it holds the txids already, skip) and the outcome."""
+    def _caught_up(self, table: str) -> Any:
+        """The table's ``DeltaTable``, at its latest version."""
         dt = self._loaded.get(table)
         if dt is None:  # not opened (or closed): load it now
             from deltalake import DeltaTable
@@ -140,6 +164,15 @@ class DriverWriter:
             dt = self._loaded[table] = DeltaTable(self._location(table))
         else:
             dt.update_incremental()
+        return dt
+
+    def _marker(
+        self, table: str, span: tuple[int, int]
+    ) -> tuple[Any, tuple[str, int] | None, CommitOutcome]:
+        """The table, caught up; the marker ``(app id, version)`` a commit of ``span``
+        writes to it (None: it holds the txids already, skip) and the outcome."""
+        dt = self._caught_up(table)
+        self._target.check_fence(dt.transaction_version(self._target.fence_id(table)), table)
         app_id = self._target.app_id(table)
         location = f"Delta table {self._location(table)}"
         recorded = dt.transaction_version(app_id)

@@ -22,8 +22,8 @@ store's ``currtx - 1`` to read the txid the runner has committed).
 The latest marker of a table is read with ``deltalake``'s public API (``latest_marker``).
 The history of markers a snapshot needs has no API: it is read from the table's JSON
 commit files (``_delta_log/<version>.json``, whose ``txn`` actions the Delta protocol
-specifies), with plain Python on a local path (each file once: commit files never change) and with
-a Spark text read elsewhere (``s3://``...). Delta deletes JSON commits older than the
+specifies), through pyarrow's file systems, on a local disk or in S3 (each file once:
+commit files never change). Delta deletes JSON commits older than the
 log retention (``delta.logRetentionDuration``, default 30 days) once a checkpoint covers
 them, and VACUUM deletes the data files old versions need: a txid older than either
 cannot be read as a snapshot, and the error says so.
@@ -32,16 +32,15 @@ cannot be read as a snapshot, and the error says so.
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
 
+from committers.delta._location import local_dir, table_root
 from transactional.errors import CommitError, ConfigurationError
+from transactional.storage import arrow_file_system
 from transactional.types import CommitMode, CommitOutcome
 
 if TYPE_CHECKING:
@@ -94,22 +93,10 @@ class DeltaSnapshot:
         )
 
 
-def table_root(path: str) -> str:
-    """Where a committer's tables live: a URL as given (without a trailing ``/``), a
-    local path made absolute (a relative path is not a valid Delta table name)."""
-    return path.rstrip("/") if "://" in path else os.path.abspath(path)
-
-
-def local_dir(location: str) -> Path | None:
-    """The directory of a local table location (a path or a ``file:`` URL), else None."""
-    if location.startswith("file:"):
-        return Path(urlsplit(location).path)
-    return None if "://" in location else Path(location)
-
-
-def _read_marker(path: Path, app_id: str) -> int | None:
+def _read_marker(fs: Any, path: str, app_id: str) -> int | None:
     try:
-        text = path.read_text(encoding="utf-8")
+        with fs.open_input_stream(path) as stream:
+            text = stream.read().decode("utf-8")
     except FileNotFoundError:  # removed by log cleanup since listed
         return None
     for line in text.splitlines():
@@ -120,49 +107,33 @@ def _read_marker(path: Path, app_id: str) -> int | None:
     return None
 
 
-def txid_markers(spark: SparkSession, location: str, app_id: str) -> list[tuple[int, int]]:
+def txid_markers(location: str, app_id: str) -> list[tuple[int, int]]:
     """``(Delta version, marker version)`` of every JSON commit of the table at
-    ``location`` that carries ``app_id``'s marker, in version order."""
+    ``location`` (a local directory or an S3 URL, reached by pyarrow's file systems
+    with the standard AWS settings) that carries ``app_id``'s marker, in version order."""
+    import pyarrow.fs as pa_fs
+
+    log_dir = f"{location}/_delta_log"
     local = local_dir(location)
-    if local is None:
-        return _markers_with_spark(spark, location, app_id)
-    log_dir = local / "_delta_log"
-    if not log_dir.is_dir():
+    fs, path = arrow_file_system(str(local / "_delta_log") if local else log_dir)
+    listed = fs.get_file_info(pa_fs.FileSelector(path, allow_not_found=True))
+    if not listed:
         raise ConfigurationError(f"no Delta table at {location}: nothing was committed there")
     with _seen_lock:
-        seen = _seen.setdefault((str(log_dir), app_id), {})
+        seen = _seen.setdefault((log_dir, app_id), {})
         versions = {}
-        for path in log_dir.iterdir():
-            match = _COMMIT_FILE.match(path.name)
+        for info in listed:
+            match = _COMMIT_FILE.match(info.base_name)
             if match is None:
                 continue
-            try:
-                stat = path.stat()
-            except FileNotFoundError:  # removed by log cleanup since listed
-                continue
             version = int(match.group(1))
+            stamp = (info.mtime_ns or 0, info.size or 0)
             cached = seen.get(version)
-            if cached is None or cached[:2] != (stat.st_mtime_ns, stat.st_size):
-                cached = (stat.st_mtime_ns, stat.st_size, _read_marker(path, app_id))
+            if cached is None or cached[:2] != stamp:
+                cached = (*stamp, _read_marker(fs, info.path, app_id))
                 seen[version] = cached
             versions[version] = cached[2]
     return sorted((v, m) for v, m in versions.items() if m is not None)
-
-
-def _markers_with_spark(spark: SparkSession, location: str, app_id: str) -> list[tuple[int, int]]:
-    from pyspark.sql import functions as F
-
-    lines = spark.read.text(f"{location}/_delta_log/*.json").select(
-        F.input_file_name().alias("file"),
-        F.get_json_object("value", "$.txn.appId").alias("app"),
-        F.get_json_object("value", "$.txn.version").alias("version"),
-    )
-    out = []
-    for row in lines.where(F.col("app") == app_id).collect():
-        match = _COMMIT_FILE.match(row["file"].rsplit("/", 1)[-1])
-        if match is not None:
-            out.append((int(match.group(1)), int(row["version"])))
-    return sorted(out)
 
 
 def latest_marker(location: str, app_id: str) -> int | None:
@@ -243,7 +214,7 @@ def read_snapshot(
         raise ConfigurationError("a snapshot of no tables: name the tables to read")
     path = table_root(path)
     prefix = f"{topology_id}:{committer_name}"
-    markers = {t: _table_markers(spark, path, prefix, t, mode) for t in tables}
+    markers = {t: _table_markers(path, prefix, t, mode) for t in tables}
     opaque = any(is_opaque for is_opaque, _ in markers.values())
     if any(is_opaque != opaque for is_opaque, _ in markers.values()):
         raise ConfigurationError(f"the tables under {path} were written in different modes")
@@ -277,14 +248,14 @@ def read_snapshot(
 
 
 def _table_markers(
-    spark: SparkSession, path: str, prefix: str, table: str, mode: CommitMode | str | None
+    path: str, prefix: str, table: str, mode: CommitMode | str | None
 ) -> tuple[bool, list[tuple[int, int]]]:
     """(opaque?, markers) of one table; the mode is found when not given."""
     location = f"{path}/{table}"
     modes = [CommitMode(mode)] if mode is not None else list(CommitMode)
     for candidate in modes:
         opaque = candidate is CommitMode.OPAQUE
-        found = txid_markers(spark, location, f"{prefix}:{table}" + (":opaque" if opaque else ""))
+        found = txid_markers(location, f"{prefix}:{table}" + (":opaque" if opaque else ""))
         if found:
             return opaque, found
     raise ConfigurationError(

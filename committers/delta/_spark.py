@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from committers._sums import batch_sums
+from committers.delta._location import sql_name
 from committers.delta._snapshot import latest_marker, next_marker
 from committers.delta._sql import (
     OVERFLOW_MARK,
@@ -26,6 +28,9 @@ from committers.delta._sql import (
 )
 from committers.delta._target import DeltaTarget, log_merged
 from committers.tables import CounterTable
+from transactional.checkpoints import checkpoint
+from transactional.connect import is_connect
+from transactional.errors import ConfigurationError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 log = logging.getLogger("committers.delta")
@@ -50,7 +55,8 @@ _PART, _PART_VALUE = "__transactional_part", "__transactional_part_value"
 #: table gets a session of its own: no other code's write on the runner's session (and
 #: no other committer's) can pick up our marker, and no lock is needed.
 SCOPED_CONF = {
-    # The source is a checkpointed, summed batch: Delta's own copy of it is waste.
+    # The source is a checkpointed, summed batch: Delta's own copy of it is waste. (On
+    # Spark Connect it is a persisted frame instead, which Delta must copy: ``open``.)
     MATERIALIZE_SOURCE_CONF: "none",
     # decimal(38,s) + decimal(38,s) keeps its s decimals (the default drops one); the
     # sums are try_add/try_cast anyway, so an overflow is a null, never a rounding.
@@ -68,16 +74,45 @@ class ExecutorWriter:
         self._target = target
         self._location = target.location
         self._sessions: dict[str, Any] = {}  # table -> its own session (see SCOPED_CONF)
+        self._claimed: dict[str, int] = {}  # table -> the fence token it was claimed with
 
     def open(self, spark: Any, tables: list[str]) -> None:
+        connect = is_connect(spark)
         for table in tables:
-            session = spark.newSession()
+            # On Connect a clone of the session on the server (sessions there share
+            # global temporary views, as a classic session's siblings do).
+            session = spark.cloneSession() if connect else spark.newSession()
             for key, value in SCOPED_CONF.items():
                 session.conf.set(key, value)
+            if connect:
+                # The sums there are persisted (``checkpoint``: a released local
+                # checkpoint's blocks stay on the server until its JVM collects them),
+                # and Delta refuses a cached MERGE source it did not copy; its copy is
+                # unpersisted by Delta when the MERGE ends, the sums by ``merge``.
+                session.conf.set(MATERIALIZE_SOURCE_CONF, "all")
             self._sessions[table] = session
 
     def close(self) -> None:
         self._sessions.clear()
+        self._claimed.clear()
+
+    def claim(self, table: str) -> None:
+        """``DriverWriter.claim`` for a table delta-rs does not write: the fence token
+        put in it by an empty delta-spark append marked with it."""
+        token = self._target.context().fence_token
+        if token is None or self._claimed.get(table) == token:
+            return
+        location, fence = self._location(table), self._target.fence_id(table)
+        held = latest_marker(location, fence)
+        self._target.check_fence(held, table)
+        if held != token:
+            spark = self._sessions.get(table) or self._target.context().spark
+            if spark is None:
+                raise ConfigurationError(f"{self._target.who()} needs the runner's SparkSession")
+            empty = spark.read.format("delta").load(location).limit(0)
+            writer = empty.write.format("delta").option("txnAppId", fence)
+            writer.option("txnVersion", token).mode("append").save(location)
+        self._claimed[table] = token
 
     def sums(
         self,
@@ -88,10 +123,11 @@ class ExecutorWriter:
         key_types: dict[str, str],
     ) -> DataFrame:
         """The sums of a table too large for the driver (``frame``: the batch's input
-        ``input_name``; ``key_types``: the table's), checkpointed for the MERGE."""
+        ``input_name``; ``key_types``: the table's), computed now and kept for the MERGE
+        (``transactional.checkpoint``)."""
         sums, bad = batch_sums(frame, table, key_types)
         try:
-            return checked_sums(sums, bad, table).localCheckpoint(eager=True)
+            return checkpoint(checked_sums(sums, bad, table), eager=True)
         except Exception as exc:
             if OVERFLOW_MARK not in str(exc):
                 raise
@@ -122,7 +158,7 @@ class ExecutorWriter:
         assert union is not None
         key_types = {k: union.schema[k].dataType.simpleString() for k in table.keys}
         sums, bad = batch_sums(union, spec, key_types)
-        return checked_sums(sums, bad, spec).localCheckpoint(eager=True)
+        return checkpoint(checked_sums(sums, bad, spec), eager=True)
 
     def merge(
         self, span: tuple[int, int], table: CounterTable, source: DataFrame, done: list[str]
@@ -131,44 +167,18 @@ class ExecutorWriter:
         table by delta-spark, with the span's marker; skipped if the table holds the
         span (``done``: the tables of this commit written before, for the error of a sum
         that cannot be stored)."""
-        from delta.tables import DeltaTable
-
         first, txid = span
         version, outcome = self._next_version(table.name, span)
         if version is None:
             return outcome
         spark = self._sessions[table.name]
-        keys = {k: f"s.`{k}`" for k in table.keys}
-        merge = (
-            DeltaTable.forPath(spark, self._location(table.name))
-            .alias("t")
-            .merge(source.alias("s"), keys_match(table.keys))
+        # The sums are the runner session's; the MERGE runs in the table's own session,
+        # which reads them through a global temporary view (seen by every session of
+        # one Spark application, on Connect too, where sessions share no frames).
+        view = f"transactional_sums_{uuid.uuid4().hex}"
+        statement = merge_statement(
+            self._location(table.name), f"global_temp.{view}", table, self.mode, span
         )
-        null = f"CAST(NULL AS {table.declared.sql})"
-        value = table.column
-        stored = f"t.`{value}`"
-        if self.mode is CommitMode.TRANSACTIONAL:
-            merge = merge.whenMatchedUpdate(set={value: new_value(stored, table)})
-            merge = merge.whenNotMatchedInsert(values={**keys, value: "s.inc"})
-        else:
-            t, f = str(txid), str(first)
-            merge = (
-                # Rows these txids wrote before: rebuild from prev (null: they created it).
-                merge.whenMatchedUpdate(
-                    condition=f"t.txid >= {f}", set={value: new_value("t.prev", table)}
-                )
-                .whenMatchedUpdate(
-                    condition=f"t.txid < {f}",
-                    set={"prev": stored, value: new_value(stored, table), "txid": t},
-                )
-                .whenNotMatchedInsert(values={**keys, value: "s.inc", "prev": null, "txid": t})
-                # Rows an earlier attempt wrote that this attempt no longer has.
-                .whenNotMatchedBySourceDelete(condition=f"t.txid >= {f} AND t.prev IS NULL")
-                .whenNotMatchedBySourceUpdate(
-                    condition=f"t.txid >= {f}",
-                    set={value: "t.prev", "prev": null, "txid": "0"},
-                )
-            )
         # This session is this table's alone (see SCOPED_CONF), used by the commit
         # thread for this MERGE only: the marker cannot reach another write.
         if version == UNMARKED:
@@ -178,8 +188,9 @@ class ExecutorWriter:
             spark.conf.set(TXN_APP_ID_CONF, self._target.app_id(table.name))
             spark.conf.set(TXN_VERSION_CONF, str(version))
         began = time.perf_counter()
+        source.createOrReplaceGlobalTempView(view)
         try:
-            merge.execute()
+            spark.sql(statement).collect()
         except Exception as exc:
             if OVERFLOW_MARK not in str(exc):
                 raise
@@ -188,6 +199,9 @@ class ExecutorWriter:
             runner = self._target.context().spark
             rows = diagnosed(lambda: merge_overflows(runner, location, source, table, opaque))
             raise self._target.overflow(txid, table, rows, done) from exc
+        finally:
+            spark.catalog.dropGlobalTempView(view)
+            _free(source)
         log_merged("delta-spark", table.name, txid, began)
         return outcome
 
@@ -208,11 +222,17 @@ class ExecutorWriter:
             writer = writer.mode("overwrite").option("replaceWhere", f"txid >= {first}")
         else:
             writer = writer.mode("append")
-        writer.save(self._location(DEAD_LETTERS_TABLE))
+        try:
+            writer.save(self._location(DEAD_LETTERS_TABLE))
+        finally:
+            _free(rows)
         return outcome
 
     def _next_version(self, table: str, span: tuple[int, int]) -> tuple[int | None, CommitOutcome]:
         """The marker version to write for ``span`` (None: already holds it, skip)."""
+        self._target.check_fence(
+            latest_marker(self._location(table), self._target.fence_id(table)), table
+        )
         recorded = latest_marker(self._location(table), self._target.app_id(table))
         where = f"Delta table {self._location(table)}"
         checked = self._target.context().checked
@@ -222,6 +242,59 @@ class ExecutorWriter:
             # delta-spark would skip a write whose txn version it has seen.
             return UNMARKED, outcome
         return version, outcome
+
+
+def _free(frame: DataFrame) -> None:
+    """On Spark Connect, ``frame`` (kept by ``checkpoint``) unpersisted once written: a
+    commit's group sums are made outside any attempt, whose end would free them. It
+    stays readable (recomputed), should the commit be retried. On a classic session
+    a local checkpoint, left to the attempt's release."""
+    if is_connect(frame.sparkSession):
+        frame.unpersist(blocking=False)
+
+
+def merge_statement(
+    location: str, source: str, table: CounterTable, mode: CommitMode, span: tuple[int, int]
+) -> str:
+    """The SQL ``MERGE`` of ``source`` (a span's per-key sums, ``inc``, by the table's
+    keys) into the Delta table at ``location``: in transactional mode each key's value
+    folded with its sum; in opaque mode also stamped with the span's last txid, the
+    rows an earlier attempt of the span wrote rebuilt from ``prev`` or undone. SQL, not
+    delta-spark's Python builder: a Spark Connect server runs it without Delta's own
+    Connect plugin."""
+    first, txid = span
+    value = table.column
+    stored = f"t.`{value}`"
+    null = f"CAST(NULL AS {table.declared.sql})"
+    names = [*table.keys, value]
+    inserted = [f"s.`{k}`" for k in table.keys] + ["s.inc"]
+    if mode is CommitMode.TRANSACTIONAL:
+        clauses = [
+            f"WHEN MATCHED THEN UPDATE SET `{value}` = {new_value(stored, table)}",
+        ]
+    else:
+        names += ["prev", "txid"]
+        inserted += [null, str(txid)]
+        clauses = [
+            # Rows these txids wrote before: rebuilt from prev (null: they created it).
+            f"WHEN MATCHED AND t.txid >= {first} THEN UPDATE SET "
+            f"`{value}` = {new_value('t.prev', table)}",
+            f"WHEN MATCHED AND t.txid < {first} THEN UPDATE SET prev = {stored}, "
+            f"`{value}` = {new_value(stored, table)}, txid = {txid}",
+        ]
+    columns = ", ".join(f"`{n}`" for n in names)
+    clauses.append(f"WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({', '.join(inserted)})")
+    if mode is CommitMode.OPAQUE:
+        clauses += [
+            # Rows an earlier attempt wrote that this attempt no longer has.
+            f"WHEN NOT MATCHED BY SOURCE AND t.txid >= {first} AND t.prev IS NULL THEN DELETE",
+            f"WHEN NOT MATCHED BY SOURCE AND t.txid >= {first} THEN UPDATE SET "
+            f"`{value}` = t.prev, prev = {null}, txid = 0",
+        ]
+    target = sql_name(location)
+    return f"MERGE INTO {target} AS t USING {source} AS s ON {keys_match(table.keys)} " + " ".join(
+        clauses
+    )
 
 
 def concat(parts: list[pa.Table | DataFrame]) -> pa.Table | DataFrame | None:

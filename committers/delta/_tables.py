@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from committers.delta._snapshot import local_dir
+from committers.delta._location import local_dir, sql_name
 from committers.keys import parse_key_type, supported, why_unsupported
 from committers.tables import VALUE_COLUMNS, CounterTable
 from transactional.errors import ConfigurationError
@@ -60,9 +60,9 @@ def ensure_table(
     An existing table without one of ``columns`` is refused, with why from ``explain``
     (given the location and the table's columns; None: a general message).
 
-    A local table of plain types is created and read with delta-rs, in milliseconds;
-    delta-spark took 1.5 s per table warm and 8 s for the demo's four on a cold session
-    (benchmarks/analysis.md). Other locations and types go through delta-spark. Either
+    A table of plain types is created and read with delta-rs, in milliseconds, on a
+    local disk or in S3; delta-spark took 1.5 s per table warm and 8 s for the demo's
+    four on a cold session (benchmarks/analysis.md). Other types go through delta-spark. Either
     way the table is a plain Delta table (reader 1, writer 2) that both read."""
     try:
         schema = _ensure_with_delta_rs(location, columns)
@@ -90,13 +90,14 @@ def ensure_table(
 def _ensure_with_spark(
     spark: Any, location: str, columns: list[tuple[str, str, bool]]
 ) -> dict[str, str]:
-    from delta.tables import DeltaTable
-
-    builder = DeltaTable.createIfNotExists(spark).location(location)
-    for name, sql_type, nullable in columns:
-        builder = builder.addColumn(name, sql_type, nullable=nullable)
-    builder.execute()
-    fields = DeltaTable.forPath(spark, location).toDF().schema.fields
+    """``ensure_table`` through delta-spark, in SQL (which a Spark Connect server runs
+    without Delta's own Connect plugin)."""
+    declared = ", ".join(
+        f"`{name}` {sql_type}{'' if nullable else ' NOT NULL'}"
+        for name, sql_type, nullable in columns
+    )
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {sql_name(location)} ({declared}) USING delta").collect()
+    fields = spark.read.format("delta").load(location).schema.fields
     return {f.name: f.dataType.simpleString() for f in fields}
 
 
@@ -121,17 +122,17 @@ _DECIMAL = re.compile(r"^decimal\(\d+,\d+\)$")
 def _ensure_with_delta_rs(
     location: str, columns: list[tuple[str, str, bool]]
 ) -> dict[str, str] | None:
-    """``ensure_table`` through delta-rs; None where it does not apply (not a local
-    path, a type this module does not map, or a table with such a type)."""
+    """``ensure_table`` through delta-rs, on a local disk or in an S3 bucket; None where
+    it does not apply (a type this module does not map, or a table with such a type)."""
     from deltalake import DeltaTable, Field, Schema
     from deltalake.schema import PrimitiveType
 
     path = local_dir(location)
     types = [t for _, sql_type, _ in columns if (t := _delta_name(sql_type)) is not None]
-    if path is None or len(types) < len(columns):
+    if len(types) < len(columns):
         return None
-    if not (path / "_delta_log").exists():
-        if path.exists() and any(path.iterdir()):
+    if not _is_table(location):
+        if path is not None and path.exists() and any(path.iterdir()):
             raise ConfigurationError(
                 f"cannot create the Delta table at {location}: the directory holds files "
                 "but no Delta table (no _delta_log). Use an empty or new path."
@@ -141,18 +142,27 @@ def _ensure_with_delta_rs(
             for (name, _, nullable), t in zip(columns, types, strict=True)
         ]
         try:
-            DeltaTable.create(str(path), Schema(fields), mode="ignore")
+            DeltaTable.create(location, Schema(fields), mode="ignore")
         except Exception:
-            if not (path / "_delta_log").exists():  # not a race with another creator
+            if not _is_table(location):  # not a race with another creator
                 raise
     schema: dict[str, str] = {}
-    for found in DeltaTable(str(path)).schema().fields:
+    for found in DeltaTable(location).schema().fields:
         name = found.type.type if isinstance(found.type, PrimitiveType) else ""
         spark_name = name if _DECIMAL.match(name) else _SPARK_NAMES.get(name)
         if spark_name is None:
             return None  # a type read back through delta-spark, which names it exactly
         schema[found.name] = spark_name
     return schema
+
+
+def _is_table(location: str) -> bool:
+    from deltalake import DeltaTable
+
+    path = local_dir(location)
+    if path is not None:
+        return (path / "_delta_log").exists()
+    return DeltaTable.is_deltatable(location)
 
 
 def _delta_name(sql_type: str) -> str | None:

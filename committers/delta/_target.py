@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from committers.delta._sql import merge_overflow_error
 from transactional.committer import CommitterContext
+from transactional.errors import FencedError
 from transactional.types import CommitMode, CommitOutcome
 
 if TYPE_CHECKING:
@@ -55,6 +56,26 @@ class DeltaTarget:
         """The app id of this committer's marker in ``table`` (known once open)."""
         context = self.context()
         return self.marker_id(context.topology_id, context.name, table)
+
+    def fence_id(self, table: str) -> str:
+        """The app id under which a table keeps the fence token of the last runner that
+        claimed it (known once open)."""
+        context = self.context()
+        return f"{context.topology_id}:{context.name}:{table}:fence"
+
+    def check_fence(self, held: int | None, table: str) -> None:
+        """Refuse to write ``table`` (``FencedError``) when it holds a fence token above
+        this runner's (``held``: the table's, None: none): a runner that led after this
+        one has claimed it."""
+        token = self.context().fence_token
+        if token is None or held is None or held <= token:
+            return
+        raise FencedError(
+            f"Delta table {self.location(table)} was claimed by fence token {held}, this "
+            f"runner's is {token}. Another runner has led the topology since this one lost "
+            "its leadership; nothing was written, and this runner must stop. (If the state "
+            "store was reset, use new tables too: tokens start again with the store.)"
+        )
 
     def overflow(
         self, txid: int, table: CounterTable, rows: list[Any], done: list[str]

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from transactional import checkpoint
 from transactional.bolt import DEFAULT_STREAM, Bolt
 from transactional.columns import Prebuilt
 from transactional.errors import ContractError
@@ -173,12 +174,8 @@ class ParseTweets(Bolt):
         c = self._columns(batch)
         # Both streams (and every stream counted from the tweets) read these rows: keep
         # them once, on first use, instead of parsing every line again per consumer.
-        rows = (
-            batch.select(*c.wrapped)
-            .select(*c.parsed)
-            .select(*c.checked)
-            .select(*c.rows)
-            .localCheckpoint(eager=False)
+        rows = checkpoint(
+            batch.select(*c.wrapped).select(*c.parsed).select(*c.checked).select(*c.rows)
         )
         tweets = rows.where(c.is_tweet).select(*c.tweets)
         dead = rows.where(c.is_dead).select(*c.dead_letters)
@@ -272,7 +269,7 @@ class CountTags(Bolt):
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Mapping[str, DataFrame]:
         c = self._columns(batch)
         # Tokenised once, on first use, for the three streams.
-        tags = batch.select(*c.tags).localCheckpoint(eager=False)
+        tags = checkpoint(batch.select(*c.tags))
         return {
             HASHTAGS: tags.select(c.hashtags),
             USERS: tags.select(c.users),

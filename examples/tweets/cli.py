@@ -118,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--source", choices=("file", "redis", "kafka"), default="file")
     run.add_argument(
-        "--input", metavar="PATH", help="JSON Lines file or directory (default: a generated sample)"
+        "--input",
+        metavar="PATH",
+        help="JSON Lines file or directory, local or s3://bucket/dir (default: a generated sample)",
     )
     run.add_argument(
         "--spout",
@@ -144,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_sink_flags(run)
     run.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
+    run.add_argument(
+        "--remote",
+        default=os.environ.get("TRANSACTIONAL_REMOTE"),
+        metavar="URL",
+        help="a Spark Connect server to run on (sc://host:port) instead of a Spark driver in "
+        "this process; default: $TRANSACTIONAL_REMOTE, else none",
+    )
     run.add_argument(
         "--conf",
         action="append",

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 from typing import TextIO
 
+from committers.delta import table_root
 from examples.tweets.options import (
     RunOptions,
     adaptive_batch_size,
@@ -26,6 +27,7 @@ from examples.tweets.wiring import make_spout, make_store, sample_input, start_s
 from transactional.cli.interrupt import stop_on_signals
 from transactional.errors import ConfigurationError
 from transactional.guarantees import check_guarantee
+from transactional.storage import is_local
 
 __all__ = ["RunOptions", "check_redis", "make_committer", "run", "show"]
 
@@ -37,13 +39,15 @@ def run(opts: RunOptions, out: TextIO) -> None:
     check_options(opts)
     config = runner_config(opts)
     state_dir = Path(opts.state_dir)
-    input_path: Path | None = None
+    input_path: str | None = None
     if opts.source == "file":
-        input_path = Path(opts.input) if opts.input else sample_input(state_dir)
-        if not input_path.exists():
+        input_path = opts.input or str(sample_input(state_dir))
+        # A local input is checked here; one in a bucket (s3://bucket/dir) by the source.
+        if is_local(input_path) and not Path(input_path).exists():
             raise ConfigurationError(
-                f"--input {input_path} does not exist: pass a JSON Lines file or directory, "
-                "e.g. one made by `python -m examples.tweets generate --count N --out PATH`"
+                f"--input {input_path} does not exist: pass a JSON Lines file or directory "
+                "(or an S3 URL of one), e.g. one made by "
+                "`python -m examples.tweets generate --count N --out PATH`"
             )
     for url in {opts.redis_url} if "redis" in (opts.source, *opts.sinks) else set():
         check_redis(url)  # type: ignore[arg-type]
@@ -86,7 +90,15 @@ def run(opts: RunOptions, out: TextIO) -> None:
     from pyspark.sql import SparkSession
 
     owns_session = SparkSession.getActiveSession() is None  # embedded callers keep theirs
-    spark = start_spark(opts.master, opts.sink, state_dir, spout, opts.spark_settings)
+    spark = start_spark(
+        opts.master,
+        opts.sink,
+        state_dir,
+        spout,
+        opts.spark_settings,
+        opts.delta_dir,
+        remote=opts.remote,
+    )
     try:
         with ProgressListener(out, lag=spout.lag, guarantee=config.guarantee) as listener:
             runner = TransactionalRunner(
@@ -158,8 +170,8 @@ def show(
             "redis", top, redis_url=redis_url, redis_key_prefix=redis_key_prefix
         )
     if "delta" in sinks:
-        path = str(Path(delta_path or Path(state_dir) / "delta").resolve())
-        if not Path(path).is_dir():
+        path = table_root(delta_path or str(Path(state_dir) / "delta"), "--delta-path")
+        if "://" not in path and not Path(path).is_dir():
             raise ConfigurationError(
                 f"--delta-path {path} does not exist: nothing was committed there; run "
                 "`python -m examples.tweets run` first, or pass the path it used"

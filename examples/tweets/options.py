@@ -51,6 +51,8 @@ class RunOptions:
     fail_seed: int | None = None
     crash_at: str | None = None
     master: str = "local[*]"
+    #: A Spark Connect server (``sc://host:port``); None: a classic session on ``master``.
+    remote: str | None = None
     #: ``--conf KEY=VALUE`` items: Spark settings, over the session's defaults.
     conf: tuple[str, ...] | list[str] = ()
     top: int = 10
@@ -81,8 +83,11 @@ class RunOptions:
 
     @property
     def delta_dir(self) -> str:
-        # Absolute: Delta reads a relative location as a table name.
-        return str(Path(self.delta_path or Path(self.state_dir) / "delta").resolve())
+        """The Delta tables' directory or bucket URL (``committers.delta.table_root``: a
+        local path made absolute, an ``s3://`` URL as given, any other URL refused)."""
+        from committers.delta import table_root
+
+        return table_root(self.delta_path or str(Path(self.state_dir) / "delta"), "--delta-path")
 
 
 def check_options(opts: RunOptions) -> None:

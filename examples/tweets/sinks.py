@@ -11,7 +11,6 @@ and ``<path>/dead_letters``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from examples.tweets.bolts import DEAD_LETTERS, HASHTAGS, TWEET_IDS, USERS, USERS_HASHTAGS
@@ -79,12 +78,17 @@ def make_committer(
     raise ConfigurationError(f"unknown sink {sink!r}: use delta or redis")
 
 
-def spark_conf(sink: str) -> dict[str, str]:
-    """What the sink needs from the SparkSession (Delta's jars and extensions)."""
+def spark_conf(sink: str, delta_path: str | None = None) -> dict[str, str]:
+    """What the sink needs from the SparkSession: Delta's jars and extensions, and for
+    tables in S3 (``delta_path``) the ``s3a`` connector."""
     if sink not in ("delta", "both"):
         return {}
     from committers import delta_spark_conf
+    from transactional.session import merged
+    from transactional.storage import is_s3, s3_spark_conf
 
+    if delta_path is not None and is_s3(delta_path):
+        return merged(delta_spark_conf(), s3_spark_conf())
     return dict(delta_spark_conf())
 
 
@@ -141,21 +145,21 @@ def _read_delta(path: str, n: int, tables: tuple[str, ...]) -> Summary:
     def read_table(location: str, columns: list[str]) -> Any:
         return DeltaTable(location).to_pyarrow_table(columns=columns)
 
-    root = Path(path)
-    missing = [t for t in (*tables, DEAD_LETTERS) if not (root / t / "_delta_log").is_dir()]
+    root = path.rstrip("/")  # a directory or a bucket's URL: joined with "/", not as a Path
+    missing = [t for t in (*tables, DEAD_LETTERS) if not DeltaTable.is_deltatable(f"{root}/{t}")]
     if missing:
         raise ConfigurationError(
-            f"no Delta table at {root / missing[0]}: nothing was committed to --delta-path "
+            f"no Delta table at {root}/{missing[0]}: nothing was committed to --delta-path "
             f"{root} yet; run `python -m examples.tweets run` first, or pass the path it used"
         )
     summary = Summary()
     for table in tables:
         keys = TABLE_KEYS[table]
-        data = read_table(str(root / table), [*keys, "count"])
+        data = read_table(f"{root}/{table}", [*keys, "count"])
         columns = [data.column(k).to_pylist() for k in keys]
         # Labelled as Redis keys are (Spark's concat_ws: the non-null columns, ':').
         labels = [":".join(v for v in row if v is not None) for row in zip(*columns, strict=True)]
         counts = zip(labels, data.column("count").to_pylist(), strict=True)
         summary.tops[table] = _top([(k, int(c)) for k, c in counts if c], n)
-    summary.dead_letters = read_table(str(root / DEAD_LETTERS), ["txid"]).num_rows
+    summary.dead_letters = read_table(f"{root}/{DEAD_LETTERS}", ["txid"]).num_rows
     return summary

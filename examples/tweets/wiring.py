@@ -39,7 +39,7 @@ def sample_input(state_dir: Path) -> Path:
     return target
 
 
-def make_spout(opts: RunOptions, input_path: Path | None) -> AnySpout:
+def make_spout(opts: RunOptions, input_path: str | None) -> AnySpout:
     if opts.source == "redis":
         assert opts.redis_url is not None
         redis_kinds: dict[str, Callable[..., AnySpout]] = {
@@ -85,6 +85,8 @@ def start_spark(
     state_dir: Path,
     spout: AnySpout | None = None,
     settings: Mapping[str, str] | None = None,
+    delta_path: str | None = None,
+    remote: str | None = None,
 ) -> SparkSession:
     """One session for the run, with what the sink and the spout need (Delta's and
     Kafka's jars) and the user's ``settings`` (``--conf``) over them; Spark's own
@@ -92,5 +94,6 @@ def start_spark(
     from transactional.session import create_spark_session, merged
 
     state_dir.mkdir(parents=True, exist_ok=True)
-    conf = merged(spark_conf(sink), spout.spark_conf() if spout is not None else {}, settings or {})
-    return create_spark_session(master, "tweets", conf)
+    spout_conf = spout.spark_conf() if spout is not None else {}
+    conf = merged(spark_conf(sink, delta_path), spout_conf, settings or {})
+    return create_spark_session(master, "tweets", conf, remote=remote)

@@ -122,7 +122,7 @@ def test_a_worker_killed_mid_txid_leaves_the_counts_exact(
         60,
     )
     victim = workers[0]
-    victim.stop()  # SIGKILL: the worker and its executor, in the middle of a txid
+    victim.close()  # SIGKILL: the worker and its executor, in the middle of a txid
     at_kill = redis_txid(redis_url, "sink")
     lost = wait_executor_lost(ui_port, executors, timeout=60)  # the driver saw it go
     replacement = SparkWorker(master)

@@ -9,7 +9,7 @@ in Delta; and aggregate states of the records: per account their number, the lar
 
 Settings come from the environment (the factory takes none): ``AMOUNTS_INPUT`` (the
 directory of files), ``AMOUNTS_FORMAT`` (``csv``, the default, ``parquet``, ``delta``: a
-Delta table at ``AMOUNTS_INPUT``, or ``stream``: the streams
+Delta table at ``AMOUNTS_INPUT``, local or in S3, or ``stream``: the streams
 ``amounts:0`` to ``amounts:2`` at ``AMOUNTS_REDIS_URL``),
 ``AMOUNTS_REDIS_URL``, ``AMOUNTS_DELTA`` (a directory), ``AMOUNTS_BATCH`` (records
 per partition per txid) and ``AMOUNTS_SINKS`` (``redis,delta``, the default, or one of

@@ -245,7 +245,7 @@ def run_library(spark: Any, spout: Any, store: StateStore, redis_url: str) -> An
 BROKEN = {
     "list": "txid 1 cannot run (process): ContractError: spout 'spout' "
     "(tests.e2e.test_bad_config.LineSpout).emit_batch returned list, not a "
-    "pyspark.sql.DataFrame (classic, not Spark Connect) (txid 1)",
+    "pyspark.sql.DataFrame of the runner's session (txid 1)",
     "schema": "txid 1 cannot run (process): ContractError: ParseTweets reads the spout's "
     "columns raw STRING, error STRING (transactional.sources.text.RECORD_SCHEMA), but the batch "
     "has line STRING: make the spout emit that schema",

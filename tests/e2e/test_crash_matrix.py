@@ -19,6 +19,16 @@ two committers* a meaning, and lets one chain cover each step for both sinks. Th
 cases are spout x sink: each checks, for its sink, that every run died by SIGKILL at
 its step leaving the state that step implies, and that the drained counts are exact.
 
+Two more chains run the transactional and opaque kinds (both Delta commit modes) with
+their input and their Delta tables in a bucket of the S3 stand-in (moto's server),
+reached through the standard AWS settings: the file source reads the bucket, delta-rs
+commits there by conditional writes.
+
+Three more run every spout kind against a Spark Connect server (``--remote``, the
+server started by the tests and alive across the chain's runs): what is SIGKILLed is
+then the client alone, which has no JVM; its jobs left on the server are orphans whose
+results nobody reads.
+
 Plus a randomized campaign: a longer run on the single-Redis-sink topology, killed from
 outside at random (seeded) moments, restarted each time, then drained.
 """
@@ -29,6 +39,7 @@ import io
 import random
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,11 +63,14 @@ from tests.processes import (
 from tests.processes import delta_txid as delta_sink_txid
 from tests.reference import Expected, expected_counts
 from transactional.faults import FaultPoint
-from transactional.testing.servers import RedisServer
+from transactional.testing.servers import RedisServer, S3Server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 SPOUTS = ("transactional", "partitioned", "opaque")
+#: The chains: every spout kind on local files and tables, one per Delta commit mode
+#: with input and tables in S3 (``-s3``), and every spout kind on Spark Connect.
+CHAINS = (*SPOUTS, "transactional-s3", "opaque-s3", *(f"{s}-connect" for s in SPOUTS))
 #: 120 lines: 4 txids for every kind (the partitioned kinds' batch is per partition).
 BATCH = {"transactional": "30", "partitioned": "10", "opaque": "10"}
 #: Each run of a chain dies at the next of these (step, txid): every step of the
@@ -99,8 +113,9 @@ class Chain:
     spout: str
     expected: Expected
     redis_url: str
-    delta_path: Path
+    delta_path: Path | str  # a directory, or an s3:// URL
     state_dir: Path
+    connect: bool = False  # run on a Spark Connect server (the client has no JVM)
     crashes: list[Crash] = field(default_factory=list)
     final_returncode: int = -1
     final_output: str = ""
@@ -140,27 +155,55 @@ def fresh_db(server: RedisServer, db: int) -> str:
     return url
 
 
-@pytest.fixture(scope="module", params=SPOUTS)
+@pytest.fixture(scope="module")
+def s3_env(s3_server: S3Server) -> Iterator[dict[str, str]]:
+    """The S3 stand-in's standard AWS settings, in this process's environment too (the
+    sinks and the log are read here with ``deltalake`` and pyarrow) for the module."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in s3_server.settings.items():
+            patch.setenv(name, value)
+        yield s3_server.settings
+
+
+def upload(root: Path, bucket: str) -> str:
+    """The files of the directory ``root`` into ``s3://bucket/input/``, by pyarrow."""
+    import pyarrow.fs as pa_fs
+
+    s3 = pa_fs.FileSystem.from_uri(f"s3://{bucket}")[0]
+    for path in sorted(root.iterdir()):
+        with s3.open_output_stream(f"{bucket}/input/{path.name}") as out:
+            out.write(path.read_bytes())
+    return f"s3://{bucket}/input"
+
+
+@pytest.fixture(scope="module", params=CHAINS)
 def chain(
     request: pytest.FixtureRequest,
     redis_server: RedisServer,
     tweets: tuple[Path, Expected],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Chain:
-    spout: str = request.param
+    spout, _, where = str(request.param).partition("-")
     path, expected = tweets
-    work = tmp_path_factory.mktemp(f"chain-{spout}")
-    result = Chain(
-        spout,
-        expected,
-        fresh_db(redis_server, 1 + SPOUTS.index(spout)),
-        work / "delta",
-        work / "state",
-    )
+    work = tmp_path_factory.mktemp(f"chain-{request.param}")
+    # Redis databases 1 to 3 and 9 to 13 (5 to 8 are other tests')
+    db = 1 + SPOUTS.index(spout) if not where else 9 + CHAINS.index(request.param) - 3
+    result = Chain(spout, expected, fresh_db(redis_server, db), work / "delta", work / "state")
+    source = str(path)
+    settings: dict[str, str] = {}
+    if where == "s3":
+        settings = request.getfixturevalue("s3_env")
+        bucket = request.getfixturevalue("s3_server").bucket()
+        source = upload(path, bucket)
+        result.delta_path = f"s3://{bucket}/delta"
+    spark = ["--master", "local[2]"]
+    if where == "connect":
+        result.connect = True
+        spark = ["--remote", request.getfixturevalue("spark_connect").remote]
     args = [
         "run",
         "--input",
-        str(path),
+        source,
         "--spout",
         spout,
         "--sink",
@@ -180,8 +223,7 @@ def chain(
         "--group-wait",
         "60",
         "--until-drained",
-        "--master",
-        "local[2]",
+        *spark,
         "--top",
         str(TOP),
         "--record-ids",  # each tweet counted by id too: judged record by record
@@ -190,10 +232,11 @@ def chain(
         for k, (point, txid) in enumerate(CHAIN):
             spec = f"{point.value}:{txid}"
             if k == 0:  # the environment variable, as a wrapper script would set it
-                env = demo_env(TRANSACTIONAL_CRASH_AT=spec)
+                env = demo_env(TRANSACTIONAL_CRASH_AT=spec, **settings)
                 run = DemoProcess(args, work / f"run{k}.log", env)
             else:
-                run = DemoProcess([*args, "--crash-at", spec], work / f"run{k}.log")
+                env = demo_env(**settings)
+                run = DemoProcess([*args, "--crash-at", spec], work / f"run{k}.log", env)
             code = run.wait()
             exits = reap_session(run.pid)
             currtx, metas = store_state(result.state_dir)
@@ -205,7 +248,7 @@ def chain(
             output = run.output()
             crash = Crash(point, txid, code, output, exits, currtx, metas, group, sinks)
             result.crashes.append(crash)
-        final = DemoProcess(args, work / "final.log")
+        final = DemoProcess(args, work / "final.log", demo_env(**settings))
         result.final_returncode = final.wait()
         reap_session(final.pid)
     result.final_output = final.output()
@@ -240,7 +283,7 @@ def expected_state(crash: Crash, sink: str) -> tuple[int | None, int | None]:
     }.get(crash.point, (None, None))
 
 
-def check_crash(crash: Crash, sink: str) -> None:
+def check_crash(crash: Crash, sink: str, connect: bool = False) -> None:
     why = crash.describe()
     assert crash.returncode == -9, why  # died by SIGKILL, not by an error
     marker = f"crash_at point={crash.point.value} txid={crash.txid} "
@@ -248,8 +291,9 @@ def check_crash(crash: Crash, sink: str) -> None:
     # ...and took its JVM along: SIGKILLed, not left to notice the driver's death and
     # exit on its own (running its shutdown hooks) a moment later. Nothing else of the
     # run outlived it either (reap_session waited for every process of the session).
+    # On Spark Connect the client started none: its Spark is the server's.
     jvms = [status for command, status in crash.exits.values() if command == "java"]
-    assert jvms and all(killed(s) for s in jvms), (crash.exits, why)
+    assert not jvms if connect else jvms and all(killed(s) for s in jvms), (crash.exits, why)
     held = crash.sinks[sink]
     last = commit_span(crash)[1]
     # Never behind the store, at most the group being committed ahead of it.
@@ -274,7 +318,7 @@ def test_killed_at_every_step_then_rerun_counts_exactly(
 ) -> None:
     assert [(c.point, c.txid) for c in chain.crashes] == CHAIN
     for crash in chain.crashes:
-        check_crash(crash, sink)
+        check_crash(crash, sink, chain.connect)
     # Groups were crashed into: after the sinks took one, and after its advance.
     spans = {(c.point, commit_span(c)) for c in chain.crashes}
     assert (FaultPoint.AFTER_SINK_WRITE, (2, 4)) in spans, [c.describe() for c in chain.crashes]

@@ -33,11 +33,14 @@ BAD_LINES = ["acct-1,twelve", "acct-2,1.5,extra", "acct-3,0.0001"]
 Record = tuple[str, Decimal] | None  # None: a record that goes to the dead letters
 
 
-def write_input(directory: Path, format: str, redis_url: str, seed: int = 11) -> list[list[Record]]:
+def write_input(
+    directory: Path, format: str, redis_url: str, seed: int = 11, table: str | None = None
+) -> list[list[Record]]:
     """Three partitions of ``account,amount`` records; amounts are multiples of 1/8 (so
     binary doubles hold every partial sum exactly) with three decimals, some negative.
     CSV files have a header and, in partition 1, the ``BAD_LINES``; streams (after
-    ``redis_url``), in ``amounts:1``, an amount with four places. Returns each
+    ``redis_url``), in ``amounts:1``, an amount with four places; a Delta table, a
+    version per partition, at ``table`` (default: ``directory/table``). Returns each
     partition's records in order, a bad one as None."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -65,13 +68,13 @@ def write_input(directory: Path, format: str, redis_url: str, seed: int = 11) ->
         if format == "delta":  # one appended version per partition's records
             from deltalake import write_deltalake
 
-            table = pa.table(
+            records_table = pa.table(
                 {
                     "account": pa.array([a for a, _ in mine]),
                     "amount": pa.array([v for _, v in mine], pa.decimal128(18, 3)),
                 }
             )
-            write_deltalake(str(directory / "table"), table, mode="append")
+            write_deltalake(table or str(directory / "table"), records_table, mode="append")
             continue
         if format == "parquet":
             table = pa.table(
@@ -136,12 +139,27 @@ def run(
         ("parquet", "after_sink_write:2"),
         ("stream", "before_sink_write:3"),
         ("delta", "after_sink_write:2"),
+        ("delta-s3", "after_sink_write:2"),  # the table in a bucket of the S3 stand-in
     ],
 )
 def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
-    spark: Any, redis_url: str, tmp_path: Path, format: str, crash: str
+    spark: Any,
+    redis_url: str,
+    tmp_path: Path,
+    format: str,
+    crash: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    partitions = write_input(tmp_path / "input", format, redis_url)
+    settings: dict[str, str] = {}
+    table = str(tmp_path / "input" / "table")
+    if format == "delta-s3":
+        server = request.getfixturevalue("s3_server")
+        settings = server.settings
+        table, format = f"s3://{server.bucket()}/table", "delta"
+    with pytest.MonkeyPatch.context() as patch:  # deltalake writes the table with them
+        for name, value in settings.items():
+            patch.setenv(name, value)
+        partitions = write_input(tmp_path / "input", format, redis_url, table=table)
     rows = [r for records in partitions for r in records if r is not None]
     doubles: dict[str, list[float]] = defaultdict(list)
     exact: dict[str, Decimal] = defaultdict(Decimal)
@@ -152,11 +170,12 @@ def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
 
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")},
-        "AMOUNTS_INPUT": str(tmp_path / "input" / ("table" if format == "delta" else "")),
+        "AMOUNTS_INPUT": table if format == "delta" else str(tmp_path / "input"),
         "AMOUNTS_FORMAT": format,
         "AMOUNTS_REDIS_URL": redis_url,
         "AMOUNTS_DELTA": str(tmp_path / "delta"),
         "AMOUNTS_BATCH": "4",
+        **settings,
     }
     args = [
         "--topology-id",

@@ -24,7 +24,7 @@ from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 #: (key, value as a multiple of 1/8 or None, order)
 Row = tuple[str | None, float | None, int]
@@ -288,6 +288,7 @@ def test_delta_refuses_a_table_kept_by_another_aggregate(spark: Any, tmp_path: P
         other.open(CommitterContext(spark, "topo", "states"))
 
 
+@pytest.mark.classic
 def test_the_docs_states_example_keeps_each_aggregate(
     spark: Any, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

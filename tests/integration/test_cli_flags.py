@@ -44,6 +44,7 @@ class Recorded:
     """What ``transactional run`` handed to the session and the runner."""
 
     master: str = ""
+    remote: str | None = None
     app: str = ""
     spark_conf: dict[str, str] = field(default_factory=dict)
     runner: dict[str, Any] = field(default_factory=dict)
@@ -55,8 +56,9 @@ def run_cli(
 ) -> Recorded:
     recorded = Recorded()
 
-    def session(master: str, app: str, conf: dict[str, str]) -> object:
+    def session(master: str, app: str, conf: dict[str, str], remote: str | None = None) -> object:
         recorded.master, recorded.app, recorded.spark_conf = master, app, dict(conf)
+        recorded.remote = remote
         return object()
 
     class Runner:
@@ -202,6 +204,10 @@ CASES: dict[str, Case] = {
     ),
     "--state-dir": Case(("--state-dir", "states"), _store_sqlite),
     "--master": Case(("--master", "local[1]"), recorded_as(lambda r: r.master, "local[1]")),
+    "--remote": Case(
+        ("--remote", "sc://spark.example:15002"),
+        recorded_as(lambda r: r.remote, "sc://spark.example:15002"),
+    ),
     "--batch-size": Case(("--batch-size", "7"), recorded_as(lambda r: r.runner["batch_size"], 7)),
     "--until-drained": Case(("--until-drained",), recorded_as(lambda r: r.until_drained, True)),
     "--crash-at": Case(("--crash-at", "emit:3,after_advance:5"), _crash),
@@ -261,6 +267,16 @@ def test_batch_size_auto_is_the_adaptive_sizing(
     argv = ["run", FACTORY, "--topology-id", "flags", "--batch-size", "auto"]
     recorded = run_cli(argv, monkeypatch, tmp_path, {})
     assert isinstance(recorded.runner["batch_size"], AdaptiveBatchSize)
+
+
+def test_transactional_remote_reaches_the_session_as_remote_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    env = {"TRANSACTIONAL_REMOTE": "sc://spark.example:15002"}
+    recorded = run_cli(["run", FACTORY, "--topology-id", "flags"], monkeypatch, tmp_path, env)
+    assert recorded.remote == "sc://spark.example:15002"
+    unset = run_cli(["run", FACTORY, "--topology-id", "flags"], monkeypatch, tmp_path, {})
+    assert unset.remote is None
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,8 +187,12 @@ def _status_factory(w: World, c: pytest.CaptureFixture[str]) -> None:
 
 def _status_watch(w: World, c: pytest.CaptureFixture[str], interval: str = "") -> None:
     waits: list[float] = []
+    real_sleep, watcher = time.sleep, threading.current_thread()
 
     def sleep(seconds: float) -> None:  # the watch's pause: the second one is Ctrl-C
+        if threading.current_thread() is not watcher:  # another thread's (py4j's)
+            real_sleep(seconds)
+            return
         waits.append(seconds)
         if len(waits) == 2:
             raise KeyboardInterrupt

@@ -48,7 +48,7 @@ class RedisSink(SinkUnderTest):
 class DeltaSink(SinkUnderTest):
     fences_by_token = False  # a Delta write cannot compare a token: it checks leadership
 
-    def __init__(self, path: Path, spark: Any) -> None:
+    def __init__(self, path: Path | str, spark: Any) -> None:
         self.path, self.session = str(path), spark
 
     def committer(self, mode: CommitMode) -> DeltaCommitter:
@@ -81,6 +81,7 @@ class AppliesAgain(CommitterContract):
         assert sink.read() == {"a": 2, "b": 4}
 
 
+@pytest.mark.connect
 class TestRedisCommitter(AppliesAgain):
     groups = True
 
@@ -89,9 +90,21 @@ class TestRedisCommitter(AppliesAgain):
         return RedisSink(redis_url, spark)
 
 
+@pytest.mark.connect
 class TestDeltaCommitter(AppliesAgain):
     groups = True
 
     @pytest.fixture
     def sink(self, tmp_path: Path, spark: Any) -> DeltaSink:
         return DeltaSink(tmp_path / "delta", spark)
+
+
+class TestDeltaCommitterOnS3(AppliesAgain):
+    """The same contract with the tables in a bucket of the S3 stand-in (moto), written
+    by delta-rs through S3's conditional writes and read back by delta-spark (s3a)."""
+
+    groups = True
+
+    @pytest.fixture
+    def sink(self, s3_bucket: str, spark: Any) -> DeltaSink:
+        return DeltaSink(f"s3://{s3_bucket}/delta", spark)

@@ -22,7 +22,7 @@ from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 #: The separator, the escape, the null marker and their mixes, "" and null.
 TRICKY: list[str | None] = ["", None, ":", "\\", "\\N", "N", "a:b", "\\:", "::", ":\\N"]

@@ -26,7 +26,7 @@ from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 Rows = list[tuple[str | None, Any]]
 

@@ -18,10 +18,10 @@ from committers.delta._committer import MAX_DRIVER_ROWS, DeltaBatch
 from committers.delta._spark import TXN_APP_ID_CONF, TXN_VERSION_CONF
 from tests.integration.delta_faults import broken
 from transactional.committer import CommitterContext
-from transactional.errors import CommitError, ConfigurationError
+from transactional.errors import CommitError, ConfigurationError, FencedError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 TAGS = CounterTable("hashtags", ("tag",))
 USER_TAGS = CounterTable("users_hashtags", ("user", "tag"))
@@ -131,10 +131,10 @@ def spark_marker(spark: Any, location: str, app_id: str) -> int:
     """The txid marker as delta-spark itself honours it: the highest ``txnVersion`` of
     ``app_id`` whose write Spark skips (an empty append of ``n`` makes no new version
     for every ``n`` up to it, and one for the next)."""
-    from delta.tables import DeltaTable
 
-    def version() -> int:
-        return int(DeltaTable.forPath(spark, location).history(1).collect()[0]["version"])
+    def version() -> int:  # in SQL: a Connect server needs no Delta Connect plugin
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{location}` LIMIT 1")
+        return int(history.collect()[0]["version"])
 
     empty = spark.read.format("delta").load(location).limit(0)
     n = 0
@@ -147,17 +147,26 @@ def spark_marker(spark: Any, location: str, app_id: str) -> int:
         n += 1
 
 
+def _opened(
+    spark: Any, path: Path | str, mode: CommitMode, driver_rows: int, token: int | None = None
+) -> DeltaCommitter:
+    """A committer of ``user_tags`` with dead letters, opened (by a runner leading with
+    fence token ``token``, if given)."""
+    committer = DeltaCommitter(
+        str(path),
+        {"user_tags": USER_TAGS},
+        dead_letters="bad",
+        mode=mode,
+        max_driver_rows=driver_rows,
+    )
+    committer.open(CommitterContext(spark, "topo", "counts", fence_token=token))
+    return committer
+
+
 def test_opaque_replay_undoes_the_earlier_attempt(
     spark: Any, tmp_path: Path, driver_rows: int
 ) -> None:
-    committer = DeltaCommitter(
-        str(tmp_path),
-        {"user_tags": USER_TAGS},
-        dead_letters="bad",
-        mode=CommitMode.OPAQUE,
-        max_driver_rows=driver_rows,
-    )
-    committer.open(CommitterContext(spark, "topo", "counts"))
+    committer = _opened(spark, tmp_path, CommitMode.OPAQUE, driver_rows)
     assert commit(committer, spark, 1, 1, B1, [("r0", "bad")]) is CommitOutcome.APPLIED
     first: Pairs = [("@x", "#a"), ("@y", "#b"), ("@n", "#new")]
     assert commit(committer, spark, 2, 1, first, [("r1", "bad"), ("r2", "bad")]) is (
@@ -196,14 +205,7 @@ def test_opaque_replay_undoes_the_earlier_attempt(
 def test_a_group_is_one_merge_per_table_and_its_replay_exact(
     spark: Any, tmp_path: Path, driver_rows: int, mode: CommitMode
 ) -> None:
-    committer = DeltaCommitter(
-        str(tmp_path),
-        {"user_tags": USER_TAGS},
-        dead_letters="bad",
-        mode=mode,
-        max_driver_rows=driver_rows,
-    )
-    committer.open(CommitterContext(spark, "topo", "counts"))
+    committer = _opened(spark, tmp_path, mode, driver_rows)
     assert commit(committer, spark, 1, 1, B1, [("r0", "bad")]) is CommitOutcome.APPLIED
     from deltalake import DeltaTable
 
@@ -350,3 +352,105 @@ def test_a_table_of_many_small_commits_is_compacted_and_stays_exact(
 def test_compact_files_must_be_a_count(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"compact_files must be an integer >= 0 .*'3'"):
         DeltaCommitter(str(tmp_path), {"user_tags": USER_TAGS}, compact_files="3")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", list(CommitMode))
+def test_a_deposed_leader_never_applies_a_txid_twice(
+    spark: Any, tmp_path: Path, driver_rows: int, mode: CommitMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader (token 1) is deposed while its commit of txid 2 is under way: past its
+    leadership check, its table caught up and its marker decided, its write not landed.
+    The new leader (token 2) commits txid 2 and 3 meanwhile. The old write must fail, and
+    every later attempt of the old leader be refused with ``FencedError``, writing
+    nothing; the tables keep each txid's effect once."""
+    deposed_mid_commit(spark, str(tmp_path), driver_rows, mode, monkeypatch)
+
+
+@pytest.mark.parametrize("mode", list(CommitMode))
+def test_in_s3_a_deposed_leader_never_applies_a_txid_twice(
+    spark: Any, s3_bucket: str, mode: CommitMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same in a bucket of the S3 stand-in, where delta-rs is the only writer."""
+    deposed_mid_commit(spark, f"s3://{s3_bucket}/delta", MAX_DRIVER_ROWS, mode, monkeypatch)
+
+
+def deposed_mid_commit(
+    spark: Any, root: str, driver_rows: int, mode: CommitMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deltalake import DeltaTable
+
+    from committers.delta._rs import DriverWriter
+    from committers.delta._spark import ExecutorWriter
+
+    old = _opened(spark, root, mode, driver_rows, token=1)
+    assert commit(old, spark, 1, 1, B1, [("r1", "bad")]) is CommitOutcome.APPLIED
+    new = _opened(spark, root, mode, driver_rows, token=2)
+
+    def new_leader_commits() -> None:
+        assert commit(new, spark, 2, 2, B2, [("r2", "bad")]) is CommitOutcome.APPLIED
+        assert commit(new, spark, 3, 1, B3) is CommitOutcome.APPLIED
+
+    # The old leader's write of txid 2 is decided when the new leader takes over.
+    decide = "_marker" if driver_rows else "_next_version"
+    writer = DriverWriter if driver_rows else ExecutorWriter
+    original = getattr(writer, decide)
+    taken_over: list[bool] = []
+
+    def decided_then_deposed(self: Any, *args: Any) -> Any:
+        decided = original(self, *args)
+        if not taken_over:
+            taken_over.append(True)
+            new_leader_commits()
+        return decided
+
+    monkeypatch.setattr(writer, decide, decided_then_deposed)
+    location = old.location(USER_TAGS.name)
+    with pytest.raises((CommitError, FencedError)):
+        commit(old, spark, 2, 1, [("@old", "#late")], [("old", "late")])
+    assert taken_over == [True]
+    monkeypatch.setattr(writer, decide, original)
+    versions = DeltaTable(location).version()
+    # Every later attempt is refused before it writes anything.
+    for txid in (2, 3, 4):
+        with pytest.raises(FencedError, match=r"claimed by fence token 2, this runner's is 1"):
+            commit(old, spark, txid, 2, [("@old", "#late")], [("old", "late")])
+    assert DeltaTable(location).version() == versions
+    assert read(spark, new, USER_TAGS) == dict(Counter(B1 + B2 + B3))
+    assert read_dead(spark, new) == Counter([("r1", "bad", 1), ("r2", "bad", 2)])
+    assert new.committed_txid() == 3
+
+
+def test_in_s3_a_txid_too_large_for_the_driver_is_refused_and_nothing_is_written(
+    spark: Any, s3_bucket: str
+) -> None:
+    """In S3 only delta-rs commits (conditional writes); delta-spark's MERGE, the path of
+    a table whose sums pass ``max_driver_rows``, is refused there before anything is
+    written, saying what to change. Txid 1 (2 keys) commits; txid 2 (3 keys, over the
+    limit of 2) stops with a ``ConfigurationError``, and the table, read by
+    ``deltalake`` and by delta-spark (its rows and its txid marker), still holds txid 1
+    alone."""
+    from deltalake import DeltaTable
+
+    committer = DeltaCommitter(
+        f"s3://{s3_bucket}/delta", {"tags": TAGS}, dead_letters="bad", max_driver_rows=2
+    )
+    committer.open(CommitterContext(spark, "topo", "counts"))
+    assert commit(committer, spark, 1, 1, [("@x", "#a"), ("@x", "#b"), ("@y", "#a")]) is (
+        CommitOutcome.APPLIED
+    )
+    table = DeltaTable(committer.location("hashtags"))
+    version = table.version()
+    too_many: Pairs = [("@x", "#a"), ("@x", "#c"), ("@y", "#d")]
+    with pytest.raises(
+        ConfigurationError, match=r"txid 2 brings more than max_driver_rows \(2\) rows .*raise"
+    ):
+        commit(committer, spark, 2, 1, too_many)
+    table.update_incremental()
+    assert table.version() == version
+    counts = {r["tag"]: r["count"] for r in table.to_pyarrow_table().to_pylist()}
+    assert counts == {"#a": 2, "#b": 1}
+    assert committer.committed_txid() == 1
+    committer.close()
+    # delta-spark reads the table and honours its marker (last: this writes to it).
+    assert read(spark, committer, TAGS) == {("#a",): 2, ("#b",): 1}
+    assert spark_marker(spark, committer.location("hashtags"), "topo:counts:hashtags") == 1

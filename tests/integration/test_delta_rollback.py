@@ -23,7 +23,15 @@ pytestmark = pytest.mark.integration
 BATCHES = {1: ["a", "b"], 2: ["a"], 3: ["c", "a"], 4: ["b", "d"]}
 
 
-def committer(spark: Any, path: Path, mode: CommitMode) -> DeltaCommitter:
+@pytest.fixture(params=["local", "s3"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the tables are: a local directory, or a bucket of the S3 stand-in."""
+    if request.param == "local":
+        return str(tmp_path)
+    return f"s3://{request.getfixturevalue('s3_bucket')}/delta"
+
+
+def committer(spark: Any, path: Path | str, mode: CommitMode) -> DeltaCommitter:
     sink = DeltaCommitter(str(path), {"in": Count("seen", "k")}, dead_letters="bad", mode=mode)
     sink.open(CommitterContext(spark, "topo", "sink"))
     return sink
@@ -62,9 +70,9 @@ def made_by(txids: range) -> tuple[dict[str, int], list[str]]:
 
 @pytest.mark.parametrize("mode", list(CommitMode))
 def test_a_rollback_restores_every_table_and_its_marker(
-    spark: Any, tmp_path: Path, mode: CommitMode
+    spark: Any, root: str, mode: CommitMode
 ) -> None:
-    sink = committer(spark, tmp_path, mode)
+    sink = committer(spark, root, mode)
     applied = CommitOutcome.APPLIED
     assert commit_all(spark, sink, [1, 2, 3, 4]) == [applied] * 3
     assert held(spark, sink) == made_by(range(1, 5))

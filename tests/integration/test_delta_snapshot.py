@@ -71,7 +71,17 @@ def snapshot_contents(snap: Any) -> dict[str, Any]:
     return contents({name: snap.table(name) for name in ALL})
 
 
-def opened(spark: Any, path: Path, mode: CommitMode = CommitMode.TRANSACTIONAL) -> DeltaCommitter:
+@pytest.fixture(params=["local", "s3"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the tables are: a local directory, or a bucket of the S3 stand-in."""
+    if request.param == "local":
+        return str(tmp_path)
+    return f"s3://{request.getfixturevalue('s3_bucket')}/delta"
+
+
+def opened(
+    spark: Any, path: Path | str, mode: CommitMode = CommitMode.TRANSACTIONAL
+) -> DeltaCommitter:
     sink = DeltaCommitter(str(path), TABLES, dead_letters="bad", mode=mode)
     sink.open(CommitterContext(spark, "topo", "snap"))
     return sink
@@ -82,7 +92,7 @@ def commit(sink: DeltaCommitter, spark: Any, txid: int, attempt: int = 1, varian
     return sink.commit(at, sink.prepare(at, inputs(spark, txid, variant)))
 
 
-def snapshot(spark: Any, path: Path, txid: int | None = None) -> Any:
+def snapshot(spark: Any, path: Path | str, txid: int | None = None) -> Any:
     return DeltaCommitter.snapshot(spark, str(path), "topo", "snap", ALL, txid=txid)
 
 
@@ -152,15 +162,15 @@ def test_a_commit_cut_short_between_tables_is_not_in_the_snapshot(
     assert snap.txid == 3 and snapshot_contents(snap) == upto3
 
 
-def test_opaque_snapshots_read_only_final_txids_unless_asked(spark: Any, tmp_path: Path) -> None:
-    sink = opened(spark, tmp_path, CommitMode.OPAQUE)
+def test_opaque_snapshots_read_only_final_txids_unless_asked(spark: Any, root: str) -> None:
+    sink = opened(spark, root, CommitMode.OPAQUE)
     commit(sink, spark, 1)
     commit(sink, spark, 2)
     assert commit(sink, spark, 2, attempt=2, variant=1) is CommitOutcome.REAPPLIED
     # Txid 2 may still be rewritten by a replay: the latest final one is 1.
-    snap = snapshot(spark, tmp_path)
+    snap = snapshot(spark, root)
     assert snap.txid == 1 and snapshot_contents(snap) == expected([(1, 0)])
-    asked = snapshot(spark, tmp_path, txid=2)
+    asked = snapshot(spark, root, txid=2)
     assert snapshot_contents(asked) == expected([(1, 0), (2, 1)])
     # Once a table holds txid 3, txid 2 is final: its last rewrite is what is read.
     at = TransactionAttempt(3, 1)
@@ -168,7 +178,7 @@ def test_opaque_snapshots_read_only_final_txids_unless_asked(spark: Any, tmp_pat
     failing = broken(good.counters["t1"])
     with pytest.raises(CommitError):
         sink.commit(at, DeltaBatch(3, {**good.counters, "t1": failing}, good.dead_letters))
-    snap = snapshot(spark, tmp_path)
+    snap = snapshot(spark, root)
     assert snap.txid == 2 and snapshot_contents(snap) == expected([(1, 0), (2, 1)])
 
 

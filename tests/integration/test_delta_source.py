@@ -2,8 +2,9 @@
 driven by hand the way a runner drives it: every appended row read once across txids,
 each txid's versions replayed to the same rows; a compaction adds nothing; a version
 that deletes rows, or changes the schema, stops the source with what to do instead;
-the change data feed gives each change; start positions. The expected rows are the
-rows this test wrote."""
+the change data feed gives each change; start positions. The appends and the change
+data feed are read from a local table and from one in a bucket of the S3 stand-in. The
+expected rows are the rows this test wrote."""
 
 from __future__ import annotations
 
@@ -25,14 +26,23 @@ from transactional.types import TransactionAttempt
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 
 def _rows(df: Any) -> list[tuple[Any, ...]]:
     return sorted((r["id"], r["name"]) for r in df.collect())
 
 
-def _append(path: Path, ids: range, **settings: Any) -> list[tuple[Any, ...]]:
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.classic)])
+def table_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a test's tables live: a local directory, or a bucket of the S3 stand-in
+    (``s3a://``, which delta-rs, pyarrow and Spark all read)."""
+    if request.param == "local":
+        return str(tmp_path)
+    return f"s3a://{request.getfixturevalue('s3_bucket')}"
+
+
+def _append(path: Path | str, ids: range, **settings: Any) -> list[tuple[Any, ...]]:
     rows = [(i, f"n{i}") for i in ids]
     table = pa.table(
         {"id": pa.array([r[0] for r in rows], pa.int64()), "name": [r[1] for r in rows]}
@@ -42,16 +52,16 @@ def _append(path: Path, ids: range, **settings: Any) -> list[tuple[Any, ...]]:
 
 
 def test_appends_are_read_once_in_version_order_and_replay_exactly(
-    spark: Any, tmp_path: Path
+    spark: Any, table_at: str
 ) -> None:
-    path = tmp_path / "t"
+    path = f"{table_at}/t"
     written: list[tuple[Any, ...]] = []
     for start in range(0, 50, 10):  # versions 0 to 4, 10 rows each
         written += _append(path, range(start, start + 10))
     DeltaTable(str(path)).optimize.compact()  # version 5: data moved, not changed
     spark.range(50, 55).selectExpr("id", "concat('n', id) AS name").write.format("delta").mode(
         "append"
-    ).save(str(path))  # version 6, by delta-spark
+    ).save(path)  # version 6, by delta-spark
     written += [(i, f"n{i}") for i in range(50, 55)]
 
     spout = opened(DeltaTableSpout(path, batch_size=25), spark)
@@ -87,8 +97,8 @@ def test_a_delete_or_a_schema_change_stops_the_appends(spark: Any, tmp_path: Pat
         spout.initialize_transaction(1, None)
 
 
-def test_the_change_data_feed_gives_every_change(spark: Any, tmp_path: Path) -> None:
-    path = tmp_path / "t"
+def test_the_change_data_feed_gives_every_change(spark: Any, table_at: str) -> None:
+    path = f"{table_at}/t"
     _append(path, range(0, 4), configuration={"delta.enableChangeDataFeed": "true"})
     table = DeltaTable(str(path))
     table.delete("id = 1")
@@ -107,7 +117,7 @@ def test_the_change_data_feed_gives_every_change(spark: Any, tmp_path: Path) -> 
         + [(1, "delete", 1, "n1")]
         + [(2, "update_preimage", 2, "n2"), (2, "update_postimage", 2, "renamed")]
     )
-    plain = tmp_path / "plain"
+    plain = f"{table_at}/plain"
     _append(plain, range(2))
     from transactional.errors import ConfigurationError
 
@@ -149,6 +159,7 @@ def test_start_positions_and_a_lost_log(spark: Any, tmp_path: Path) -> None:
         opened(DeltaTableSpout(path, start=9), spark)
 
 
+@pytest.mark.classic
 def test_the_docs_delta_example_sums_every_order_once(
     tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -105,8 +105,17 @@ def world(
 ) -> Iterator[World]:
     w = World(tmp_path, redis_url, zk_hosts, kafka.bootstrap_servers, topic)
 
-    def start_spark(master: str, sink: str, state_dir: Path, spout: Any, settings: Any) -> Any:
+    def start_spark(
+        master: str,
+        sink: str,
+        state_dir: Path,
+        spout: Any,
+        settings: Any,
+        delta_path: Any,
+        remote: str | None = None,
+    ) -> Any:
         w.spark = {"master": master, "sink": sink, "state_dir": state_dir, "conf": settings}
+        w.spark.update(delta_path=delta_path, remote=remote)
         return Session()
 
     class Runner:
@@ -182,7 +191,7 @@ def _runner_case(name: str) -> Check:
 
 RUN_CASES: dict[str, Check] = {
     "--source": case(*REDIS_SOURCE, then=lambda w: type(w.spout) is redis_sources.RedisPartitionedSpout),
-    "--input": case("--input", "{tmp}/in", then=lambda w: w.spout.path == w.tmp / "in"),
+    "--input": case("--input", "{tmp}/in", then=lambda w: w.spout.path == str(w.tmp / "in")),
     "--spout": case(
         "--spout", "opaque",
         then=lambda w: type(w.spout) is FilesOpaqueSpout
@@ -226,6 +235,10 @@ RUN_CASES: dict[str, Check] = {
     ),
     "--top": _top,
     "--master": case("--master", "local[1]", then=lambda w: w.spark["master"] == "local[1]"),
+    "--remote": case(
+        "--remote", "sc://spark.example:15002",
+        then=lambda w: w.spark["remote"] == "sc://spark.example:15002",
+    ),
     "--conf": case(
         "--conf", "spark.sql.shuffle.partitions=3",
         then=lambda w: w.spark["conf"] == {"spark.sql.shuffle.partitions": "3"},

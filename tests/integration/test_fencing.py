@@ -177,13 +177,13 @@ def delta_buckets(spark: Any, path: Path) -> dict[str, int]:
 def test_a_deposed_leader_frozen_before_its_delta_write_writes_nothing(
     spark: Any, zk_hosts: str, tmp_path: Path
 ) -> None:
-    """Delta cannot compare a fence token inside its commit, so the committer checks
-    leadership right before each table's write. Opaque mode, where a late write would
-    do harm: the old leader is frozen before its write of txid 3 and deposed; its
-    successor rewrites txid 3 and is held right after that write, still on txid 3. Now
-    the old leader wakes: without the check it would rewrite txid 3 over its
-    successor's (a Delta commit); with it, it finds it no longer leads and writes
-    nothing."""
+    """Opaque mode, where a late write would do harm: the old leader is frozen before
+    its write of txid 3 and deposed; its successor rewrites txid 3 and is held right
+    after that write, still on txid 3. Now the old leader wakes: it finds it no longer
+    leads (the committer checks right before each table's write) and writes nothing.
+    A leader deposed after that check, its write under way, is refused by the table's
+    fence token or Delta's conflict check: ``test_delta_committer.py``'s
+    ``test_a_deposed_leader_never_applies_a_txid_twice``."""
     delta = tmp_path / "delta"
     table = str(delta / "buckets")
     APP = f"{TOPOLOGY}:sink:buckets:opaque"

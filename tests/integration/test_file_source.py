@@ -17,10 +17,18 @@ import pytest
 
 from examples.tweets.generate import generate
 from tests.spouts import (
+    CSV_LINES,
+    CSV_SCHEMA,
+    PARQUET_COLUMNS,
     awkward_dataset,
+    columns,
+    csv_reference,
     drive_partitioned,
     drive_transactional,
+    flagged,
     opened,
+    parquet_files,
+    parquet_rows,
     records_of,
     rows,
     sample,
@@ -37,7 +45,7 @@ from transactional.types import TransactionAttempt
 # Executors must run this interpreter (it has pyarrow); set before the session starts.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 
 @pytest.fixture
@@ -117,6 +125,7 @@ def test_file_spouts_refuse_a_partition_file_inserted_before_others(
         spout.emit_partition_batch_new(TransactionAttempt(2, 1), 1, last[1])
 
 
+@pytest.mark.classic
 @pytest.mark.parametrize("kind", [FilesTransactionalSpout, FilesPartitionedSpout, FilesOpaqueSpout])
 def test_file_spouts_sample_the_first_lines_in_parallel_tasks(
     spark: Any, tmp_path: Path, kind: type
@@ -136,6 +145,7 @@ def test_file_spouts_sample_the_first_lines_in_parallel_tasks(
     assert spout.sample_batch() is None  # nothing to sample: no warm-up
 
 
+@pytest.mark.classic
 def test_file_partitioned_emits_all_partitions_as_one_tagged_frame(
     spark: Any, dataset: Path
 ) -> None:
@@ -215,26 +225,6 @@ def _json_reference(line: bytes) -> tuple[Any, ...]:
     return (value.get("id"), value.get("name"), None if score is None else float(score), raw, None)
 
 
-def _columns(*names: str) -> Any:
-    def read(df: Any) -> list[tuple[Any, ...]]:
-        return rows(df, names)
-
-    return read
-
-
-def _flagged(got: list[tuple[Any, ...]], what: str) -> list[tuple[Any, ...]]:
-    """Errors other than invalid UTF-8 must say the record does not fit the schema;
-    they are compared as "bad"."""
-    out = []
-    for row in got:
-        error = row[-1]
-        if error is not None and error != "invalid UTF-8":
-            assert error.startswith(f"not {what} of the schema ("), error
-            error = "bad"
-        out.append((*row[:-1], error))
-    return out
-
-
 @pytest.mark.parametrize("kind", [FilesTransactionalSpout, FilesPartitionedSpout])
 def test_json_lines_with_a_schema_give_its_columns_and_flag_what_does_not_fit(
     spark: Any, tmp_path: Path, kind: type
@@ -244,13 +234,13 @@ def test_json_lines_with_a_schema_give_its_columns_and_flag_what_does_not_fit(
     (root / "a.jsonl").write_bytes(b"\n".join(JSON_LINES[:6]) + b"\n")
     (root / "b.jsonl").write_bytes(b"\r\n".join(JSON_LINES[6:]))
     spout = opened(kind(root, batch_size=4, schema=JSON_SCHEMA), spark)
-    read = _columns("id", "name", "score", "raw", "error")
+    read = columns("id", "name", "score", "raw", "error")
     if kind is FilesTransactionalSpout:
         got, _ = drive_transactional(spout, None, read=read)
     else:
         by_partition, _ = drive_partitioned(spout, {}, False, read=read)
         got = by_partition[0] + by_partition[1]
-    assert _flagged(got, "a JSON object") == [_json_reference(line) for line in JSON_LINES]
+    assert flagged(got, "a JSON object") == [_json_reference(line) for line in JSON_LINES]
 
 
 def test_a_decimal_with_more_places_than_its_scale_is_flagged_not_rounded(
@@ -274,7 +264,7 @@ def test_a_decimal_with_more_places_than_its_scale_is_flagged_not_rounded(
     spout = opened(
         FilesTransactionalSpout(path, batch_size=10, schema="id INT, price DECIMAL(6,2)"), spark
     )
-    got, _ = drive_transactional(spout, None, read=_columns("id", "price", "error"))
+    got, _ = drive_transactional(spout, None, read=columns("id", "price", "error"))
 
     def reference(line: bytes) -> tuple[Any, ...]:
         value = json.loads(line, parse_float=Decimal).get("price")
@@ -285,51 +275,7 @@ def test_a_decimal_with_more_places_than_its_scale_is_flagged_not_rounded(
             return (None, None, "bad")
         return (json.loads(line)["id"], value.quantize(Decimal("0.01")), None)
 
-    assert _flagged(got, "a JSON object") == [reference(line) for line in lines]
-
-
-CSV_SCHEMA = "account STRING, amount DECIMAL(10,2), n INT"
-CSV_LINES = [
-    b"a,1.50,3",
-    b'"b, inc",2.25,4',  # a quoted separator
-    b"c,abc,1",  # not a number
-    b"d,1.5",  # a field short
-    b"e,1.5,2,extra",  # a field over
-    b"f,,5",  # an empty field is null
-    b'"g ""q""",-0.75,0',  # a doubled quote inside quotes
-    b"h,1,2147483648",  # beyond INT
-    b"caf\xe9,1,1",  # not UTF-8
-    b"i,1.234,1",  # more places than the scale: Spark would round it
-    b"j,1.230,1",  # a trailing zero fits
-    b"k,-12345678.9,1",  # beyond DECIMAL(10,2)
-]
-
-
-def _csv_reference(line: bytes) -> tuple[Any, ...]:
-    """The row a CSV line of ``CSV_SCHEMA`` must give, by Python's ``csv`` and
-    ``decimal``: three fields, an empty one null, the amount a decimal with at most two
-    places, n a 32-bit integer; else the whole record is an error."""
-    import csv
-    from decimal import Decimal, InvalidOperation
-
-    try:
-        raw = line.decode("utf-8")
-    except UnicodeDecodeError:
-        return (None, None, None, line.decode("utf-8", "backslashreplace"), "invalid UTF-8")
-    fields = next(csv.reader([raw]))
-    if len(fields) != 3:
-        return (None, None, None, raw, "bad")
-    account, amount, n = (f if f != "" else None for f in fields)
-    try:
-        value = None if amount is None else Decimal(amount)
-        count = None if n is None else int(n)
-    except (InvalidOperation, ValueError):
-        return (None, None, None, raw, "bad")
-    if (
-        value is not None and (value != value.quantize(Decimal("0.01")) or abs(value) >= 10**8)
-    ) or (count is not None and not -(2**31) <= count < 2**31):
-        return (None, None, None, raw, "bad")
-    return (account, value, count, raw, None)
+    assert flagged(got, "a JSON object") == [reference(line) for line in lines]
 
 
 @pytest.mark.parametrize("kind", [FilesTransactionalSpout, FilesPartitionedSpout, FilesOpaqueSpout])
@@ -341,14 +287,14 @@ def test_csv_with_a_header_gives_the_schemas_columns_and_flags_what_does_not_fit
     (root / "a.csv").write_bytes(b"account,amount,n\n" + b"\n".join(CSV_LINES[:5]) + b"\n")
     (root / "b.csv").write_bytes(b"account,amount,n\r\n" + b"\r\n".join(CSV_LINES[5:]) + b"\r\n")
     spout = opened(kind(root, batch_size=3, format="csv", schema=CSV_SCHEMA, header=True), spark)
-    read = _columns("account", "amount", "n", "raw", "error")
+    read = columns("account", "amount", "n", "raw", "error")
     if kind is FilesTransactionalSpout:
         got, metas = drive_transactional(spout, None, read=read)
         assert metas[0].segments[0].offset == len(b"account,amount,n\n")  # the header
     else:
         by_partition, _ = drive_partitioned(spout, {}, kind is FilesOpaqueSpout, read=read)
         got = by_partition[0] + by_partition[1]
-    assert _flagged(got, "a CSV record") == [_csv_reference(line) for line in CSV_LINES]
+    assert flagged(got, "a CSV record") == [csv_reference(line) for line in CSV_LINES]
 
     (root / "c.csv").write_bytes(b"account,n,amount\nz,1,2\n")  # another layout
     from transactional.errors import SourceSchemaError
@@ -361,59 +307,12 @@ def test_csv_with_a_header_gives_the_schemas_columns_and_flags_what_does_not_fit
             spout.is_ready(99, {})
 
 
-def _parquet_files(root: Path, sizes: list[int], seed: int = 5) -> dict[str, Any]:
-    """Parquet files of the given row counts, in row groups of 7 rows, with awkward
-    values (nulls, non-ASCII text, microsecond timestamps, a decimal, a list)."""
-    import datetime as dt
-    import random
-    from decimal import Decimal
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rng = random.Random(seed)
-    root.mkdir(exist_ok=True)
-    tables = {}
-    start = 0
-    for i, size in enumerate(sizes):
-        ids = list(range(start, start + size))
-        start += size
-        table = pa.table(
-            {
-                "id": pa.array(ids, pa.int64()),
-                "name": pa.array([None if n % 5 == 0 else f"n{n}-é" for n in ids]),
-                "at": pa.array(
-                    [
-                        dt.datetime(2026, 1, 1) + dt.timedelta(microseconds=rng.randint(0, 10**12))
-                        for _ in ids
-                    ],
-                    pa.timestamp("us"),
-                ),
-                "amount": pa.array(
-                    [Decimal(rng.randint(-(10**6), 10**6)) / 100 for _ in ids], pa.decimal128(12, 2)
-                ),
-                "tags": pa.array([[f"t{n % 3}"] * (n % 3) for n in ids], pa.list_(pa.string())),
-            }
-        )
-        name = f"part-{i:05d}.parquet"
-        pq.write_table(table, root / name, row_group_size=7)
-        tables[name] = table
-    return tables
-
-
-PARQUET_COLUMNS = ("id", "name", "at", "amount", "tags")
-
-
-def _parquet_rows(table: Any) -> list[tuple[Any, ...]]:
-    return [tuple(row[c] for c in PARQUET_COLUMNS) for row in table.to_pylist()]
-
-
 @pytest.mark.parametrize("kind", [FilesTransactionalSpout, FilesPartitionedSpout, FilesOpaqueSpout])
 def test_parquet_row_ranges_read_every_row_once_across_row_groups(
     spark: Any, tmp_path: Path, kind: type
 ) -> None:
     root = tmp_path / "in"
-    tables = _parquet_files(root, [23, 0, 16])
+    tables = parquet_files(root, [23, 0, 16])
     spout = opened(kind(root, batch_size=9, format="parquet"), spark)
 
     def read(df: Any) -> list[tuple[Any, ...]]:
@@ -424,7 +323,7 @@ def test_parquet_row_ranges_read_every_row_once_across_row_groups(
             out.append(tuple(row[c] for c in PARQUET_COLUMNS))
         return out
 
-    expected = {name: _parquet_rows(t) for name, t in tables.items()}
+    expected = {name: parquet_rows(t) for name, t in tables.items()}
     if kind is FilesTransactionalSpout:
         got, metas = drive_transactional(spout, None, read=read)
         assert got == [r for name in sorted(expected) for r in expected[name]]
@@ -445,15 +344,15 @@ def test_parquet_row_ranges_read_every_row_once_across_row_groups(
             )
         last = {p: m for metas in history for p, m in metas.items()}
 
-    more = _parquet_files(tmp_path / "later", [5], seed=9)["part-00000.parquet"]
+    more = parquet_files(tmp_path / "later", [5], seed=9)["part-00000.parquet"]
     import pyarrow.parquet as pq
 
     pq.write_table(more, root / "part-00003.parquet")
     if kind is FilesTransactionalSpout:
-        assert drive_transactional(spout, last, read=read)[0] == _parquet_rows(more)
+        assert drive_transactional(spout, last, read=read)[0] == parquet_rows(more)
     else:
         added, _ = drive_partitioned(spout, last, kind is FilesOpaqueSpout, read=read)
-        assert added == {0: [], 1: [], 2: [], 3: _parquet_rows(more)}
+        assert added == {0: [], 1: [], 2: [], 3: parquet_rows(more)}
 
 
 def _rows_again(frame: Any, read: Any) -> list[tuple[Any, ...]]:
@@ -583,6 +482,7 @@ def test_bad_settings_are_refused_with_what_to_change(spark: Any, tmp_path: Path
         opened(FilesTransactionalSpout(root, start={"a": 0, "b": 0}), spark)
 
 
+@pytest.mark.classic
 def test_the_docs_files_example_sums_every_order_once(
     tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

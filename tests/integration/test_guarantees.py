@@ -29,7 +29,7 @@ from transactional.testing import FaultPlan, FaultPoint, Range, TopologyHarness
 from transactional.topology import Topology
 from transactional.types import CommitMode, TransactionAttempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 NUMBERS = 240
 #: Two partitions: the numbers below and above the half.

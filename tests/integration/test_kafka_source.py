@@ -35,7 +35,7 @@ from transactional.testing import FaultPlan, TopologyHarness
 from transactional.testing.servers import KafkaServer
 from transactional.types import CommitMode, TransactionAttempt, dump_meta, load_meta
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 Record = tuple[str, str | None]
 #: librdkafka's own lines (a client reconnecting to a stopped broker) go to logging.
@@ -404,6 +404,7 @@ def test_tweets_counted_exactly_from_kafka_through_a_crash_and_a_broker_restart(
     assert_exact(read_redis(redis_url), _expected(messages, tmp_path), ids=False)
 
 
+@pytest.mark.classic
 def test_the_docs_kafka_example_counts_every_page_once(
     spark: Any, kafka: KafkaServer, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

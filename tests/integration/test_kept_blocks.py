@@ -17,12 +17,13 @@ from pyspark.sql import functions as F
 
 from coordinators import SQLiteStateStore
 from tests.integration.topologies import BATCH, TOTAL, BucketBolt, RangeSpout, expected_counts
-from transactional import Bolt, RunnerConfig, TopologyBuilder, TransactionalRunner
+from tests.witness import server_persisted, waited
+from transactional import Bolt, RunnerConfig, TopologyBuilder, TransactionalRunner, checkpoint
 from transactional.errors import InjectedFault
 from transactional.faults import FaultPoint
 from transactional.types import TransactionAttempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 
 def persisted(spark: Any) -> set[int]:
@@ -77,19 +78,27 @@ class SlicedSpout(RangeSpout):
 
 
 def run(
-    spark: Any, url: str, path: Path, spout: RangeSpout, bolt: Bolt, faults: Any, **config: Any
+    spark: Any,
+    url: str,
+    path: Path,
+    spout: RangeSpout,
+    bolt: Bolt,
+    faults: Any,
+    sink: Any = None,
+    **config: Any,
 ) -> Any:
+    """The topology run to its end (``sink``: the Redis sink at ``url`` by default)."""
     from committers import CounterTable, RedisCommitter
 
     redis.Redis.from_url(url).flushdb()
+    if sink is None:
+        sink = RedisCommitter(url, {"default": CounterTable("buckets", ("key",))})
     topology = (
         TopologyBuilder()
         .set_spout(spout)
         .set_bolt("keep", bolt)
         .set_bolt("bucket", BucketBolt(), "keep")
-        .set_committer(
-            "sink", RedisCommitter(url, {"default": CounterTable("buckets", ("key",))}), "bucket"
-        )
+        .set_committer("sink", sink, "bucket")
         .build()
     )
     settings = RunnerConfig(topology_id="kept", max_pending=2, backoff_initial_s=0.05, **config)
@@ -106,6 +115,7 @@ def buckets(url: str) -> dict[str, int]:
     return {k: int(v) for k, v in client.hgetall("buckets").items()}
 
 
+@pytest.mark.classic
 @pytest.mark.parametrize("point", [FaultPoint.PROCESS, FaultPoint.BEFORE_SINK_WRITE])
 def test_every_checkpoint_of_a_txid_is_released_when_it_is_committed_or_dropped(
     spark: Any, redis_url: str, tmp_path: Path, point: FaultPoint
@@ -124,6 +134,7 @@ def test_every_checkpoint_of_a_txid_is_released_when_it_is_committed_or_dropped(
     assert persisted(spark) - before == set()
 
 
+@pytest.mark.classic
 def test_the_checkpoint_of_a_batch_whose_reading_is_cancelled_is_released(
     spark: Any, redis_url: str, tmp_path: Path
 ) -> None:
@@ -142,6 +153,7 @@ def test_the_checkpoint_of_a_batch_whose_reading_is_cancelled_is_released(
     assert persisted(spark) - before == set()
 
 
+@pytest.mark.classic
 def test_a_checkpoint_the_spout_made_before_the_txids_is_kept(
     spark: Any, redis_url: str, tmp_path: Path
 ) -> None:
@@ -155,3 +167,85 @@ def test_a_checkpoint_the_spout_made_before_the_txids_is_kept(
     assert spout.base_rdd in persisted(spark)
     assert not set(bolt.kept) & persisted(spark)
     assert spout.base.count() == TOTAL
+
+
+class CheckpointingBolt(Bolt):
+    """Keeps its input through ``transactional.checkpoint`` (a persisted frame on
+    Spark Connect), read by a job of its own so that it is stored."""
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        kept = checkpoint(batch.select("id"))
+        kept.count()
+        return kept
+
+
+class ServerKeeps:
+    """The RDDs a Spark Connect server stores beyond those it held before, watched
+    through its REST API (``server_persisted``) every 0.1 s while the block runs."""
+
+    def __init__(self, ui_port: int) -> None:
+        self.ui = ui_port
+        self.before = server_persisted(ui_port)
+        self.seen: set[int] = set()
+        self._done = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.1):
+            self.seen.update(server_persisted(self.ui) - self.before)
+
+    def __enter__(self) -> ServerKeeps:
+        self._watcher.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._watcher.join()
+
+    def wait_none_left(self) -> None:
+        """Unpersisting is asynchronous, and so is the server's view of it: waited for."""
+        waited(
+            "the server holding none of the run's RDDs",
+            lambda: True if not server_persisted(self.ui) - self.before else None,
+            timeout=30,
+        )
+
+
+@pytest.mark.connect_only
+def test_on_spark_connect_what_a_txid_kept_is_unpersisted_on_the_server_once_it_is_over(
+    spark: Any, spark_connect: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """The server's own list of persisted RDDs (its REST API), watched through the run:
+    the engine's batches and the bolt's keeps were stored on the server, and none of
+    them is left once the run is over (the first attempt of txid 3 failed too)."""
+    faults = FailOnce(FaultPoint.PROCESS, 3)
+    with ServerKeeps(int(spark_connect.conf["spark.ui.port"])) as server:
+        stats = run(spark, redis_url, tmp_path, RangeSpout(), CheckpointingBolt(), faults)
+    assert buckets(redis_url) == expected_counts()
+    assert stats.committed_txids == TOTAL // BATCH and faults.failed == 1
+    assert len(server.seen) >= TOTAL // BATCH  # the run's frames were stored on the server
+    server.wait_none_left()
+
+
+@pytest.mark.connect_only
+def test_on_spark_connect_what_the_delta_merge_path_kept_is_unpersisted_on_the_server(
+    spark: Any, spark_connect: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """As above, with every txid merged by the server (a Delta committer with
+    ``max_driver_rows=0``): the sums kept for each MERGE and Delta's own copy of them are
+    stored on the server, and none is left once the run is over."""
+    from deltalake import DeltaTable
+
+    from committers import CounterTable, DeltaCommitter
+
+    sink = DeltaCommitter(
+        str(tmp_path / "lake"), {"default": CounterTable("buckets", ("key",))}, max_driver_rows=0
+    )
+    faults = FailOnce(FaultPoint.PROCESS, 3)
+    with ServerKeeps(int(spark_connect.conf["spark.ui.port"])) as server:
+        stats = run(spark, redis_url, tmp_path, RangeSpout(), CheckpointingBolt(), faults, sink)
+    rows = DeltaTable(str(tmp_path / "lake" / "buckets")).to_pyarrow_table().to_pylist()
+    assert {r["key"]: r["count"] for r in rows} == expected_counts()
+    assert stats.committed_txids == TOTAL // BATCH and faults.failed == 1
+    assert len(server.seen) >= TOTAL // BATCH
+    server.wait_none_left()

@@ -47,7 +47,7 @@ from transactional.types import CommitMode, TransactionAttempt
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 TOTAL, BATCH = 40, 20
 #: The first txid's numbers: the one a failing bolt fails on (max_pending=1).
@@ -421,6 +421,7 @@ def test_the_tweet_topology_balances_with_no_spark_job_added(
     )
 
 
+@pytest.mark.classic
 def test_a_recount_that_balances_lets_the_txid_go_on(
     spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -29,7 +29,7 @@ from transactional.testing import FaultPlan, SimulatedCrash, TopologyHarness
 from transactional.topology import Topology
 from transactional.types import CommitMode, CommitOutcome, Guarantee, TransactionAttempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from transactional.errors import CommitError, ConfigurationError
 from transactional.testing.servers import free_port
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 COUNTERS = {
     "tags": CounterTable("hashtags", ("tag",)),

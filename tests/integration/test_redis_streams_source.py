@@ -27,7 +27,7 @@ from transactional.types import TransactionAttempt
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 COLUMNS = ("stream", "id", "fields", "raw", "error")
 
@@ -223,6 +223,7 @@ def test_bad_settings_are_refused_with_what_to_change(
         opened(RedisStreamsPartitionedSpout("redis://127.0.0.1:1/0", ["s"]), spark)
 
 
+@pytest.mark.classic
 def test_the_docs_streams_example_counts_every_event_once(
     tmp_path: Path, client: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

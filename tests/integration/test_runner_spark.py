@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,10 @@ import redis
 
 from coordinators import SQLiteStateStore
 from tests.integration.topologies import BATCH, TOTAL, RangeSpout, build, expected_counts
+from tests.processes import redis_txid
 from tests.witness import spark_settled
 from transactional import RunnerConfig, TransactionalRunner
+from transactional.testing import Range
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,10 +102,15 @@ def test_spark_jobs_say_which_txid_attempt_and_step_they_belong_to(
     assert all({"step=emit", "step=prepare"} <= seen <= steps for seen in described.values())
 
 
+@pytest.mark.parametrize("spark_at", ["local", "connect"])
 def test_the_transactional_command_runs_a_factory_and_reports_status(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, spark_at: str, request: pytest.FixtureRequest
 ) -> None:
+    """On a local master, and on a Spark Connect server (``--remote``)."""
     env = {**os.environ, "BUCKETS_REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
+    where = ["--master", "local[2]"]
+    if spark_at == "connect":
+        where = ["--remote", request.getfixturevalue("spark_connect").remote]
     cli = [sys.executable, "-m", "transactional.cli"]
     run = subprocess.run(
         [
@@ -113,8 +122,7 @@ def test_the_transactional_command_runs_a_factory_and_reports_status(
             "--state-dir",
             str(tmp_path),
             "--until-drained",
-            "--master",
-            "local[2]",
+            *where,
         ],
         env=env,
         capture_output=True,
@@ -176,3 +184,59 @@ def test_a_local_session_runs_the_parallel_collector(spark: Any) -> None:
     beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory
     names = {bean.getName() for bean in beans.getGarbageCollectorMXBeans()}
     assert names == {"PS Scavenge", "PS MarkSweep"}
+
+
+class LosesSessionAtStart(RangeSpout):
+    """At txid ``lost_txid``'s first start, once the sink holds the txid before it (no
+    other attempt, commit or job group under way), the Connect client is closed as
+    PySpark closes it when a reply comes from another server session (a restarted
+    server: ``INVALID_HANDLE.SESSION_CHANGED``); the spout then asks the server while
+    deciding the batch, as a spout whose metadata comes from a table does."""
+
+    def __init__(self, lost_txid: int, committed: Callable[[], int]) -> None:
+        super().__init__()
+        self.lost_txid = lost_txid
+        self.committed = committed
+        self.lost = False
+        self.met_closed = 0
+
+    def initialize_transaction(self, txid: int, prev_meta: Range | None) -> Range:
+        from pyspark.errors.exceptions.connect import SparkConnectException
+
+        if txid == self.lost_txid and not self.lost:
+            deadline = time.monotonic() + 60
+            while self.committed() < self.lost_txid - 1:
+                assert time.monotonic() < deadline, "the txid before not committed in 60 s"
+                time.sleep(0.05)
+            self.lost = True
+            self.spark.client._closed = True
+        try:
+            self.spark.range(1).count()
+        except SparkConnectException as e:
+            assert "NO_ACTIVE_SESSION" in str(e), e
+            self.met_closed += 1
+            raise
+        return super().initialize_transaction(txid, prev_meta)
+
+
+@pytest.mark.connect
+@pytest.mark.connect_only
+def test_on_spark_connect_a_session_lost_at_an_attempts_start_is_reopened_by_its_retry(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """An attempt that fails at its start is not cancelled, and a cancel was where the
+    session got reopened: every retry of the txid met the closed client until the txid
+    was poisoned (a server restarted mid-run, in CI). Its retry reopens it now."""
+    from transactional.connect import reopen_if_lost
+
+    spout = LosesSessionAtStart(2, lambda: redis_txid(redis_url, "sink", "reopened"))
+    topology = build(spark, redis_url, spout)
+    config = RunnerConfig(topology_id="reopened", max_pending=1, backoff_initial_s=0.1)
+    store = SQLiteStateStore(tmp_path / "state.db")
+    try:
+        stats = TransactionalRunner(topology, store, spark, config).run(until_drained=True)
+    finally:
+        reopen_if_lost(spark)  # the suite's session, should the run have left it closed
+    assert spout.met_closed == 1  # the fault fired: the spout's call met the closed client
+    assert buckets(redis_url) == expected_counts()
+    assert stats.committed_txids == TOTAL // BATCH and stats.failures == 1

@@ -23,7 +23,7 @@ from transactional.errors import ConfigurationError
 from transactional.sources.files import FilesPartitionedSpout
 from transactional.types import TransactionAttempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 
 class CountWords(Bolt):

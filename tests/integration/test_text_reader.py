@@ -21,7 +21,7 @@ from transactional.types import TransactionAttempt
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 #: Fragments that make lines awkward: multi-byte characters, every kind of malformed
 #: UTF-8 (stray continuation, overlong, surrogate, beyond U+10FFFF, truncated), U+FFFD

@@ -21,7 +21,7 @@ from transactional.types import TransactionAttempt
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 ASCII_WHITESPACE = re.compile(r"[ \t\n\r\x0b\x0c]+")
 ATTEMPT = TransactionAttempt(1, 1)

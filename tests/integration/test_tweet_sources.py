@@ -34,7 +34,7 @@ from transactional.types import TransactionAttempt
 # Executors must run this interpreter (it has pyarrow); set before the session starts.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 
 
 @pytest.fixture
@@ -105,6 +105,7 @@ def test_redis_partitioned_kinds(spark: Any, loaded: Path, redis_url: str, kind:
     spout.close()
 
 
+@pytest.mark.classic
 @pytest.mark.parametrize("kind", [RedisTransactionalSpout, RedisPartitionedSpout, RedisOpaqueSpout])
 def test_redis_spouts_sample_the_first_queue_holding_messages(
     spark: Any, loaded: Path, redis_url: str, kind: type

@@ -35,7 +35,7 @@ from transactional.faults import FaultPoint
 from transactional.testing import FaultPlan, Range, TopologyHarness
 from transactional.types import TransactionAttempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.connect]
 MODULE = "tests.integration.test_user_topology"
 
 
@@ -103,8 +103,8 @@ def test_a_pandas_frame_from_a_spout_is_refused_at_once(spark: Any, tmp_path: Pa
     )
     assert refused(spark, topology, tmp_path) == (
         f"spout 'spout' ({MODULE}.PandasSpout).emit_batch returned "
-        "pandas.core.frame.DataFrame, not a pyspark.sql.DataFrame (classic, not Spark "
-        "Connect): convert it with spark.createDataFrame(...) on the SparkSession the runner "
+        "pandas.core.frame.DataFrame, not a pyspark.sql.DataFrame of the runner's "
+        "session: convert it with spark.createDataFrame(...) on the SparkSession the runner "
         "gives at open (txid 1)"
     )
 
@@ -133,9 +133,10 @@ def test_an_opaque_spout_returning_a_bare_frame_is_refused_at_once(
         .set_committer("sink", OpaqueRows(), "bucket")
         .build()
     )
+    frame = type(spark.range(1))  # classic or Spark Connect's
     assert refused(spark, topology, tmp_path) == (
         f"spout 'spout' ({MODULE}.BareOpaque).emit_partition_batch returned "
-        "pyspark.sql.classic.dataframe.DataFrame for txid 1 partition 0; it must return a pair "
+        f"{frame.__module__}.{frame.__qualname__} for txid 1 partition 0; it must return a pair "
         "(metadata, DataFrame): (Range(...), the partition's batch)"
     )
 

@@ -37,7 +37,7 @@ from transactional.types import CommitMode, TransactionAttempt
 
 DATA = [f"r{i % 4}" for i in range(12)]
 MODULE = "tests.unit.test_contracts"
-FRAME = "a pyspark.sql.DataFrame (classic, not Spark Connect)"
+FRAME = "a pyspark.sql.DataFrame of the runner's session"
 
 
 def run_to_refusal(topology: Any, store: InMemoryStateStore | None = None) -> str:
@@ -90,8 +90,8 @@ def test_a_bolt_returning_none_is_refused_naming_it() -> None:
     assert message == (
         f"bolt 'count' ({MODULE}.NoneBolt).process returned None (txid 1); it must return "
         "a DataFrame (only when it declares one stream) or a mapping with exactly its "
-        "declared streams ['default'], each a pyspark.sql.DataFrame (classic, not Spark "
-        "Connect)"
+        "declared streams ['default'], each a pyspark.sql.DataFrame of the runner's "
+        "session"
     )
 
 
@@ -99,7 +99,7 @@ def test_a_stream_that_is_not_a_frame_is_refused_naming_the_stream() -> None:
     message = run_to_refusal(bolt_topology(NotAStream(), "count:counts"))
     assert message.startswith(
         f"bolt 'count' ({MODULE}.NotAStream).process returned dict, not a "
-        "pyspark.sql.DataFrame (classic, not Spark Connect) as stream 'bad' (txid 1)"
+        "pyspark.sql.DataFrame of the runner's session as stream 'bad' (txid 1)"
     )
 
 
@@ -323,3 +323,29 @@ def test_a_txid_dropped_because_a_lower_one_failed_counts_an_attempt() -> None:
     assert sorted(n for t, n in seen if t == 2) == [1, 2]
     assert sorted(n for t, n in seen if t == 3) == [1]
     assert sink.counts == Counter(DATA) and sink.committed_sequence() == [1, 2, 3]
+
+
+def _frame_of(module: str) -> object:
+    """An object whose class says it is PySpark's DataFrame of ``module``."""
+    return type("DataFrame", (), {"__module__": module})()
+
+
+@pytest.mark.parametrize(
+    ("module", "session", "other"),
+    [
+        ("pyspark.sql.connect.dataframe", "a Spark Connect DataFrame", "classic session"),
+        ("pyspark.sql.classic.dataframe", "a classic DataFrame", "Spark Connect session"),
+    ],
+)
+def test_a_frame_of_the_other_kind_of_session_is_refused_saying_which(
+    module: str, session: str, other: str
+) -> None:
+    from transactional.contracts import frame_problem
+
+    problem = frame_problem(_frame_of(module), lambda value: False)
+    assert problem == (
+        f"{session} ({module}.DataFrame) on a {other}; the runner needs a "
+        "pyspark.sql.DataFrame of the runner's session: build it with the SparkSession "
+        "the runner gives at open"
+    )
+    assert frame_problem(_frame_of(module), lambda value: True) is None

@@ -25,14 +25,20 @@ COMMANDS = [
 ]
 
 
+def spark_submit() -> list[str]:
+    """PySpark's ``spark-submit --help`` (the Spark Connect page starts a server with it;
+    its usage goes to stderr)."""
+    import pyspark
+
+    return [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--help"]
+
+
 def known_flags() -> set[str]:
     flags: set[str] = set()
-    for args in COMMANDS:
-        done = subprocess.run(
-            [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == 0, (args, done.stderr[-2000:])
-        flags |= set(FLAG.findall(done.stdout))
+    for command in [*([sys.executable, *args] for args in COMMANDS), spark_submit()]:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+        flags |= set(FLAG.findall(done.stdout + done.stderr))
     return flags
 
 

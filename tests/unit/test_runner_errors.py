@@ -120,7 +120,7 @@ def test_a_spout_emitting_something_other_than_a_frame_stops_at_once() -> None:
     assert isinstance(info.value.cause, ContractError)
     assert (
         "spout 'spout' (tests.unit.test_runner_errors.NotAFrame).emit_batch returned dict, "
-        "not a pyspark.sql.DataFrame (classic, not Spark Connect) (txid 1)"
+        "not a pyspark.sql.DataFrame of the runner's session (txid 1)"
     ) in str(info.value)
     assert store.currtx == 1
 

@@ -206,7 +206,10 @@ def _run(args: argparse.Namespace) -> int:
         store = _store(settings)
         if takes_spark(factory, args.factory):
             spark = create_spark_session(
-                settings.master, app, {**_installed_spark_conf(), **settings.spark}
+                settings.master,
+                app,
+                {**_installed_spark_conf(), **settings.spark},
+                remote=settings.remote,
             )
             topology = build_topology(factory, args.factory, spark)
             topology.preflight()
@@ -219,7 +222,9 @@ def _run(args: argparse.Namespace) -> int:
                 topology.spout.spark_conf(),
                 *(n.committer.spark_conf() for n in topology.committers),
             )
-            spark = create_spark_session(settings.master, app, {**needed, **settings.spark})
+            spark = create_spark_session(
+                settings.master, app, {**needed, **settings.spark}, remote=settings.remote
+            )
         # A live line on a terminal; otherwise a heartbeat in the logs (-v shows it).
         progress = ProgressListener(
             sys.stderr,

@@ -131,6 +131,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("state_dir", "directory of the embedded SQLite state store", "DIR", commands=STORE),
     Setting("master", "Spark master URL", "URL"),
     Setting(
+        "remote",
+        "a Spark Connect server to run on, sc://host:port, instead of a Spark driver in this "
+        "process (the server then holds the jars: see the Spark Connect how-to)",
+        "URL",
+        default_text="none",
+    ),
+    Setting(
         "batch_size",
         "records per new txid, as the spout reads context.batch_size(default); auto: adaptive",
         "N|auto",
@@ -282,6 +289,8 @@ class RunSettings(StoreSettings):
 
     topology_id: str = Field(min_length=1)
     master: str = "local[*]"
+    #: A Spark Connect server (``sc://host:port``); None: a classic session on ``master``.
+    remote: str | None = None
     #: None: the spout's own size; a number: that many records per new txid (spouts read
     #: it through ``SpoutContext.batch_size``); "auto": adaptive (``transactional.flow``).
     batch_size: int | str | None = None

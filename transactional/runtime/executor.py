@@ -195,6 +195,7 @@ class Executor:
         if self.stopping.is_set():  # start nothing more; the loop ends at its next check
             return [m.NotReady(attempt.txid)]
         try:
+            self.engine.revive()  # a Connect session whose server restarted, reopened
             if isinstance(command, m.Replay):
                 batch: Batch | None = self.driver.replay(attempt, number)
             else:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from transactional import contracts
+from transactional.connect import is_connect
 from transactional.errors import ConfigurationError
 from transactional.runtime.pipeline import Pipeline
 from transactional.topology import Topology
@@ -46,9 +47,12 @@ def _warmth(engine: Any, topology: Topology, topology_id: str) -> tuple[str, ...
     """What a warm-up warms: the engine's Spark application and the topology, by id and
     by the type of each of its components, wired as they are. None for an engine that
     is not on Spark (nothing is kept warm between its runs)."""
-    app = getattr(
-        getattr(getattr(engine, "spark", None), "sparkContext", None), "applicationId", None
-    )
+    spark = getattr(engine, "spark", None)
+    app: object
+    if is_connect(spark):  # no SparkContext: the server's session stands for it
+        app = f"connect:{spark.session_id}"  # type: ignore[union-attr]
+    else:
+        app = getattr(getattr(spark, "sparkContext", None), "applicationId", None)
     if not isinstance(app, str):
         return None
 

@@ -49,7 +49,9 @@ class SourceBase:
     def per_task(self, count: int) -> int:
         """Of ``count`` bytes or messages, how many one task reads when they are spread
         over as many tasks as the session runs at once."""
-        return -(-count // self.spark.sparkContext.defaultParallelism)
+        from transactional.connect import default_parallelism
+
+        return -(-count // default_parallelism(self.spark))
 
     def start_from(self, parse: Callable[[str], Any]) -> None:
         """At ``open``: take the run's start position (``--start-from``), if it was given
@@ -105,8 +107,30 @@ def split_frame(
     one after the other). Its records have the ``output`` schema."""
     if not rows:
         return spark.createDataFrame([], output)
-    splits = spark.sparkContext.parallelize(list(rows), min(len(rows), tasks or len(rows)))
+    from transactional.connect import is_connect
+
+    count = min(len(rows), tasks or len(rows))
+    if is_connect(spark):
+        return _connect_splits(spark, rows, schema, count).mapInArrow(reader, output)
+    splits = spark.sparkContext.parallelize(list(rows), count)
     return spark.createDataFrame(splits, schema).mapInArrow(reader, output)
+
+
+def _connect_splits(
+    spark: SparkSession, rows: Sequence[tuple[Any, ...]], schema: str, count: int
+) -> DataFrame:
+    """``rows`` in ``count`` partitions of consecutive rows, in order, as
+    ``parallelize`` slices them, without an RDD (Spark Connect has none): a range of
+    their indexes in ``count`` partitions, each index joined with its row, broadcast (the
+    range's partitions and order stay as they are)."""
+    from pyspark.sql import functions as F
+
+    index = "_transactional_split"
+    table = spark.createDataFrame(
+        [(i, *row) for i, row in enumerate(rows)], f"{index} LONG, {schema}"
+    )
+    indexes = spark.range(0, len(rows), 1, count).withColumnRenamed("id", index)
+    return indexes.join(F.broadcast(table), index).drop(index)
 
 
 def parse_start(

@@ -62,16 +62,38 @@ class ZooKeeperEnsemble:
     separate data directories); each can be stopped (SIGKILL) and started again."""
 
     def __init__(self, size: int = 3, tick_ms: int = 500) -> None:
-        peers = [(free_port(), free_port(), free_port()) for _ in range(size)]
-        self.members = [QuorumMember(i, peers, tick_ms) for i in range(1, size + 1)]
+        self.size = size
+        self.tick_ms = tick_ms
+        self.members = self._draw()
+
+    def _draw(self) -> list[QuorumMember]:
+        """Members on ports drawn afresh (three each: client, quorum, election)."""
+        ports: set[int] = set()
+        while len(ports) < 3 * self.size:
+            ports.add(free_port())
+        drawn = iter(ports)
+        peers = [(next(drawn), next(drawn), next(drawn)) for _ in range(self.size)]
+        return [QuorumMember(i, peers, self.tick_ms) for i in range(1, self.size + 1)]
 
     @property
     def hosts(self) -> str:
         return ",".join(m.hosts for m in self.members)
 
-    def start(self, timeout: float = 60.0) -> None:
-        for member in self.members:
-            member.start()
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> None:
+        """Start every member and wait for a leader. A port free when it was drawn may
+        be taken before its member binds it (by another test process drawing ports):
+        the ensemble, never started yet, is then drawn again on other ports."""
+        for attempt in range(1, attempts + 1):
+            try:
+                for member in self.members:
+                    member.start()
+            except RuntimeError as e:
+                if "BindException" not in str(e) or attempt == attempts:
+                    raise
+                self.close()
+                self.members = self._draw()
+                continue
+            break
         self.wait_serving(timeout)
 
     def wait_serving(self, timeout: float = 60.0) -> QuorumMember:
@@ -211,14 +233,16 @@ def spark_home() -> Path:
 
 
 def _spark_env(directory: Path) -> dict[str, str]:
-    """A standalone daemon's environment: bound to loopback, its logs and work in its
-    own directory."""
+    """A standalone daemon's environment: bound to loopback, its logs, work and scratch
+    (a worker's executors' shuffle and block files) in its own directory, which
+    ``close`` removes even after a SIGKILL."""
     return {
         **os.environ,
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(directory),
         "SPARK_WORKER_DIR": str(directory / "work"),
+        "SPARK_LOCAL_DIRS": str(directory / "local"),
         "SPARK_NO_DAEMONIZE": "1",
     }
 

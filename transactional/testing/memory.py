@@ -71,6 +71,9 @@ class InMemoryEngine:
         digests = {p: (len(frame), _checksum(frame)) for p, frame in enumerate(frames)}
         return Materialised(batch, len(batch), digests)
 
+    def revive(self) -> None:
+        return None
+
     @contextmanager
     def job_group(self, group: str, txid: int | None = None) -> Iterator[None]:
         self._local.group = group

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -18,6 +19,9 @@ from pathlib import Path
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 ZOOKEEPER_CONF = Path("/etc/zookeeper/conf")
+#: A logging binding for ZooKeeper (Debian's ``libslf4j-java``, which ``zookeeper``
+#: depends on): without one ZooKeeper says nothing, not even why it exited.
+SLF4J_SIMPLE = Path("/usr/share/java/slf4j-simple.jar")
 
 
 def free_port() -> int:
@@ -195,8 +199,9 @@ class ZooKeeperServer(_Server):
             "java",
             "-Xmx256m",
             "-Dzookeeper.log.dir=" + str(self.dir),
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
             "-cp",
-            f"{ZOOKEEPER_CONF}:{ZOOKEEPER_JAR}",
+            f"{ZOOKEEPER_CONF}:{ZOOKEEPER_JAR}:{SLF4J_SIMPLE}",
             "org.apache.zookeeper.server.ZooKeeperServerMain",
             str(self.cfg),
         ]
@@ -346,3 +351,117 @@ class KafkaServer(_Server):
 
     def command(self) -> list[str]:
         return [*self._jvm(), "kafka.Kafka", str(self.config)]
+
+
+class S3Server(_Server):
+    """An S3-compatible object store: moto's server (``moto[server]``, in the project's
+    ``dev`` extras), in memory, so a restart starts it empty. Clients reach it only
+    through the settings a user sets for real S3 (``settings``: endpoint, region,
+    credentials and ``AWS_ALLOW_HTTP`` for a plain-HTTP endpoint), as environment
+    variables; ``bucket`` makes a bucket.
+
+    moto keeps S3's conditional writes (``If-None-Match: *`` answered 412 when the key
+    exists), which delta-rs's commits rely on for their mutual exclusion."""
+
+    name = "s3"
+    start_timeout_s = 60.0
+    region = "us-east-1"
+
+    def __init__(self) -> None:
+        super().__init__("s3-")
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The standard AWS environment variables for this store (any key is accepted)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_REGION": self.region,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def command(self) -> list[str]:
+        import sys
+
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def bucket(self, name: str | None = None) -> str:
+        """A new, empty bucket (a fresh name by default); its name."""
+        import urllib.request
+
+        name = name or f"b-{uuid.uuid4().hex[:12]}"
+        request = urllib.request.Request(f"{self.endpoint_url}/{name}", method="PUT")
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            if reply.status != 200:
+                raise RuntimeError(f"moto refused the bucket {name}: HTTP {reply.status}")
+        return name
+
+
+class SparkConnectServer(_Server):
+    """A Spark Connect server (the ``spark-connect`` jar PySpark ships) on a free
+    loopback port, its own driver on ``master`` (``local[2]`` by default) with ``conf``
+    (Delta's jars and settings, say: a Connect client cannot give the server jars).
+    Its Python workers run this interpreter with ``python_path`` on their path, so the
+    clients' UDFs may import the project. Clients reach it at ``remote``
+    (``sc://127.0.0.1:<port>``). ``stop`` kills it; ``start`` again starts an empty
+    server on the same port (a Connect server keeps no state across a restart)."""
+
+    name = "spark-connect"
+    start_timeout_s = 180.0
+
+    def __init__(
+        self,
+        conf: dict[str, str] | None = None,
+        master: str = "local[2]",
+        python_path: str | None = None,
+    ) -> None:
+        super().__init__("spark-connect-")
+        self.conf = dict(conf or {})
+        self.master = master
+        self.env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOG_DIR": str(self.dir),
+            "SPARK_LOCAL_DIRS": str(self.dir / "local"),
+        }
+        if python_path:
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (python_path, os.environ.get("PYTHONPATH")) if p
+            )
+        self.env.pop("SPARK_REMOTE", None)
+        self.env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+    @property
+    def remote(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        import pyspark
+
+        submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+        settings = {
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "4",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.host": "127.0.0.1",
+            **self.conf,
+        }
+        conf = [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
+        return [
+            str(submit),
+            "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--master",
+            self.master,
+            *conf,
+            "spark-internal",
+        ]

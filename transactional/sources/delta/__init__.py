@@ -20,8 +20,11 @@ version), decided on the driver from the table's log and read by delta-spark.
 
 Start positions (``start=``): ``"earliest"`` (version 0, the default), ``"latest"``
 (versions committed after the start), a version number, or a ``datetime`` (the first
-version committed at or after it). The table must be on a path this process and every
-executor can read (a local or mounted file system): its log is read as files.
+version committed at or after it). The table is a local path this process and every
+executor can read (a local or shared file system), or an S3 URL (``s3://bucket/table``
+or ``s3a://``): its log is read on the driver through pyarrow's file systems and its
+files by delta-spark through Hadoop's ``s3a`` connector (``spark_conf`` asks for it),
+both with the standard AWS settings (``transactional.storage``).
 """
 
 from transactional.sources.delta._spouts import DeltaTableSpout, DeltaVersions

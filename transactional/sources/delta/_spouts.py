@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,6 +20,7 @@ from transactional.errors import (
 )
 from transactional.sources.base import SourceBase, parse_start
 from transactional.spout import SpoutContext, TransactionalSpout
+from transactional.storage import arrow_file_system, is_local, open_input
 from transactional.types import BatchMetadata, TransactionAttempt
 
 if TYPE_CHECKING:
@@ -100,7 +101,10 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
             )
         if isinstance(start, int) and not isinstance(start, bool) and start < 0:
             raise ConfigurationError(f"{who}: start version must be 0 or more, not {start}")
-        self.path = Path(path).resolve()
+        location = os.fspath(path)
+        #: A local path made absolute, or an S3 URL as given (``transactional.storage``).
+        self.path = str(Path(location).resolve()) if "://" not in location else location.rstrip("/")
+        arrow_file_system(self.path, who)  # any other URL: refused now
         self.start = start
         self.change_data_feed = change_data_feed
         self._begin = 0  # the first version of a fresh topology, fixed at open
@@ -142,16 +146,28 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
         """Versions committed after the last txid's, at the last look."""
         return self._behind
 
+    def spark_conf(self) -> Mapping[str, str]:
+        """For a table in S3, Spark's ``s3a`` connector (``transactional.storage``);
+        Delta's own jars come with the session (``committers.delta_spark_conf``)."""
+        if is_local(self.path):
+            return {}
+        from transactional.storage import s3_spark_conf
+
+        return s3_spark_conf()
+
     # -- the log --------------------------------------------------------------------
 
     def latest(self) -> int:
-        """The newest version, from the names of the log's commit files (-1: none)."""
+        """The newest version, from the names of the log's commit files (-1: none), listed
+        on the local file system or in the bucket."""
+        import pyarrow.fs as pa_fs
+
+        fs, log = arrow_file_system(f"{self.path}/{_LOG}", self.who)
         try:
-            names = os.listdir(self.path / _LOG)
-        except FileNotFoundError:
-            return -1
+            listed = fs.get_file_info(pa_fs.FileSelector(log, allow_not_found=True))
         except OSError as e:
-            raise EmitError(f"{self.who}: cannot list {self.path / _LOG}: {e}") from e
+            raise EmitError(f"{self.who}: cannot list {self.path}/{_LOG}: {e}") from e
+        names = [info.base_name for info in listed]
         numbers = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
         return max(numbers, default=-1)
 
@@ -159,15 +175,18 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
         known = self._versions.get(number)
         if known is not None:
             return known
-        path = self.path / _LOG / f"{number:020d}.json"
+        name = f"{number:020d}.json"
         try:
-            text = path.read_text()
+            with open_input(f"{self.path}/{_LOG}/{name}") as f:
+                text = f.read().decode("utf-8")
         except FileNotFoundError as e:
             raise SourceDataLostError(
                 f"{self.who}: version {number} of {self.path} is no longer in its log "
-                f"({path.name} is gone: log retention or a deleted table), so the batch "
+                f"({name} is gone: log retention or a deleted table), so the batch "
                 "that reads it cannot be read; keep the log longer than a txid takes"
             ) from e
+        except OSError as e:
+            raise EmitError(f"{self.who}: cannot read {name} of {self.path}: {e}") from e
         actions = [json.loads(line) for line in text.splitlines() if line.strip()]
         version = _Version(number, actions)
         if len(self._versions) > 4096:
@@ -179,14 +198,14 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
         from deltalake import DeltaTable
 
         try:
-            return DeltaTable(str(self.path), version=number).schema().to_json()
+            return DeltaTable(self.path, version=number).schema().to_json()
         except Exception as e:  # delta-rs raises its own error kinds
             raise EmitError(f"{self.who}: cannot read version {number} of {self.path}: {e}") from e
 
     def _feed_enabled(self, number: int) -> bool:
         from deltalake import DeltaTable
 
-        config = DeltaTable(str(self.path), version=number).metadata().configuration
+        config = DeltaTable(self.path, version=number).metadata().configuration
         return str(config.get("delta.enableChangeDataFeed", "false")).lower() == "true"
 
     def _beginning(self, latest: int) -> int:
@@ -253,6 +272,14 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
 
     # -- reading --------------------------------------------------------------------
 
+    @property
+    def _spark_path(self) -> str:
+        """The table as Spark names it: ``s3a://`` for a table in S3 (Hadoop's
+        connector), the path itself for a local one."""
+        if is_local(self.path):
+            return self.path
+        return "s3a://" + self.path.split("://", 1)[1]
+
     def emit_batch(self, attempt: TransactionAttempt, meta: DeltaVersions) -> DataFrame:
         if self.change_data_feed:
             return self._changes(meta)
@@ -274,7 +301,7 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
             if not names:
                 continue
             table = (
-                self.spark.read.format("delta").option("versionAsOf", number).load(str(self.path))
+                self.spark.read.format("delta").option("versionAsOf", number).load(self._spark_path)
             )
             yield table.where(F.col("_metadata.file_name").isin(names))
 
@@ -286,12 +313,12 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
             .option("readChangeFeed", "true")
             .option("startingVersion", meta.first)
             .option("endingVersion", meta.last)
-            .load(str(self.path))
+            .load(self._spark_path)
         )
 
     def _empty(self) -> DataFrame:
         """No rows, in the schema a batch of this source has."""
-        frame = self.spark.read.format("delta").load(str(self.path)).limit(0)
+        frame = self.spark.read.format("delta").load(self._spark_path).limit(0)
         if self.change_data_feed:
             from pyspark.sql import functions as F
 
@@ -307,4 +334,4 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
         """A few rows of the table as it is (the runner's warm-up)."""
         if self.change_data_feed:
             return None
-        return self.spark.read.format("delta").load(str(self.path)).limit(256)
+        return self.spark.read.format("delta").load(self._spark_path).limit(256)

@@ -43,10 +43,16 @@ number; other files from their beginning; the transactional kind takes one entry
 a ``datetime`` (files last modified before it are skipped; the transactional kind
 starts at the first file modified at or after it).
 
-The coordinator side runs on the driver and only counts (newlines in big chunks, row
-counts in Parquet footers); the emitters return lazy DataFrames whose reading runs in
-Spark tasks, so paths must be visible to every executor (a shared file system on a
-cluster). Paths are made absolute.
+Where the files live: a local path (made absolute) or an S3 prefix or object
+(``s3://bucket/dir`` or ``s3a://``), reached through pyarrow's file systems with the
+standard AWS settings (``transactional.storage``); any other URL is refused. The
+coordinator side runs on the driver and only counts (newlines in big chunks, row counts
+in Parquet footers); the emitters return lazy DataFrames whose reading runs in Spark
+tasks, so the files must be reachable from every executor: a shared file system, or a
+bucket with the AWS settings in the executors' environment too (an instance role, or
+``spark.executorEnv.AWS_...``). In a bucket every range is read by the range reader
+(Python in Spark tasks, ranged GETs), never by Spark's text reader, so no Spark
+connector is needed.
 """
 
 from transactional.sources.files._input import SAMPLE_LINES, FileRange

@@ -22,6 +22,7 @@ from transactional.sources.files import _lines as lines
 from transactional.sources.files import _parquet as parquet
 from transactional.sources.files import _parse as parse
 from transactional.spout import PARTITION_COLUMN, SpoutContext
+from transactional.storage import arrow_file_system, file_info, open_input
 from transactional.types import BatchMetadata
 
 if TYPE_CHECKING:
@@ -91,7 +92,11 @@ class FileInput(SourceBase):
                 f"{who}: start must be 'earliest', 'latest', a mapping of file name to "
                 f"offset or a datetime, not {start!r}"
             )
-        self.path = Path(path).resolve()
+        location = os.fspath(path)
+        #: A local path made absolute, or an S3 URL as given (``storage``).
+        self.path = str(Path(location).resolve()) if "://" not in location else location.rstrip("/")
+        arrow_file_system(self.path, type(self).__name__)  # any other URL: refused now
+        self._is_dir: bool | None = None
         self.format = format
         self.header = header
         self.options = dict(options or {})
@@ -143,34 +148,48 @@ class FileInput(SourceBase):
         return type(self).__name__
 
     def names(self) -> list[str]:
-        if self.path.is_dir():
-            return sorted(
-                e.name
-                for e in os.scandir(self.path)
-                if e.is_file() and not e.name.startswith((".", "_"))
-            )
-        if self.path.is_file():
-            return [self.path.name]
-        raise ConfigurationError(
-            f"{self.who}: {self.path} does not exist: give the path of a {self.format} "
-            "file or of a directory of them"
+        """The files' names, sorted, asked of the local file system or the bucket
+        (pyarrow's file systems); names starting with ``.`` or ``_`` are left out."""
+        import pyarrow.fs as pa_fs
+
+        fs, root = arrow_file_system(self.path, self.who)
+        try:
+            if self._is_dir is None:
+                kind = fs.get_file_info(root).type
+                if kind not in (pa_fs.FileType.Directory, pa_fs.FileType.File):
+                    raise ConfigurationError(
+                        f"{self.who}: {self.path} does not exist: give the path of a "
+                        f"{self.format} file or of a directory of them"
+                    )
+                self._is_dir = kind == pa_fs.FileType.Directory
+            if not self._is_dir:
+                return [root.rsplit("/", 1)[-1]]
+            listed = fs.get_file_info(pa_fs.FileSelector(root))
+        except OSError as e:
+            raise EmitError(f"{self.who}: cannot list {self.path}: {e}") from e
+        return sorted(
+            info.base_name
+            for info in listed
+            if info.type == pa_fs.FileType.File and not info.base_name.startswith((".", "_"))
         )
 
     def resolve(self, name: str) -> str:
-        return str(self.path / name) if self.path.is_dir() else str(self.path)
+        if self._is_dir is None:
+            self.names()
+        return f"{self.path}/{name}" if self._is_dir else self.path
 
     def size(self, name: str) -> int:
         """Bytes of a text file; rows of a Parquet file (from its footer, read again only
         when the file's size or time changed)."""
         path = self.resolve(name)
         try:
-            stat = os.stat(path)
+            stat = file_info(path)
         except OSError as e:
-            raise EmitError(f"{self.who}: cannot read {path}: {e.strerror}") from e
+            raise EmitError(f"{self.who}: cannot read {path}: {e.strerror or e}") from e
         if self.format != "parquet":
-            return stat.st_size
+            return stat.size
         known = self._rows.get(name)
-        if known is not None and known[:2] == (stat.st_size, stat.st_mtime_ns):
+        if known is not None and known[:2] == stat:
             return known[2]
         try:
             rows = parquet.row_count(path)
@@ -179,7 +198,7 @@ class FileInput(SourceBase):
                 f"{self.who}: {path} is not a readable Parquet file ({e}); write Parquet "
                 "files under a name starting with '.' or '_' and rename them when complete"
             ) from e
-        self._rows[name] = (stat.st_size, stat.st_mtime_ns, rows)
+        self._rows[name] = (*stat, rows)
         return rows
 
     def data_start(self, name: str) -> int:
@@ -192,7 +211,7 @@ class FileInput(SourceBase):
             length, count = lines.scan_lines(path, 0, 1)
             if not count:
                 return 0  # no header yet: nothing to read either
-            with open(path, "rb") as f:
+            with open_input(path) as f:
                 line = f.read(length).rstrip(b"\n").rstrip(b"\r")
             assert self.schema is not None
             parse.check_header(self.who, path, line, self.schema, self.options)
@@ -238,7 +257,7 @@ class FileInput(SourceBase):
         if start == "latest":
             return max(begin, self._at_open[name])
         if isinstance(start, datetime):
-            modified = os.stat(self.resolve(name)).st_mtime
+            modified = file_info(self.resolve(name)).mtime_ns / 1e9
             return max(begin, self._at_open[name]) if modified < start.timestamp() else begin
         return max(begin, int(start.get(name, begin)))
 
@@ -289,7 +308,9 @@ class FileInput(SourceBase):
         tagged with its partition (``emit_partitions``): the splits of all partitions
         spread over as many tasks as the session runs at once, not a task and a Python
         evaluation per partition."""
-        tasks = self.spark.sparkContext.defaultParallelism
+        from transactional.connect import default_parallelism
+
+        tasks = default_parallelism(self.spark)
         if self.format == "parquet":
             assert self.schema is not None
             tagged = [

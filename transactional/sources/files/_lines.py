@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from transactional.sources.text import INVALID_UTF8, RECORD_SCHEMA, text_records
 from transactional.spout import PARTITION_COLUMN
+from transactional.storage import open_input
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -112,7 +113,7 @@ def scan_lines(path: str, offset: int, max_lines: int) -> tuple[int, int]:
     count = 0
     read = 0  # bytes read so far, relative to offset
     end = 0  # relative position just after the last line taken
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         f.seek(offset)
         while True:
             chunk = f.read(_CHUNK)
@@ -135,7 +136,7 @@ def scan_lines(path: str, offset: int, max_lines: int) -> tuple[int, int]:
             return read + i + 1, max_lines
 
 
-def _line_start(f: BinaryIO, pos: int, start: int, end: int) -> int:
+def _line_start(f: BinaryIO, path: str, pos: int, start: int, end: int) -> int:
     """The first line start at or after ``pos`` within the range ``[start, end)``.
 
     Splitting a range at arbitrary byte positions and giving each line to the split
@@ -151,7 +152,7 @@ def _line_start(f: BinaryIO, pos: int, start: int, end: int) -> int:
     while at < end:
         chunk = f.read(min(_CHUNK, end - at))
         if not chunk:
-            raise OSError(f"{f.name}: ends at byte {at}, before {end}: was it truncated?")
+            raise OSError(f"{path}: ends at byte {at}, before {end}: was it truncated?")
         i = chunk.find(b"\n")
         if i >= 0:
             return at + i + 1
@@ -162,9 +163,9 @@ def _line_start(f: BinaryIO, pos: int, start: int, end: int) -> int:
 def read_file_split(path: str, start: int, end: int, lo: int, hi: int) -> pa.RecordBatch:
     """The records of the lines of range ``[start, end)`` of ``path`` that start in
     ``[lo, hi)``."""
-    with open(path, "rb") as f:
-        first = _line_start(f, lo, start, end)
-        last = _line_start(f, hi, start, end)
+    with open_input(path) as f:
+        first = _line_start(f, path, lo, start, end)
+        last = _line_start(f, path, hi, start, end)
         f.seek(first)
         data = f.read(last - first)
     if len(data) != last - first:
@@ -205,8 +206,9 @@ _PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./+=@,-]*")
 
 
 def readable_by_spark(path: str) -> bool:
-    """Whether ``read_text_files`` can take ``path`` as it is: an absolute path of plain
-    characters (Spark reads its arguments as glob patterns and Hadoop paths), no
+    """Whether ``read_text_files`` can take ``path`` as it is: an absolute local path
+    (a file in a bucket is read by the range reader, which needs no Spark connector) of
+    plain characters (Spark reads its arguments as glob patterns and Hadoop paths), no
     component of which Spark's file index would hide (``.name``, ``_name``)."""
     return bool(_PLAIN_PATH.fullmatch(path)) and not any(
         part.startswith((".", "_")) for part in path.split("/") if part
@@ -227,6 +229,6 @@ def read_text_files(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
 
 def at_line_start(path: str, offset: int) -> bool:
     """Whether byte ``offset`` (> 0) of the file at ``path`` follows a newline."""
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         f.seek(offset - 1)
         return f.read(1) == b"\n"

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from transactional.errors import ConfigurationError, EmitError, SourceSchemaError
 from transactional.sources.base import split_frame
 from transactional.spout import PARTITION_COLUMN
+from transactional.storage import arrow_file_system
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -32,12 +33,14 @@ SPLIT_SCHEMA = "path STRING, lo LONG, hi LONG, schema BINARY, partition INT"
 
 
 def row_count(path: str) -> int:
-    """Rows in ``path``, from its footer alone."""
-    return int(pq.ParquetFile(path).metadata.num_rows)
+    """Rows in ``path`` (a local path or an S3 URL), from its footer alone."""
+    fs, inside = arrow_file_system(path)
+    return int(pq.ParquetFile(inside, filesystem=fs).metadata.num_rows)
 
 
 def file_schema(path: str) -> pa.Schema:
-    return pq.read_schema(path)
+    fs, inside = arrow_file_system(path)
+    return pq.read_schema(inside, filesystem=fs)
 
 
 def spark_schema(schema: pa.Schema) -> StructType:
@@ -102,7 +105,8 @@ def splits(
 def read_range(path: str, lo: int, hi: int, schema: pa.Schema) -> pa.Table:
     """Rows ``[lo, hi)`` of ``path``, cast to ``schema`` (safely: a value the cast would
     change, a timestamp's nanoseconds or an integer out of range, fails the task)."""
-    parquet = pq.ParquetFile(path)
+    fs, inside = arrow_file_system(path)
+    parquet = pq.ParquetFile(inside, filesystem=fs)
     meta = parquet.metadata
     if meta.num_rows < hi:
         raise OSError(f"{path} holds {meta.num_rows} rows, not the {hi} a batch refers to")

@@ -336,16 +336,42 @@ class KafkaOpaqueSpout(_KafkaTopic, OpaquePartitionedTransactionalSpout[KafkaRan
 
 def _check_reader(spark: Any, who: str) -> None:
     """The session must have Spark's Kafka reader: say how to get it, at ``open``."""
-    from py4j.protocol import Py4JJavaError
+    from transactional.connect import is_connect
 
-    jvm = spark._jvm
-    try:
-        jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
-            "kafka", spark._jsparkSession.sessionState().conf()
-        )
-    except Py4JJavaError as e:
+    if is_connect(spark):
+        found = _server_reads_kafka(spark)
+    else:
+        from py4j.protocol import Py4JJavaError
+
+        jvm = spark._jvm
+        try:
+            jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+                "kafka", spark._jsparkSession.sessionState().conf()
+            )
+            found = True
+        except Py4JJavaError:
+            found = False
+    if found:
+        return
+    if is_connect(spark):
         raise ConfigurationError(
-            f"{who}: this Spark session has no Kafka reader ({kafka_package()}): create it "
-            "with the settings of transactional.sources.kafka.kafka_spark_conf() "
-            "(`transactional run` adds them for a factory that takes no session)"
-        ) from e
+            f"{who}: the Spark Connect server has no Kafka reader ({kafka_package()}): "
+            "start it with the jars of transactional.sources.kafka.kafka_spark_conf() "
+            "(its spark.jars)"
+        )
+    raise ConfigurationError(
+        f"{who}: this Spark session has no Kafka reader ({kafka_package()}): create it "
+        "with the settings of transactional.sources.kafka.kafka_spark_conf() "
+        "(`transactional run` adds them for a factory that takes no session)"
+    )
+
+
+def _server_reads_kafka(spark: Any) -> bool:
+    """Whether a Spark Connect server knows the ``kafka`` source: asked for a reader
+    with no options, it says which option is missing if it does, and that it cannot
+    find the source if not."""
+    try:
+        spark.read.format("kafka").load().schema  # noqa: B018 - analysed on the server
+    except Exception as e:
+        return "DATA_SOURCE_NOT_FOUND" not in str(e) and "Failed to find data source" not in str(e)
+    return True
