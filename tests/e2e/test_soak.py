@@ -2,7 +2,8 @@
 full one): a run of small txids on both sinks with ZooKeeper, ZooKeeper and Redis
 restarted in turn and exceptions injected throughout, exact on both sinks, every
 planned fault seen to fire, and the driver's threads, open files and the store's nodes
-flat after the warm-up (memory is shown, judged by the full soak only)."""
+flat after the warm-up, delta-rs's threads under their ceiling (memory is shown, judged
+by the full soak only)."""
 
 from __future__ import annotations
 
@@ -33,12 +34,14 @@ def test_the_short_soak_is_exact_with_every_fault_fired_and_flat(tmp_path: Path)
     assert soak["faults"] == soak["planned"] and min(soak["planned"].values()) >= 1, soak
     assert soak["injected_failures"] >= 1
     judged = {f["name"]: f for f in soak["figures"] if not f["name"].endswith("_mib")}
-    assert set(judged) == {"threads", "open_files", "store_nodes"}
+    assert set(judged) == {"threads", "delta_rs_threads", "open_files", "store_nodes"}
     assert all(f["flat"] for f in judged.values()), judged
     # The samples span the run: the last was taken at (or close to) the last txid, from
     # a live run (no zeros of a process on its way out).
     assert soak["samples"][-1]["txid"] >= 190, soak["samples"][-1]
     assert soak["samples"][-1]["threads"] > 100, soak["samples"][-1]
+    # delta-rs's runtime was seen by its threads' names and counted apart.
+    assert soak["samples"][-1]["delta_rs_threads"] >= 1, soak["samples"][-1]
     # The JVM's GC log was read: its full collections, and the live heap after them.
     assert soak["full_collections"] >= 1
     assert any(s["jvm_heap_mib"] for s in soak["samples"])

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.soak import LIMITS, GcLog, Sample, figures
+from tests.soak import LIMITS, Figure, GcLog, Sample, figures
 
 
 def _samples(heap: list[float | None], jvm: list[float]) -> list[Sample]:
     return [
-        Sample(float(i), 100 * i, 200.0, jvm[i], 400 + i % 3, 440, 418, heap[i])
+        Sample(float(i), 100 * i, 200.0, jvm[i], 400 + i % 3, 90, 440, 418, heap[i])
         for i in range(len(jvm))
     ]
 
@@ -28,6 +28,53 @@ def test_a_leak_per_txid_is_not_flat_and_noise_is() -> None:
     assert not leaked.flat
     assert by_name["threads"].flat and by_name["jvm_heap_mib"].flat
     assert {f.name: f.flat for f in figures(_samples(heaps, noise), 1000, 9900)}["jvm_rss_mib"]
+
+
+#: ``(txid, threads)`` sampled past the warm-up of a quick soak (200 txids) that ran beside
+#: the cluster suite: Spark's pools stepped up at txid 172 and held there to the end.
+SEEN_STEP = [
+    (124, 399), (129, 396), (133, 397), (136, 404), (142, 399), (146, 395), (149, 399),
+    (154, 400), (158, 398), (162, 396), (168, 400), (172, 406), (176, 417), (181, 412),
+    (186, 412), (191, 415), (195, 407),
+]  # fmt: skip
+
+
+def test_a_step_of_the_thread_pools_is_flat_and_a_thread_a_txid_is_not() -> None:
+    def threads(series: list[tuple[int, int]]) -> Figure:
+        samples = [Sample(float(t), t, 270.0, 1530.0, n, 71, 440, 410, 160.0) for t, n in series]
+        return {f.name: f for f in figures(samples, 120, 200)}["threads"]
+
+    step = threads(SEEN_STEP)
+    assert round(step.growth) == 19 and step.flat  # past the 16 it had before
+    leak = threads([(t, 400 + t - 124) for t, _ in SEEN_STEP])  # one more per txid
+    assert round(leak.growth) == 80 and not leak.flat
+
+
+def test_delta_rs_threads_are_judged_by_a_ceiling_and_by_slope_in_the_full_soak() -> None:
+    txids = list(range(0, 200, 5))
+
+    def delta_rs(counts: list[int], quick: bool) -> Figure:
+        samples = [
+            Sample(float(t), t, 270.0, 1530.0, 400, n, 440, 410, 160.0)
+            for t, n in zip(txids, counts, strict=True)
+        ]
+        return {f.name: f for f in figures(samples, 120, 200, quick)}["delta_rs_threads"]
+
+    # The pool's step at a checkpoint (as measured alone: 8, then 89 from the 100th
+    # commit), here at txid 160: past the warm-up, far under the ceiling.
+    step = [8 if t < 100 else 49 if t < 160 else 89 for t in txids]
+    quick = delta_rs(step, quick=True)
+    assert quick.flat and quick.peak == 89 and round(quick.growth) > quick.allowed
+    full = delta_rs(step, quick=False)
+    assert (
+        not full.flat and full.problem == f"delta_rs_threads grew {full.growth:.2f} (allowed 16.0)"
+    )
+    # A thread leaked per txid passes the ceiling before the quick run's end, even when
+    # the warm-up's samples are not judged for growth: the peak is the whole run's.
+    leak = [8 + t for t in txids]
+    leaked = delta_rs(leak, quick=True)
+    assert leaked.peak == 8 + 195 and not leaked.flat
+    assert leaked.problem == "delta_rs_threads reached 203 (ceiling 160)"
 
 
 def test_the_live_heap_is_judged_from_the_first_full_collection() -> None:
