@@ -12,10 +12,12 @@ that the server has what it needs and says what to start it with."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import socket
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -72,6 +74,7 @@ def connect_session(
         key: value for key, value in settings.items() if spark.conf.isModifiable(key)
     }
     _apply(spark)
+    _OPEN.add(spark)
     return spark
 
 
@@ -110,6 +113,48 @@ def reopen_if_lost(spark: Any) -> bool:
             raise
     log.warning("spark connect server session lost (server restarted?): reopened")
     return True
+
+
+def clone_session(spark: Any, settings: Mapping[str, str]) -> Any:
+    """A clone of the Connect session ``spark`` (a server session of its own, with
+    ``spark``'s settings, and a client of its own), ``settings`` set on it. Both are
+    set again if ``reopen_if_lost`` reopens it, as ``connect_session``'s are. Stop it
+    with ``stop_session`` before the interpreter exits."""
+    clone = spark.cloneSession()
+    # PySpark's cloneSession skips the session's constructor, and with it the attribute
+    # that its stop() reads.
+    clone.release_session_on_close = True
+    _SETTINGS[clone.session_id] = {**_SETTINGS.get(spark.session_id, {}), **settings}
+    _apply(clone)
+    _OPEN.add(clone)
+    return clone
+
+
+def stop_session(spark: Any) -> None:
+    """Release ``spark``'s server session (one try; none if the server was lost) and
+    close its client now. A client left open closes its gRPC channel when it is collected, and
+    during the interpreter's final collection that can wait forever (seen after a
+    server restart: a reopened session's channel); every session ``connect_session``
+    or ``clone_session`` opened and nobody stopped is stopped at the process's exit."""
+    _OPEN.discard(spark)
+    _SETTINGS.pop(spark.session_id, None)
+    # One try at releasing it: PySpark retries a call for ten minutes or more against a
+    # server that is gone, and a stop must not wait for one.
+    spark.client.set_retry_policies([])
+    spark.stop()
+
+
+#: The sessions this process opened and has not stopped.
+_OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_open() -> None:
+    for spark in list(_OPEN):
+        try:
+            stop_session(spark)
+        except Exception as exc:  # leaving anyway: a session not stopped is the server's
+            log.debug("spark connect session not stopped at exit: %s", exc)
 
 
 def _address(remote: str) -> tuple[str, int]:

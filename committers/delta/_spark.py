@@ -29,7 +29,7 @@ from committers.delta._sql import (
 from committers.delta._target import DeltaTarget, log_merged
 from committers.tables import CounterTable
 from transactional.checkpoints import checkpoint
-from transactional.connect import is_connect
+from transactional.connect import clone_session, is_connect, reopen_if_lost, stop_session
 from transactional.errors import ConfigurationError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
@@ -74,27 +74,41 @@ class ExecutorWriter:
         self._target = target
         self._location = target.location
         self._sessions: dict[str, Any] = {}  # table -> its own session (see SCOPED_CONF)
+        self._connect = False  # the sessions are Spark Connect's (known at open)
         self._claimed: dict[str, int] = {}  # table -> the fence token it was claimed with
 
     def open(self, spark: Any, tables: list[str]) -> None:
-        connect = is_connect(spark)
+        self._connect = is_connect(spark)
         for table in tables:
-            # On Connect a clone of the session on the server (sessions there share
-            # global temporary views, as a classic session's siblings do).
-            session = spark.cloneSession() if connect else spark.newSession()
+            if self._connect:
+                # A clone of the session on the server (sessions there share global
+                # temporary views, as a classic session's siblings do). The sums there
+                # are persisted (``checkpoint``: a released local checkpoint's blocks
+                # stay on the server until its JVM collects them), and Delta refuses a
+                # cached MERGE source it did not copy; its copy is unpersisted by Delta
+                # when the MERGE ends, the sums by ``merge``.
+                conf = {**SCOPED_CONF, MATERIALIZE_SOURCE_CONF: "all"}
+                self._sessions[table] = clone_session(spark, conf)
+                continue
+            session = self._sessions[table] = spark.newSession()
             for key, value in SCOPED_CONF.items():
                 session.conf.set(key, value)
-            if connect:
-                # The sums there are persisted (``checkpoint``: a released local
-                # checkpoint's blocks stay on the server until its JVM collects them),
-                # and Delta refuses a cached MERGE source it did not copy; its copy is
-                # unpersisted by Delta when the MERGE ends, the sums by ``merge``.
-                session.conf.set(MATERIALIZE_SOURCE_CONF, "all")
-            self._sessions[table] = session
 
     def close(self) -> None:
+        sessions = list(self._sessions.values())
         self._sessions.clear()
         self._claimed.clear()
+        if self._connect:
+            for session in sessions:
+                stop_session(session)
+
+    def _session(self, table: str) -> Any:
+        """``table``'s own session; on Connect reopened first if its server was
+        restarted, with its settings (``reopen_if_lost``), as the runner's is."""
+        session = self._sessions[table]
+        if self._connect:
+            reopen_if_lost(session)
+        return session
 
     def claim(self, table: str) -> None:
         """``DriverWriter.claim`` for a table delta-rs does not write: the fence token
@@ -106,7 +120,8 @@ class ExecutorWriter:
         held = latest_marker(location, fence)
         self._target.check_fence(held, table)
         if held != token:
-            spark = self._sessions.get(table) or self._target.context().spark
+            spark = self._session(table) if table in self._sessions else None
+            spark = spark or self._target.context().spark
             if spark is None:
                 raise ConfigurationError(f"{self._target.who()} needs the runner's SparkSession")
             empty = spark.read.format("delta").load(location).limit(0)
@@ -141,7 +156,7 @@ class ExecutorWriter:
         import pyarrow as pa
         from pyspark.sql import functions as F
 
-        spark = self._sessions[table.name]
+        spark = self._session(table.name)
         frames = [spark.createDataFrame(p) if isinstance(p, pa.Table) else p for p in parts]
         # Each part's values, re-aggregated by how the table combines two values: counts
         # added, and for ``last`` the later txid's (the part's index as the order).
@@ -171,7 +186,7 @@ class ExecutorWriter:
         version, outcome = self._next_version(table.name, span)
         if version is None:
             return outcome
-        spark = self._sessions[table.name]
+        spark = self._session(table.name)
         # The sums are the runner session's; the MERGE runs in the table's own session,
         # which reads them through a global temporary view (seen by every session of
         # one Spark application, on Connect too, where sessions share no frames).
