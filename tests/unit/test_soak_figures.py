@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.soak import LIMITS, Figure, GcLog, Sample, figures
+import pytest
+
+from tests.soak import LIMITS, Figure, GcLog, Sample, delta_rs_threads, figures
 
 
 def _samples(heap: list[float | None], jvm: list[float]) -> list[Sample]:
@@ -45,7 +47,7 @@ def test_a_step_of_the_thread_pools_is_flat_and_a_thread_a_txid_is_not() -> None
         return {f.name: f for f in figures(samples, 120, 200)}["threads"]
 
     step = threads(SEEN_STEP)
-    assert round(step.growth) == 19 and step.flat  # past the 16 it had before
+    assert round(step.growth) == 20 and step.flat  # past the 16 it had before
     leak = threads([(t, 400 + t - 124) for t, _ in SEEN_STEP])  # one more per txid
     assert round(leak.growth) == 80 and not leak.flat
 
@@ -77,6 +79,27 @@ def test_delta_rs_threads_are_judged_by_a_ceiling_and_by_slope_in_the_full_soak(
     assert leaked.problem == "delta_rs_threads reached 203 (ceiling 160)"
 
 
+#: ``(txid, open_files)`` sampled past the warm-up of a quick soak (make test-slow, alone):
+#: level, with one burst at the last sample (443 -> 505).
+SEEN_BURST = [
+    (122, 443), (129, 443), (133, 444), (138, 443), (144, 443), (150, 440), (153, 440),
+    (159, 446), (166, 446), (172, 443), (178, 443), (184, 443), (189, 443), (196, 505),
+]  # fmt: skip
+
+
+def test_one_samples_burst_is_no_growth_and_one_that_holds_or_a_file_a_txid_is() -> None:
+    def files(series: list[tuple[int, int]]) -> Figure:
+        samples = [Sample(float(t), t, 270.0, 1530.0, 340, 97, n, 418, 160.0) for t, n in series]
+        return {f.name: f for f in figures(samples, 120, 200)}["open_files"]
+
+    burst = files(SEEN_BURST)  # a plain least-squares slope reads it as a growth of 27
+    assert burst.flat and burst.peak == 505 and abs(burst.growth) < 2
+    held = files([*SEEN_BURST[:-2], (189, 505), (196, 505)])  # the same level, two samples
+    assert not held.flat and held.growth > 16
+    leak = files([(t, 443 + t - 122) for t, _ in SEEN_BURST])  # one more per txid
+    assert round(leak.growth) == 80 and not leak.flat
+
+
 def test_the_live_heap_is_judged_from_the_first_full_collection() -> None:
     jvm = [1500.0] * 30
     late: list[float | None] = [None] * 20 + [150.0 + 20 * i for i in range(10)]
@@ -99,3 +122,27 @@ def test_the_gc_log_is_read_as_it_grows(tmp_path: Path) -> None:
     with path.open("a") as f:
         f.write("62M(981M) 170.0ms\n[10s][info][gc] GC(9) Pause Young (Allocation Failure) ...\n")
     assert (log.read(), log.full_collections) == (162.0, 2)
+
+
+def test_delta_rs_threads_are_counted_by_name_and_a_process_gone_is_psutils_error(
+    tmp_path: Path,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(tmp_path / "t"), pa.table({"n": [1]}))  # starts delta-rs's runtime
+    names = [p.read_text() for p in Path(f"/proc/{os.getpid()}/task").glob("*/comm")]
+    assert delta_rs_threads(os.getpid()) == sum(n.startswith("tokio") for n in names) >= 1
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    with pytest.raises(psutil.NoSuchProcess):
+        delta_rs_threads(int(gone.stdout))
