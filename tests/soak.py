@@ -214,6 +214,11 @@ def jvm_options(gc_log: Path) -> str:
     return f"{driver_opts(quick=False)} {heap} -Xlog:gc:file={gc_log}::filecount=0"
 
 
+def _txid(redis_server: RedisServer) -> int:
+    """The last txid the run's Redis sink holds."""
+    return redis_txid(redis_server.url, "redis", TOPOLOGY)
+
+
 def sample(pid: int, zk: Any, started: float, txid: int, heap: GcLog) -> Sample | None:
     """The driver's figures now (None: the process is gone, or the soak's own ZooKeeper
     client is between sessions after a ZooKeeper restart: the next sample counts)."""
@@ -446,8 +451,12 @@ def soak(args: argparse.Namespace, say: Callable[[str], None]) -> Soak:
                 result.problems.append(f"the run did not drain in {args.timeout:.0f}s")
                 break
             if now >= next_sample:
-                committed = max(committed, redis_txid(redis_server.url, "redis", TOPOLOGY))
-                if (taken := sample(run.pid, zk, started, committed, heap)) is not None:
+                committed = max(committed, _txid(redis_server))
+                taken = sample(run.pid, zk, started, committed, heap)
+                # A run that has committed its last txid (before the reading or during
+                # it) is on its way out, its Spark stopping (a quick run's threads were
+                # read at a quarter of their level there): not sampled.
+                if taken is not None and max(committed, _txid(redis_server)) < args.txids:
                     result.samples.append(taken)
                     if len(result.samples) % 20 == 0:
                         say(f"txid {committed} of {args.txids}: {taken}")
