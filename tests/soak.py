@@ -77,8 +77,10 @@ MIB = 1 << 20
 #: absolute allowance, and for memory also a fraction of its level after the warm-up
 #: (whichever is larger). Memory settles slowly (the JVM's heap grows to its working
 #: size; Python's arenas fragment), a leak does not settle. The store's nodes move with
-#: the txids in flight (up to ``--max-pending`` 3, a node each and one per partition):
-#: 12 either way is noise, a node a txid is not. The driver's threads and open files
+#: the txids in flight (up to ``--max-pending`` 3, a node each and one per partition),
+#: and a quick run may still be filling the store's history past its warm-up: one beside
+#: other tests went 388 -> 415 nodes from txid 101 to 174 and held there, a growth of 21
+#: over its judged txids; 24 covers it, a node a txid is not (80 in a quick run). The driver's threads and open files
 #: swing by about ten between samples as Spark's pools start threads and idle them out
 #: (AQE's result-stage pool alone may hold 16; a 200-txid run in CI saw 400 to 410 and
 #: back within a minute): 16 is that swing for files. Threads also step and stay a while:
@@ -93,7 +95,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "threads": (32.0, 0.0),
     "delta_rs_threads": (16.0, 0.0),
     "open_files": (16.0, 0.0),
-    "store_nodes": (12.0, 0.0),
+    "store_nodes": (24.0, 0.0),
 }
 
 #: The threads of delta-rs's runtime in the driver's Python process (tokio's, named
