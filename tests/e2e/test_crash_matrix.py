@@ -11,7 +11,7 @@ txid wait for the ones still processing, so the groups do not depend on timing).
 chain below therefore also dies before, between and after the sinks' writes of a group,
 and after its advance.
 
-One chain of runs per spout kind: run k dies at step k of ``CHAIN`` (set from outside
+One chain of runs per spout kind and place: run k dies at step k of ``CHAIN`` (set from outside
 with ``--crash-at`` or ``TRANSACTIONAL_CRASH_AT``), run k+1 resumes from what it left,
 and a last run without a crash drains. Every run commits to both sinks (``--sink
 both``: a Redis committer, then a Delta one), which is what gives the step *between
@@ -19,10 +19,15 @@ two committers* a meaning, and lets one chain cover each step for both sinks. Th
 cases are spout x sink: each checks, for its sink, that every run died by SIGKILL at
 its step leaving the state that step implies, and that the drained counts are exact.
 
-Two more chains run the transactional and opaque kinds (both Delta commit modes) with
-their input and their Delta tables in a bucket of the S3 stand-in (moto's server),
-reached through the standard AWS settings: the file source reads the bucket, delta-rs
-commits there by conditional writes.
+The partitioned and opaque kinds run on local files and tables (the partitioned kind
+into transactional-mode sinks, the opaque one into opaque-mode sinks); the transactional
+and opaque kinds (both Delta commit modes again) run with their input and their Delta
+tables in a bucket of the S3 stand-in (moto's server), reached through the standard
+AWS settings: the file source reads the bucket, delta-rs commits there by conditional
+writes. So every spout kind, both commit modes on local disk and in S3; the
+transactional kind has no local chain of its own (its spout reads local files as it
+reads the bucket's, and its sinks' transactional mode is the partitioned chain's),
+which keeps CI's run of this module to seven chains.
 
 Three more run every spout kind against a Spark Connect server (``--remote``, the
 server started by the tests and alive across the chain's runs): what is SIGKILLed is
@@ -68,9 +73,15 @@ from transactional.testing.servers import RedisServer, S3Server
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 SPOUTS = ("transactional", "partitioned", "opaque")
-#: The chains: every spout kind on local files and tables, one per Delta commit mode
-#: with input and tables in S3 (``-s3``), and every spout kind on Spark Connect.
-CHAINS = (*SPOUTS, "transactional-s3", "opaque-s3", *(f"{s}-connect" for s in SPOUTS))
+#: The chains: on local files and tables the partitioned and opaque kinds, in S3
+#: (``-s3``) the transactional and opaque kinds (each Delta commit mode in both places),
+#: and every spout kind on Spark Connect.
+CHAINS = (
+    "partitioned", "opaque", "transactional-s3", "opaque-s3",
+    *(f"{s}-connect" for s in SPOUTS),
+)  # fmt: skip
+#: Each chain's Redis database (5 to 8 are other tests').
+DATABASES = dict(zip(CHAINS, (1, 2, 3, 9, 10, 11, 12), strict=True))
 #: 120 lines: 4 txids for every kind (the partitioned kinds' batch is per partition).
 BATCH = {"transactional": "30", "partitioned": "10", "opaque": "10"}
 #: Each run of a chain dies at the next of these (step, txid): every step of the
@@ -186,9 +197,8 @@ def chain(
     spout, _, where = str(request.param).partition("-")
     path, expected = tweets
     work = tmp_path_factory.mktemp(f"chain-{request.param}")
-    # Redis databases 1 to 3 and 9 to 13 (5 to 8 are other tests')
-    db = 1 + SPOUTS.index(spout) if not where else 9 + CHAINS.index(request.param) - 3
-    result = Chain(spout, expected, fresh_db(redis_server, db), work / "delta", work / "state")
+    db = fresh_db(redis_server, DATABASES[request.param])
+    result = Chain(spout, expected, db, work / "delta", work / "state")
     source = str(path)
     settings: dict[str, str] = {}
     if where == "s3":

@@ -1,7 +1,8 @@
 """The demo into Delta tables in a bucket of the S3 stand-in (moto's server), reached only
-through the standard AWS settings a user sets for S3: killed with SIGKILL right after
-its sink write of a txid, in both modes, then run again with the same arguments; the
-tables, read back with ``deltalake``, hold every record exactly once."""
+through the standard AWS settings a user sets for S3, as the object-storage page types
+it. The demo SIGKILLed at every protocol step with its input and tables in a bucket,
+both modes, is the crash matrix's (``tests/e2e/test_crash_matrix.py``, ``-s3``
+chains, ``make test-slow``)."""
 
 from __future__ import annotations
 
@@ -10,48 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.history import judge, read_delta
-from tests.processes import ROOT, DemoProcess, demo_env, generated_tweets, printed_tops
-from tests.reference import Expected
+from tests.processes import demo_env, printed_tops
 from transactional.testing.servers import S3Server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
-
-
-@pytest.fixture(scope="module")
-def tweets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
-    return generated_tweets(tmp_path_factory.mktemp("tweets"), 240, seed=40)
-
-
-@pytest.mark.parametrize("spout", ["transactional", "opaque"])
-def test_the_demo_on_s3_killed_after_its_sink_write_counts_every_record_once(
-    tweets: tuple[Path, Expected],
-    s3_server: S3Server,
-    spout: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    path, expected = tweets
-    bucket = s3_server.bucket()
-    env = demo_env(**s3_server.settings)
-    tables = f"s3://{bucket}/delta"
-    args = [
-        "run", "--input", str(path), "--spout", spout, "--sink", "delta",
-        "--delta-path", tables, "--state-dir", str(tmp_path / "state"),
-        "--batch-size", "40", "--until-drained", "--master", "local[1]", "--top", "0",
-        "--record-ids",
-    ]  # fmt: skip
-    crashed = DemoProcess([*args, "--crash-at", "after_sink_write:2"], tmp_path / "r1.log", env)
-    code = crashed.wait()
-    assert code == -9 and "crash_at point=after_sink_write txid=2 " in crashed.output(), (
-        crashed.tail()
-    )
-    again = DemoProcess(args, tmp_path / "r2.log", env)
-    assert again.wait() == 0, again.tail()
-    for name, value in s3_server.settings.items():  # deltalake reads the same settings
-        monkeypatch.setenv(name, value)
-    verdict = judge(read_delta(tables), expected)
-    assert verdict.exact, str(verdict)
-    assert not (ROOT / "s3:").exists()  # nothing written to a local "s3:" directory
 
 
 def test_the_docs_demo_into_a_bucket_runs_as_printed(s3_server: S3Server, tmp_path: Path) -> None:
@@ -78,3 +41,5 @@ def test_the_docs_demo_into_a_bucket_runs_as_printed(s3_server: S3Server, tmp_pa
     assert verdict.exact, str(verdict)
     top = sorted(expected.hashtags.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     assert printed_tops(printed[-1])[("", "top hashtags")] == top  # show's default --top
+    # Nothing went to a local directory named "s3:" in the directory the commands ran in.
+    assert not (tmp_path / "s3:").exists(), sorted(p.name for p in tmp_path.iterdir())

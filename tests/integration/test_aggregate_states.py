@@ -181,19 +181,32 @@ def check(sink: Sink, value_type: str, mode: CommitMode) -> None:
     assert sink.committer.committed_txid() == 5
 
 
-#: Every value type and mode on Redis; on Delta, the rest of them in ``make test-slow``
-#: (each Delta case commits six tables six times; through delta-spark's MERGE, over a
-#: minute each).
+#: Every value type and mode on Redis; on Delta, a long and a double in ``make test``,
+#: a decimal in ``make test-slow`` and the rest of them (delta-spark's MERGE among them:
+#: ``make test`` commits through it in the undefined-value test) in ``make
+#: test-exhaustive`` (each Delta case commits six tables six times; through
+#: delta-spark's MERGE, three to four minutes each on 2 cores beside another suite).
 FAST = {
     ("delta-rs", "long", CommitMode.TRANSACTIONAL),
     ("delta-rs", "double", CommitMode.OPAQUE),
 }
+SLOW = {("delta-rs", "decimal(20,4)", CommitMode.OPAQUE)}
+#: On Connect, make connect-test keeps these and FAST; the rest in make connect-test-full.
+LEAN = {("redis", "decimal(20,4)", CommitMode.OPAQUE)}
 CASES = [
     pytest.param(
         where,
         value_type,
         mode,
-        marks=[] if where == "redis" or (where, value_type, mode) in FAST else pytest.mark.slow,
+        marks=(
+            [pytest.mark.slow]
+            if (where, value_type, mode) in SLOW
+            else [pytest.mark.slow, pytest.mark.exhaustive]
+            if where != "redis" and (where, value_type, mode) not in FAST
+            else []
+            if (where, value_type, mode) in FAST | LEAN
+            else [pytest.mark.connect_full]
+        ),
     )
     for where, value_type, mode in [
         *[(s, v, m) for s in ("redis", "delta-rs") for v in COLUMN for m in CommitMode],
@@ -230,7 +243,9 @@ def test_the_fold_itself() -> None:
     assert fold("low", "long", applied(CommitMode.TRANSACTIONAL))[a] == 8 * -9.0
 
 
-@pytest.mark.parametrize("where", ["redis", "delta-rs", "delta-spark"])
+@pytest.mark.parametrize(
+    "where", ["redis", "delta-rs", pytest.param("delta-spark", marks=pytest.mark.connect_full)]
+)
 def test_an_undefined_last_value_or_a_nan_is_refused_with_nothing_written(
     spark: Any, redis_url: str, tmp_path: Path, where: str
 ) -> None:

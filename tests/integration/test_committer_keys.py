@@ -22,7 +22,8 @@ from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
-pytestmark = [pytest.mark.integration, pytest.mark.connect]
+# On Connect in make connect-test-full (the MERGE's SQL is the same text on both sessions).
+pytestmark = [pytest.mark.integration, pytest.mark.connect, pytest.mark.connect_full]
 
 #: The separator, the escape, the null marker and their mixes, "" and null.
 TRICKY: list[str | None] = ["", None, ":", "\\", "\\N", "N", "a:b", "\\:", "::", ":\\N"]

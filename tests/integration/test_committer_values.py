@@ -26,7 +26,9 @@ from transactional.committer import CommitterContext
 from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
-pytestmark = [pytest.mark.integration, pytest.mark.connect]
+# On Connect (the value types through its Arrow) in make connect-test-full; the lean run
+# keeps a decimal and a double aggregate on Redis and Delta (test_aggregate_states).
+pytestmark = [pytest.mark.integration, pytest.mark.connect, pytest.mark.connect_full]
 
 Rows = list[tuple[str | None, Any]]
 

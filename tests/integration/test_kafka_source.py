@@ -283,6 +283,7 @@ def test_a_missing_topic_or_a_stopped_broker_is_a_configuration_error(
         KafkaPartitionedSpout(kafka.bootstrap_servers, topic, value_format="json")  # type: ignore[arg-type]
 
 
+@pytest.mark.connect_full  # the driver asks the broker itself, on either session
 def test_the_offsets_are_asked_again_after_a_broker_restart(kafka: KafkaServer) -> None:
     """librdkafka's admin client refuses to work after the broker restarted (it keeps
     leader epochs the new broker fences): the spout's view asks through a new client."""
@@ -368,7 +369,12 @@ class _BrokerKilledAt:
 
 
 @pytest.mark.parametrize(
-    "mode", [pytest.param(CommitMode.TRANSACTIONAL, marks=pytest.mark.slow), CommitMode.OPAQUE]
+    "mode",
+    [
+        pytest.param(CommitMode.TRANSACTIONAL, marks=pytest.mark.slow),
+        # On Connect in make connect-test-full: the Kafka reads of the other cases run there.
+        pytest.param(CommitMode.OPAQUE, marks=pytest.mark.connect_full),
+    ],
 )
 def test_tweets_counted_exactly_from_kafka_through_a_crash_and_a_broker_restart(
     spark: Any, kafka: KafkaServer, redis_url: str, tmp_path: Path, mode: CommitMode
