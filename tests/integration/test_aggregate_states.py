@@ -193,21 +193,22 @@ FAST = {
 SLOW = {("delta-rs", "decimal(20,4)", CommitMode.OPAQUE)}
 #: On Connect, make connect-test keeps these and FAST; the rest in make connect-test-full.
 LEAN = {("redis", "decimal(20,4)", CommitMode.OPAQUE)}
+
+
+def marks(case: tuple[str, str, CommitMode]) -> list[pytest.MarkDecorator]:
+    """Where a case runs: FAST and LEAN everywhere, the other Redis cases in every
+    classic run, SLOW in make test-slow, the other Delta cases in make test-exhaustive."""
+    if case in FAST | LEAN:
+        return []
+    if case[0] == "redis":
+        return [pytest.mark.connect_full]
+    if case in SLOW:
+        return [pytest.mark.slow]
+    return [pytest.mark.slow, pytest.mark.exhaustive]
+
+
 CASES = [
-    pytest.param(
-        where,
-        value_type,
-        mode,
-        marks=(
-            [pytest.mark.slow]
-            if (where, value_type, mode) in SLOW
-            else [pytest.mark.slow, pytest.mark.exhaustive]
-            if where != "redis" and (where, value_type, mode) not in FAST
-            else []
-            if (where, value_type, mode) in FAST | LEAN
-            else [pytest.mark.connect_full]
-        ),
-    )
+    pytest.param(where, value_type, mode, marks=marks((where, value_type, mode)))
     for where, value_type, mode in [
         *[(s, v, m) for s in ("redis", "delta-rs") for v in COLUMN for m in CommitMode],
         ("delta-spark", "long", CommitMode.TRANSACTIONAL),

@@ -27,7 +27,7 @@ from transactional.errors import ConfigurationError, ContractError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 # On Connect (the value types through its Arrow) in make connect-test-full; the lean run
-# keeps a decimal and a double aggregate on Redis and Delta (test_aggregate_states).
+# keeps a decimal on Redis and a long and a double on Delta (test_aggregate_states).
 pytestmark = [pytest.mark.integration, pytest.mark.connect, pytest.mark.connect_full]
 
 Rows = list[tuple[str | None, Any]]
