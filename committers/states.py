@@ -173,11 +173,11 @@ class StateReader:
             try:
                 keys.append(decode_key(text, len(columns)))
             except ValueError as exc:
-                escape = "(escape ':' and '\\' with '\\')"
                 how = (
-                    "give the value as it is ('\\' written '\\\\', '\\N' for a null)"
+                    "write its value with each '\\' as '\\\\' ('\\N': a null)"
                     if len(columns) == 1
-                    else f"give {len(columns)} values joined by ':' {escape}"
+                    else f"give {len(columns)} values joined by ':', in each '\\' written "
+                    "'\\\\' and ':' written '\\:' ('\\N': a null)"
                 )
                 raise ValueError(
                     f"key {text!r}: {exc}; state {self.name!r} is keyed by {list(columns)}: {how}"

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["LockFile"]
+__all__ = ["LockFile", "is_held"]
 
 _POLL_SECONDS = 0.05
 
@@ -68,6 +68,28 @@ class LockFile:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def is_held(path: Path) -> bool | None:
+    """Whether a process holds the lock on ``path`` now (None: the file cannot be
+    read), for a look from outside (``transactional status``): the lock is tried shared
+    for an instant, and a missing file is not created (nobody holds it). A process's
+    locks go with it, SIGKILL or not, so a free lock is a runner gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases the shared lock, if taken
+    return False
 
 
 def _is_current(fd: int, path: Path) -> bool:

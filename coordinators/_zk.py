@@ -30,6 +30,7 @@ from transactional.errors import (
     LostLeadershipError,
     StoreUnavailableError,
 )
+from transactional.preflight import other_protocol
 from transactional.secrets import mask_in_logs
 from transactional.store import JsonValue, StoredHistory, StoredState
 
@@ -108,12 +109,15 @@ def connect(
         ) from exc
     if listener is not None:
         client.add_listener(listener)
+    began = time.monotonic()
     try:
         client.start(timeout=connect_timeout)
     except KazooTimeoutError as exc:
         client.close()
+        # Kazoo gives up after the timeout, then waits for its attempt in progress.
         raise StoreUnavailableError(
-            f"cannot connect to ZooKeeper at {hosts} within {connect_timeout}s; "
+            f"cannot connect to ZooKeeper at {hosts}: no session after "
+            f"{time.monotonic() - began:.0f}s (connect timeout {connect_timeout:g}s); "
             "check that the servers are running and reachable from this machine, and "
             "the connection string (host:port[,host:port...][/chroot])"
         ) from exc
@@ -121,11 +125,14 @@ def connect(
 
 
 def probe(hosts: str, timeout: float = 3.0) -> None:
-    """Fail at once when no server of ``hosts`` accepts a TCP connection, rather than
-    after kazoo's connect timeout and a warning per retry: ``StoreUnavailableError``
-    naming each server and why (``ConfigurationError`` for a malformed string)."""
-    import socket
-
+    """Fail at once when no server of ``hosts`` may be a ZooKeeper server, rather than
+    after kazoo's connect timeout and a warning per retry (kazoo retries a server that
+    answers in another protocol as it retries one that refuses the connection):
+    ``ConfigurationError`` when another protocol answers where a connection is accepted
+    (a Redis port given for ZooKeeper's; ``preflight.other_protocol``),
+    ``StoreUnavailableError`` when none is accepted; each naming every server and why. A
+    server that accepts the connection and answers as ZooKeeper, or says nothing (one
+    still starting may close it), is left to kazoo."""
     from kazoo.hosts import collect_hosts
 
     try:
@@ -134,13 +141,21 @@ def probe(hosts: str, timeout: float = 3.0) -> None:
         raise ConfigurationError(
             f"--zookeeper {hosts!r} is not host:port[,host:port...][/chroot]: {exc}"
         ) from None
-    problems = []
+    problems, others = [], []
     for host, port in servers:
         try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            return
+            other = other_protocol(host, port, "ZooKeeper", timeout)
         except OSError as exc:
             problems.append(f"{host}:{port}: {exc.strerror or exc}")
+            continue
+        if other is None:
+            return
+        others.append(other)
+    if others:
+        raise ConfigurationError(
+            f"no ZooKeeper server at {hosts} ({'; '.join(others + problems)}): fix "
+            "--zookeeper (host:port[,host:port...][/chroot] of the ZooKeeper servers)"
+        )
     raise StoreUnavailableError(
         f"cannot reach ZooKeeper at {hosts} ({'; '.join(problems) or 'no servers given'}): "
         "start the ZooKeeper servers there or fix --zookeeper"

@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from coordinators._fenced import FencedStore, checked_history, decode
-from coordinators._lockfile import LockFile
+from coordinators._lockfile import LockFile, is_held
 from coordinators._sqlite import (
     BUSY_TIMEOUT_MS,
     immediate,
@@ -33,7 +33,13 @@ from transactional.errors import (
     UnknownTopologyError,
 )
 from transactional.preflight import check_writable_dir
-from transactional.store import JsonValue, StoredHistory, StoredState, TopologyIdentity
+from transactional.store import (
+    JsonValue,
+    Leadership,
+    StoredHistory,
+    StoredState,
+    TopologyIdentity,
+)
 
 
 class SQLiteStateStore(FencedStore):
@@ -129,6 +135,20 @@ class SQLiteStateStore(FencedStore):
         except sqlite3.OperationalError:  # a store made before status documents existed
             return None
         return None if row is None else json.loads(row[0])
+
+    def read_leadership(self) -> Leadership:
+        """A runner leads while a process holds the lock file (its lock goes with its
+        process, however it ended); the ``fence`` counter, one more for every leadership
+        taken (a run's or a rewind's), tells a report from an earlier one by its token."""
+        with transaction(self._connection(), self.path, write=False) as conn:
+            row = conn.execute(
+                "SELECT fence FROM currtx WHERE topology_id = ?", (self._tid,)
+            ).fetchone()
+        return Leadership(
+            held=is_held(self.lock_path),
+            token=None if row is None else int(row[0]),
+            gone=f"no process holds its lock file {self.lock_path}",
+        )
 
     def register(self, identity: TopologyIdentity) -> None:
         with self._write() as conn:

@@ -56,7 +56,13 @@ from transactional.errors import (
     StoreUnavailableError,
     UnknownTopologyError,
 )
-from transactional.store import JsonValue, StoredHistory, StoredState, TopologyIdentity
+from transactional.store import (
+    JsonValue,
+    Leadership,
+    StoredHistory,
+    StoredState,
+    TopologyIdentity,
+)
 
 log = logging.getLogger("coordinators.zookeeper")
 _ROOT = "/transactional"
@@ -242,6 +248,24 @@ class ZooKeeperStateStore(FencedStore):
         except NoNodeError:
             return None
         return json.loads(data)
+
+    def read_leadership(self) -> Leadership:
+        """A runner leads while its session holds the ephemeral ``leader`` node, which
+        ZooKeeper deletes once the session ends; a node created after the status node's
+        last write (zxids order every change) belongs to a later leadership than the
+        report's."""
+        leader = self._path("leader")
+        try:
+            node, status = _zk_leader.stats(
+                self._zk, [leader, self._path("status")], self.session_timeout
+            )
+        except _zk_leader.ERRORS as exc:
+            raise CoordinatorError(f"cannot read {leader} from ZooKeeper: {exc!r}") from exc
+        return Leadership(
+            held=node is not None,
+            after_report=node is not None and status is not None and node.czxid > status.mzxid,
+            gone=f"its ZooKeeper session ended: no session holds {leader}",
+        )
 
     def register(self, identity: TopologyIdentity) -> None:
         value = _data({"spout": identity.spout, "kind": identity.kind}, "the identity")

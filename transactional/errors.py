@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 
@@ -36,21 +37,29 @@ class LedgerError(ContractError):
     txid: int
     given: int
     accounted: int
+    #: The first records lost or multiplied (at most five), by source position (by their
+    #: values, from a spout without ``position_columns``).
+    named: tuple[str, ...] = ()
+    #: How many records were lost or multiplied in all (0: not known).
+    miscounted: int = 0
 
     def __post_init__(self) -> None:
         #: Records given and not accounted for (negative: accounted for more than once).
         self.unaccounted = self.given - self.accounted
-        named = " and ".join(repr(s) for s in self.streams)
-        where = f"stream {named}" if len(self.streams) == 1 else f"streams {named} together"
+        streams = " and ".join(repr(s) for s in self.streams)
+        where = f"stream {streams}" if len(self.streams) == 1 else f"streams {streams} together"
         if self.unaccounted > 0:
             what = f"{self.unaccounted} record(s) unaccounted for"
         elif self.unaccounted < 0:
             what = f"{-self.unaccounted} record(s) accounted for more than once"
         else:
             what = (
-                "as many records accounted for as given, but not the same ones (some lost, "
-                "as many others duplicated)"
+                "as many records accounted for as given, but not the same ones: some lost, "
+                "as many others duplicated"
             )
+        if self.named:
+            more = self.miscounted - len(self.named)
+            what += f" ({', '.join(self.named)}{f' and {more} more' if more > 0 else ''})"
         super().__init__(
             f"ledger: {self.bolt} on {where}, txid {self.txid}: {what}; given {self.given} "
             f"from {self.source}, accounted for {self.accounted} (carried with their id, "
@@ -58,6 +67,34 @@ class LedgerError(ContractError):
             "committed. Make every branch of the bolt account for its records (a filter's "
             "other side, rows a join drops or multiplies), or turn the ledger off (--no-ledger)"
         )
+
+
+class SparkAnalysisError(ContractError):
+    """Spark's analysis refused a plan a spout, bolt or committer built (a column that
+    does not resolve, a type mismatch, a missing table or function): the same code
+    builds the same plan on every attempt, so the runner never retries it.
+    ``classify`` is the one place that tells such an error from one a retry can fix."""
+
+    def __init__(self, who: str, error_class: str, message: str, fix: str) -> None:
+        self.who = who
+        self.error_class = error_class
+        super().__init__(f"{who} built a plan Spark refuses ({error_class}): {message}; {fix}")
+
+    @staticmethod
+    def classify(error: BaseException) -> str | None:
+        """Spark's error class when ``error`` is an analysis error no retry can fix:
+        ``pyspark.errors.AnalysisException`` (classic and Spark Connect alike, its
+        subclasses among them) under a named class. Spark's unnamed ones
+        (``_LEGACY_ERROR_*``, among them a Hive metastore that cannot be reached) and
+        every other error (a lost executor, the network, Spark Connect's gRPC) are
+        left to the retries."""
+        errors = sys.modules.get("pyspark.errors")  # not imported: not Spark's error
+        if errors is None or not isinstance(error, errors.AnalysisException):
+            return None
+        condition = error.getCondition()
+        if not condition or condition.startswith("_LEGACY_ERROR"):
+            return None
+        return str(condition)
 
 
 class NondeterministicSpoutError(ContractError):

@@ -61,7 +61,14 @@ checkpoint hides it from the observation (read as zero), and a ``limit`` may sto
 before the end. So an observed imbalance is never final: the ledger then counts every
 accounting bolt's input, streams and drops exactly, with jobs of their own, and only
 that recount can fail the txid, naming the first bolt (in topology order) that does
-not balance, its input, its streams and the number of records unaccounted for.
+not balance, its input, its streams, the number of records unaccounted for, and the
+first five of them by their source position: its input's ids less those its streams
+account for, grouped by id and joined back to the batch, which holds the positions
+(``position_columns``); from a spout without, the spout's ``locate`` finds them in its
+source (a file's lines, read again on the driver), else they are named by their
+values. Those jobs and reads run only once the txid has failed; a record folded into
+an aggregate has no id of its own, so a bolt that folds is named only when it lost or
+multiplied one record (the tallies' XOR is its id).
 That is a ``LedgerError``, a ``ContractError``: the bolt's code loses or duplicates
 records of this batch and would on every attempt, so the run halts at once, before
 anything of the txid is committed, as for any broken contract; the stored state is
@@ -82,8 +89,9 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -127,6 +135,13 @@ DROPPED = "__transactional_dropped"
 COLUMNS = (ID, FOLDED, XOR, DROPPED)
 
 _MASK = (1 << 64) - 1
+#: How many of the records lost or multiplied a ``LedgerError`` names.
+NAMED = 5
+#: A value longer than this is cut, where a record is named by its values.
+_VALUE_CHARS = 60
+#: A spout's ``locate`` for one attempt: a few of its batch's rows in, a text (or None)
+#: for each out (``transactional.spout``).
+Locate = Callable[[Sequence[Mapping[str, Any]]], Sequence[str | None] | None]
 
 
 @dataclass(frozen=True)
@@ -485,6 +500,19 @@ class Tap:
     def _split(got: Mapping[str, Any]) -> tuple[Tally, Tally]:
         return Tally.of(got["n"], got["x"]), Tally.of(got.get("dn"), got.get("dx"))
 
+    def ids(self, kept: bool) -> Any | None:
+        """The ``ID`` of each record the stream's rows and drops carry (``kept``: only
+        those a reader is given); None: it folds records, which have no id of their own."""
+        from pyspark.sql import functions as F
+
+        rows = self.rows()
+        columns = self._metric_columns
+        if FOLDED in columns or ID not in columns:
+            return None
+        if kept and DROPPED in columns:
+            rows = rows.where(F.col(DROPPED).isNull())
+        return rows.where(F.col(ID).isNotNull()).select(ID)
+
 
 @dataclass(eq=False)
 class _BoltBooks:
@@ -536,6 +564,12 @@ class AttemptLedger:
     txid: int
     #: The batch's tally from the materialise job (None: no ids were given).
     batch: Tally | None
+    #: The materialised batch, with ``ID`` and the spout's position columns: where a
+    #: failed check finds what it names.
+    records: Any = None
+    #: The spout's ``locate`` for this attempt's batch (its txid and metadata given):
+    #: asked only by a failed check, for a spout without position columns.
+    locate: Locate | None = None
     _columns: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     _frames: dict[tuple[str, str], Any] = field(default_factory=dict)
     _drops: dict[str, dict[int, list[tuple[Any, str]]]] = field(default_factory=dict)
@@ -756,6 +790,7 @@ class AttemptLedger:
                     accounted = accounted + self._tap((node.name, stream)).exact()[0]
                 accounted = accounted + self._route_drops(node.name, route, exact=True)
                 if accounted != given:
+                    named, miscounted = self._culprits(node, route, given - accounted)
                     raise LedgerError(
                         component("bolt", node.name, node.bolt),
                         source,
@@ -763,4 +798,156 @@ class AttemptLedger:
                         self.txid,
                         given.records,
                         accounted.records,
+                        named,
+                        miscounted,
                     )
+
+    def _culprits(
+        self, node: BoltNode, route: tuple[str, ...], missing: Tally
+    ) -> tuple[tuple[str, ...], int]:
+        """The first ``NAMED`` records ``node`` lost or multiplied on ``route`` (given less
+        accounted for: ``missing``), named, and how many it lost or multiplied in all;
+        ``((), 0)`` when it cannot tell. Jobs of their own: only a failed check runs them."""
+        from pyspark.sql import functions as F
+
+        from transactional.topology import SPOUT
+
+        if self.records is None:
+            return (), 0
+        if node.input[0] == SPOUT:
+            given = self.records.select(ID)
+        else:
+            given = self._tap(node.input).ids(kept=True)
+        accounted = [self._tap((node.name, stream)).ids(kept=False) for stream in route]
+        frames = [f for f in (given, *accounted) if f is not None]
+        n = _COUNT
+        if len(frames) != 1 + len(route):
+            # Folded records: only one record lost or multiplied can be found, by its id.
+            if abs(missing.records) != 1:
+                return (), 0
+            found = self.records.where(F.col(ID) == _signed(missing.xor)).limit(1).collect()
+            named = self._names([{**r.asDict(), n: missing.records} for r in found], False)
+            return named, len(named)
+        signed = frames[0].select(ID, F.lit(1).alias(n))
+        for frame in frames[1:]:
+            signed = signed.unionByName(frame.select(ID, F.lit(-1).alias(n)))
+        wrong = signed.groupBy(ID).agg(F.sum(n).alias(n)).where(F.col(n) != 0)
+        counts = wrong.agg(
+            F.count(F.lit(1)).alias("all"), F.sum(F.when(F.col(n) < 0, 1)).alias("multiplied")
+        ).collect()[0]
+        if not counts["all"]:
+            return (), 0
+        mixed = bool(counts["multiplied"]) and counts["multiplied"] < counts["all"]
+        rows = wrong.join(self.records, ID).orderBy(*_order(self.records, self.plan.position))
+        named = self._names([r.asDict() for r in rows.limit(NAMED).collect()], mixed)
+        return named, int(counts["all"])
+
+    def _names(self, rows: Sequence[Mapping[str, Any]], mixed: bool) -> tuple[str, ...]:
+        """``rows`` of the batch (each with its ``_COUNT``) as the error names them: by
+        their position columns; else where the spout's ``locate`` finds them, first, in
+        their names' order (numbers as numbers: ``line 9`` before ``line 10``); else by
+        their values, in the order given."""
+        position = self.plan.position
+        where = [None] * len(rows) if position else self._located(rows)
+        named = [
+            (w, _named(r, position, r[_COUNT], mixed, w)) for r, w in zip(rows, where, strict=True)
+        ]
+        located = sorted((_natural(name), name) for w, name in named if w is not None)
+        return (*(name for _, name in located), *(name for w, name in named if w is None))
+
+    def _located(self, rows: Sequence[Mapping[str, Any]]) -> list[str | None]:
+        """What the spout's ``locate`` says of ``rows`` (without the ledger's columns); an
+        error or an answer that breaks its contract is logged: the ``LedgerError`` is the
+        finding, and the records are then named by their values."""
+        nothing: list[str | None] = [None] * len(rows)
+        if self.locate is None or not rows:
+            return nothing
+        given = [{c: v for c, v in r.items() if c not in (*COLUMNS, _COUNT)} for r in rows]
+        try:
+            found = self.locate(given)
+        except Exception as exc:
+            log.warning(
+                "ledger txid=%d: %s locate raised %r: the records are named by their values",
+                self.txid,
+                self.plan.spout,
+                exc,
+            )
+            return nothing
+        if found is None:
+            return nothing
+        found = list(found)
+        if len(found) != len(rows) or not all(f is None or isinstance(f, str) for f in found):
+            log.warning(
+                "ledger txid=%d: %s locate answered %r for %d records, not a text or None "
+                "each: the records are named by their values",
+                self.txid,
+                self.plan.spout,
+                found,
+                len(rows),
+            )
+            return nothing
+        return found
+
+
+#: Per record id, how many times it was given less how many it was accounted for.
+_COUNT = "__transactional_count"
+
+
+def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """``name``'s order with its numbers read as numbers (``line 9`` before ``line 10``)."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
+
+
+def _signed(xor: int) -> int:
+    """A tally's XOR (unsigned) as the LONG an ``ID`` is."""
+    return xor - (1 << 64) if xor >= 1 << 63 else xor
+
+
+def _order(records: Any, position: Sequence[str]) -> list[Column]:
+    """The order records are named in: by position; from a spout without position
+    columns, by the values that can be ordered (not maps)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType
+
+    if position:
+        columns = list(position)
+    else:
+        columns = [
+            f.name
+            for f in records.schema.fields
+            if f.name != ID and not isinstance(f.dataType, MapType)
+        ]
+    return [*(F.col(f"`{c}`") for c in columns), F.col(ID)]
+
+
+def _named(
+    row: Mapping[str, Any],
+    position: Sequence[str],
+    count: int,
+    mixed: bool = False,
+    where: str | None = None,
+) -> str:
+    """A record as a ``LedgerError`` names it: its position in the source's words
+    (``partition 2 offset 1041``, ``stream clicks id 1700000000000-0``), else ``where``
+    the spout located it (``file part-1.jsonl line 7``), else its values (``id=4
+    text='...'``); then how many times it was accounted for, if more than once
+    (``count``: given less accounted for), or, among others that were (``mixed``), that
+    it was lost."""
+
+    def value(v: Any, quoted: bool) -> str:
+        text = repr(v) if quoted or (isinstance(v, str) and (not v or " " in v)) else str(v)
+        return text if len(text) <= _VALUE_CHARS else f"{text[: _VALUE_CHARS - 3]}..."
+
+    if position:
+        name = " ".join(f"{c} {value(row[c], False)}" for c in position)
+    elif where is not None:
+        name = where
+    else:
+        name = " ".join(
+            f"{c}={value(v, isinstance(v, str))}"
+            for c, v in row.items()
+            if c not in (ID, _COUNT) and v is not None
+        )
+    if count < 0:
+        return f"{name}: {1 - count} times"
+    return f"{name}: lost" if mixed else name

@@ -160,6 +160,7 @@ class TransactionalRunner:
         self._executor: Executor | None = None
         self._status: Status | None = None
         self._metrics_server: Any = None
+        self._context: SpoutContext | None = None
 
     def stop(self) -> None:
         """Ask the runner to stop after the step it is in; safe from any thread."""
@@ -243,7 +244,10 @@ class TransactionalRunner:
             self._warn_unknown_sinks()
         if cfg.start_from is not None:
             self._check_start_from(spout, state)
-        spout.open(SpoutContext(self.engine.spark, cfg.topology_id, self._sizing, cfg.start_from))
+        self._context = SpoutContext(
+            self.engine.spark, cfg.topology_id, self._sizing, cfg.start_from
+        )
+        spout.open(self._context)
         settled = (lambda: machine.currtx) if machine.overlap > 1 else None
         for node in self.topology.committers:
             context = session.context(self.engine.spark, node.name, cfg.guarantee, settled)
@@ -259,6 +263,7 @@ class TransactionalRunner:
                 fence=lambda: session.token,
                 interval_s=cfg.status_interval_s,
                 guarantee=cfg.guarantee,
+                previous=self.store.read_status,
             )
             probes.append(self._status)
         if cfg.metrics_port is not None:
@@ -343,6 +348,8 @@ class TransactionalRunner:
         sizing = self._sizing
         if isinstance(sizing, AdaptiveBatchSize):
             return sizing.current
+        if sizing is None and self._context is not None:
+            return self._context.last_batch_size  # the spout's own, once it asked
         return sizing
 
     def _publish(self, document: dict[str, Any]) -> None:

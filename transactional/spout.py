@@ -15,7 +15,7 @@ Contracts that hold for all kinds:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from transactional.types import Guarantee, M, SpoutKind, TransactionAttempt
@@ -48,14 +48,20 @@ class SpoutContext:
         self.start_from = start_from
         self.adaptive_batch_size = None if isinstance(batch_size, int) else batch_size
         self.fixed_batch_size = batch_size if isinstance(batch_size, int) else None
+        #: What ``batch_size`` last answered (None: not asked yet): the run's report
+        #: shows it, the spout's own size included.
+        self.last_batch_size: int | None = None
 
     def batch_size(self, default: int) -> int:
         """Records for the next new txid: the adaptive size if the runner has one, else the
         size the run was given (``--batch-size N``), else ``default`` (the spout's own).
         Replays never ask: their metadata is fixed."""
         if self.adaptive_batch_size is not None:
-            return self.adaptive_batch_size.current
-        return self.fixed_batch_size if self.fixed_batch_size is not None else default
+            size = self.adaptive_batch_size.current
+        else:
+            size = self.fixed_batch_size if self.fixed_batch_size is not None else default
+        self.last_batch_size = size
+        return size
 
 
 class _SpoutBase(ABC, Generic[M]):
@@ -130,6 +136,22 @@ class _SpoutBase(ABC, Generic[M]):
         generation), and a broken contract stops the run before any txid is stored.
         Records already committed are fine: a sample is never committed. Default None:
         no warm-up. Called on the driver after ``open``."""
+        return None
+
+    def locate(
+        self, txid: int, meta: Any, records: Sequence[Mapping[str, Any]]
+    ) -> Sequence[str | None] | None:
+        """Where each of ``records`` sits in the source, in the source's words (``file
+        part-1.jsonl line 7``), for a spout without ``position_columns``: the ledger
+        names by it the records a bolt lost or multiplied (``LedgerError``). Called on
+        the driver only once a txid's ledger check has failed, never on the way of a txid
+        that balances, so it may read the source again. ``meta`` is what ``ack`` and
+        ``fail`` are given for ``txid`` (None for the warm-up's txid 0, whose records are
+        the last ``sample_batch``'s); ``records``, a few rows of the batch, as emitted.
+        Must return a text per record, in their order (None: not found), naming every
+        place a record may be when its values are found at several. An error or another
+        answer is logged and the records are named by their values, as they are by
+        default (None)."""
         return None
 
     def identity(self) -> str:

@@ -60,6 +60,27 @@ class StoredState:
 
 
 @dataclass(frozen=True)
+class Leadership:
+    """Who leads a topology now, as its store can tell reading only
+    (``StateStore.read_leadership``): what ``transactional status`` judges the runner's
+    last report by (``transactional.runtime.status.liveness``), since a killed runner
+    leaves a report that still says it runs."""
+
+    #: True: a live runner holds the leadership; False: none does; None: the store
+    #: cannot tell.
+    held: bool | None = None
+    #: The leadership held now was taken after the runner's last report was written:
+    #: whoever wrote it no longer leads (another run, or a rewind, took over).
+    after_report: bool = False
+    #: The fence token of the latest leadership taken (None: not known): a report
+    #: whose leader's token is below it was written under an earlier one.
+    token: int | None = None
+    #: How the store knows that no runner leads, for a person: the sign of life that is
+    #: gone.
+    gone: str = "no runner holds the leadership"
+
+
+@dataclass(frozen=True)
 class TopologyIdentity:
     """Stored with the state on first start; a different spout on the same topology id is
     refused, since it would misread the stored metadata."""
@@ -189,6 +210,12 @@ class StateStore(ABC):
         """The last status document published for the open topology id (None: none, or
         this store keeps none). Works on a store opened ``read_only``."""
         return None
+
+    def read_leadership(self) -> Leadership:
+        """Whether a live runner leads the open topology id now, and whether its
+        leadership began after the status document ``read_status`` returns was written:
+        reads only, works on a store opened ``read_only``. Default: cannot tell."""
+        return Leadership()
 
     def begin_rewind(self, txid: int) -> None:
         """Record, in one atomic, fenced write, that the topology is being rewound to the

@@ -129,3 +129,27 @@ def numbers_from_kafka() -> Topology:
 class Lengths(Bolt):
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
         return batch.groupBy(F.length("raw").alias("n")).count()
+
+
+class MissingColumn(Bolt):
+    """Reads the column ``nope``, which the batch lacks; appends each call's txid to the
+    file ``$CLI_CALLS``."""
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        with open(os.environ["CLI_CALLS"], "a") as calls:
+            calls.write(f"{attempt.txid}\n")
+        return batch.groupBy(F.col("nope").alias("key")).count()
+
+
+def numbers_missing_column() -> Topology:
+    """``numbers``, bucketed by a column the batch does not have."""
+    sink = RedisCommitter(
+        os.environ["CLI_REDIS_URL"], {"default": CounterTable("buckets", ("key",))}
+    )
+    return (
+        TopologyBuilder()
+        .set_spout(Numbers(int(os.environ.get("CLI_TOTAL", "500"))))
+        .set_bolt("bucket", MissingColumn())
+        .set_committer("sink", sink, "bucket")
+        .build()
+    )

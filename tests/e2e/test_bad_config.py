@@ -20,17 +20,22 @@ from typing import Any
 import pytest
 import redis
 from kazoo.client import KazooClient
+from pyspark.sql import functions as F
 
+from committers import CounterTable, RedisCommitter
 from coordinators import SQLiteStateStore, ZooKeeperStateStore
 from examples.tweets.cli import main as demo
 from examples.tweets.sinks import make_committer
 from examples.tweets.topology import build_topology
+from tests.e2e.test_cli import cli, env
 from tests.history import assert_exact, read_redis
 from tests.reference import expected_counts
 from transactional import (
     BatchMetadata,
+    Bolt,
     PartitionedTransactionalSpout,
     RunnerConfig,
+    TopologyBuilder,
     TransactionalRunner,
     TransactionalSpout,
 )
@@ -38,7 +43,9 @@ from transactional.errors import (
     BatchConfigurationError,
     ContractError,
     CoordinatorError,
+    SparkAnalysisError,
 )
+from transactional.ledger import ID
 from transactional.sources.text import RECORD_SCHEMA
 from transactional.store import StateStore, TopologyIdentity
 from transactional.types import CommitMode, TransactionAttempt
@@ -404,3 +411,101 @@ def test_the_stores_themselves_write_nothing_they_cannot_encode(
         children = zk_children(hosts, "lib")
         assert children["coordinator/meta"] == ["00000000000000000001"]
         assert children["partition"] == ["0", "1"]
+
+
+# ---------------------------------------------------------------- Spark's analysis
+
+
+def stored(db: Path, topology_id: str) -> tuple[int, dict[int, Any]]:
+    """``(currtx, each txid's stored metadata)`` of ``topology_id`` in the SQLite store."""
+    store = SQLiteStateStore(db)
+    store.open(topology_id, read_only=True)
+    try:
+        state = store.read_state()
+        return state.currtx, dict(state.metas)
+    finally:
+        store.close()
+
+
+def test_a_bolt_reading_a_column_that_does_not_exist_stops_at_its_first_attempt(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """``transactional run`` as a user runs it: Spark refuses the bolt's plan on every
+    attempt, so the first stops the run (exit 2), and nothing reaches the sink."""
+    calls, state = tmp_path / "calls", tmp_path / "state"
+    done = cli(
+        "run",
+        "tests.e2e.cli_topologies:numbers_missing_column",
+        "--topology-id",
+        "missing",
+        "--state-dir",
+        str(state),
+        "--master",
+        "local[2]",
+        "--max-pending",  # one txid at a time: the bolt's calls are then exactly known
+        "1",
+        "--until-drained",
+        environ=env(redis_url, CLI_CALLS=str(calls)),
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "error: txid 1 cannot run (process): SparkAnalysisError: bolt 'bucket' "
+        "(tests.e2e.cli_topologies.MissingColumn) built a plan Spark refuses "
+        "(UNRESOLVED_COLUMN.WITH_SUGGESTION): A column, variable, or function parameter with "
+        "name `nope` cannot be resolved. Did you mean one of the following? [`id`]. SQLSTATE: "
+        "42703; fix the bolt's code. This is a configuration or code error, so it was not "
+        "retried; metadata=Range(start=0, count=50). Fix it and start the runner again: it "
+        "resumes from this txid, nothing is lost."
+    ], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "at org.apache.spark" not in done.stderr
+    assert calls.read_text() == "1\n"  # one attempt: the bolt was called once
+    assert redis.Redis.from_url(redis_url).dbsize() == 0  # nothing in the sink
+    assert stored(state / "state.db", "missing") == (1, {1: {"start": 0, "count": 50}})
+
+
+class ReadsLedgerIds(Bolt):
+    """Reads the ledger's id column without accounting for its records."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def process(self, attempt: TransactionAttempt, batch: Any) -> Any:
+        self.calls += 1
+        return batch.groupBy(F.col(ID).cast("string").alias("key")).count()
+
+
+@pytest.mark.connect
+def test_a_bolt_that_does_not_account_reading_the_ledger_id_is_told_how(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    bolt = ReadsLedgerIds()
+    sink = RedisCommitter(redis_url, {"default": CounterTable("ids", ("key",))})
+    spout = LineSpout()
+    topology = (
+        TopologyBuilder()
+        .set_spout(spout)
+        .set_bolt("ids", bolt)
+        .set_committer("sink", sink, "ids")
+        .build()
+    )
+    db = tmp_path / "state.db"
+    config = RunnerConfig(topology_id="lib", max_pending=1, max_attempts=5)
+    runner = TransactionalRunner(topology, SQLiteStateStore(db), spark, config)
+    with pytest.raises(BatchConfigurationError) as info:
+        runner.run(until_drained=True)
+    cause = info.value.cause
+    assert isinstance(cause, SparkAnalysisError)
+    assert cause.error_class == "UNRESOLVED_COLUMN.WITH_SUGGESTION"
+    assert str(cause).startswith(
+        "bolt 'ids' (tests.e2e.test_bad_config.ReadsLedgerIds) built a plan Spark refuses "
+        "(UNRESOLVED_COLUMN.WITH_SUGGESTION): A column, variable, or function parameter with "
+        f"name `{ID}` cannot be resolved."
+    ), str(cause)
+    assert str(cause).endswith(
+        f"; it reads the ledger's id column {ID}, which only a bolt that accounts for its "
+        "records is given: set `accounts = True`, or drop the column"
+    ), str(cause)
+    assert bolt.calls == 1 and spout.emits == 1  # not retried, although max_attempts is 5
+    assert redis.Redis.from_url(redis_url).dbsize() == 0
+    assert stored(db, "lib") == (1, {1: {"start": 0, "count": 8}})

@@ -4,11 +4,14 @@ from flags, a config file and the environment, the exit codes "Running a topolog
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -18,8 +21,11 @@ from pathlib import Path
 import pytest
 import redis
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from coordinators import SQLiteStateStore
+from tests.jvm import driver_opts
+from tests.witness import zk_owner
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,13 +212,14 @@ def test_a_module_that_cannot_be_found_or_is_not_a_factory_exits_2(
         (
             ["--config", "{config}"],
             {},
-            "error: config file {config}: unknown setting(s) ['max_pendng']; known: ",
+            "error: config file {config}: unknown setting 'max_pendng' (did you mean "
+            "'max_pending', under [runner]?)",
         ),
         (
             ["--config", "{config}", "--conf", "spark.sql.shuffle.partitions=2"],
             {"CONFIG": "[runner]\nmax_pendng = 2\n"},
-            "error: config file {config}: unknown runner setting(s) ['max_pendng'] in [runner]; "
-            "known: ",
+            "error: config file {config}: unknown setting in [runner]: 'max_pendng' (did you "
+            "mean 'max_pending'?)",
         ),
         (
             ["--config", "{config}"],
@@ -385,9 +392,9 @@ def test_status_and_list_on_sqlite_never_write(redis_url: str, tmp_path: Path) -
         "the metadata of each",
         "  txid 3 (committed): {'count': 20, 'start': 100}",
     ]
-    assert shown[1].startswith("  runner: stopped on ")
-    assert shown[2].startswith("  txids: last committed 3, last stored 3; 3 committed by this run")
-    assert shown[3].startswith("  records: 120 committed, ")
+    assert shown[1].startswith("  runner: stopped at ")
+    assert shown[2] == "  txids: last committed 3, last stored 3; 3 committed by its run"
+    assert shown[3].startswith("  records: 120 committed by all runs; lag ")
     scripted = cli("status", "--topology-id", "numbers", "--state-dir", str(state), "--json")
     assert scripted.returncode == 0, scripted.stderr
     document = json.loads(scripted.stdout)
@@ -424,8 +431,8 @@ def test_status_and_list_on_sqlite_never_write(redis_url: str, tmp_path: Path) -
         "  sink sink (RedisCommitter): holds txid 5, ahead of the store's 3: replayed as held"
         in ahead.stdout.splitlines()
     ), ahead.stdout
-    shown = tmp_path / "watch.out"
-    with shown.open("w") as sink:  # its live display on, as on a terminal
+    screen = tmp_path / "watch.out"
+    with screen.open("w") as sink:  # its live display on, as on a terminal
         watching = subprocess.Popen(
             [
                 *(sys.executable, "-m", "transactional.cli", "status", "--topology-id", "numbers"),
@@ -437,13 +444,13 @@ def test_status_and_list_on_sqlite_never_write(redis_url: str, tmp_path: Path) -
             stderr=subprocess.STDOUT,
         )
     deadline = time.monotonic() + 60
-    while "stopped on" not in shown.read_text() and watching.poll() is None:
-        assert time.monotonic() < deadline, shown.read_text()
+    while "stopped at" not in screen.read_text() and watching.poll() is None:
+        assert time.monotonic() < deadline, screen.read_text()
         time.sleep(0.1)
-    watching.send_signal(signal.SIGINT)  # once it has shown the status: Ctrl-C
-    assert watching.wait(timeout=30) == 0, shown.read_text()
-    out = shown.read_text()
-    assert "topology numbers" in out and "runner" in out and "stopped on" in out
+    watching.send_signal(signal.SIGINT)  # once it has screen the status: Ctrl-C
+    assert watching.wait(timeout=30) == 0, screen.read_text()
+    out = screen.read_text()
+    assert "topology numbers" in out and "runner" in out and "stopped at" in out
     listed = cli("list", "--state-dir", str(state))
     assert (listed.returncode, listed.stdout) == (0, "numbers\n")
     after = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in state.iterdir())
@@ -489,7 +496,141 @@ def test_status_and_list_on_zookeeper_never_write(
     assert (listed.returncode, listed.stdout) == (0, "numbers\n")
     known = cli("status", "--topology-id", "numbers", "--zookeeper", zk_hosts)
     assert known.returncode == 0 and known.stdout.startswith("topology numbers: currtx=3\n")
-    assert "  txids: last committed 2, last stored 2; 2 committed by this run" in known.stdout
+    assert "  txids: last committed 2, last stored 2; 2 committed by its run" in known.stdout
     again = cli("status", "--topology-id", "ghost", "--zookeeper", zk_hosts)
     assert again.returncode == 2 and "topologies there: numbers." in again.stderr
     assert zk_tree(zk_hosts) == before
+
+
+def raw_report(state: Path, hosts: str | None) -> dict[str, object] | None:
+    """The runner's status document as stored, read without the code under test."""
+    if hosts is None:
+        db = state / "state.db"
+        if not db.exists():
+            return None
+        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as conn:
+            try:
+                row = conn.execute(
+                    "SELECT doc FROM runner_status WHERE topology_id = 'numbers'"
+                ).fetchone()
+            except sqlite3.OperationalError:  # no table yet
+                return None
+        return None if row is None else dict(json.loads(row[0]))
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=30)
+    try:
+        data, _ = client.get("/transactional/numbers/status")
+        return dict(json.loads(data))
+    except NoNodeError:
+        return None
+    finally:
+        client.stop()
+        client.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "zookeeper"])
+def test_status_of_a_killed_run_of_every_run_and_after_a_rewind(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+) -> None:
+    """A run SIGKILLed while txid 4 fails and is retried: ``status`` says it is not
+    running once its ZooKeeper session has ended, or at once on SQLite (its lock went
+    with it), since its last report, and that txid 4 replays. After a second run, the
+    records of both (250: every number once) and the spout's own batch size (50, no
+    ``--batch-size``); after ``rewind --to 2``, txid 2 as the last committed."""
+    state, delta = tmp_path / "state", tmp_path / "delta"
+    hosts = request.getfixturevalue("zk_hosts") if kind == "zookeeper" else None
+    where = ["--topology-id", "numbers", "--state-dir", str(state)]
+    where += ["--zookeeper", hosts] if hosts else []
+    environ = env(
+        "redis://unused",
+        CLI_DELTA=str(delta),
+        CLI_TOTAL="250",
+        SPARK_SUBMIT_OPTS=driver_opts(quick=True),
+        SPARK_LOCAL_DIRS=str(tmp_path / "spark"),
+    )
+    factory = "tests.e2e.cli_topologies:numbers_in_delta"
+    run = ["run", factory, *where, "--master", "local[1]", "--max-pending", "1"]
+    retrying = [*run, "--status-interval", "0.2", "--max-attempts", "1000"]
+    retrying += ["--conf", "backoff_max_s=0.5", *(["--zk-session-timeout", "4"] if hosts else [])]
+    log = tmp_path / "first.log"
+    with log.open("w") as out:
+        first = subprocess.Popen(
+            [*CLI, *retrying],
+            cwd=ROOT,
+            env={**environ, "CLI_FAIL_TXID": "4"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 240
+        # Txids 1..3 committed, txid 4 failed once at least: it is retried for ever.
+        while not ((raw_report(state, hosts) or {}).get("failures")):
+            assert first.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "txid 4 did not fail within 240 s"
+            time.sleep(0.2)
+        live = json.loads(cli("status", *where, "--json").stdout)["runner"]
+        assert first.poll() is None, log.read_text()[-3000:]
+        assert live["running"] is True, live
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    if hosts:  # its session outlives it by the session timeout, 4 s
+        deadline = time.monotonic() + 60
+        while zk_owner(hosts, "/transactional/numbers/leader") is not None:
+            assert time.monotonic() < deadline, "the killed run's session did not end"
+            time.sleep(0.2)
+        gone = "its ZooKeeper session ended: no session holds /transactional/numbers/leader"
+    else:  # its lock went with it
+        gone = f"no process holds its lock file {state / 'state.db'}.numbers.lock"
+    scripted = cli("status", *where, "--json")
+    assert scripted.returncode == 0, scripted.stderr
+    document = json.loads(scripted.stdout)
+    killed = document["runner"]
+    assert killed["running"] is False, killed
+    assert killed["liveness"] == {"why": gone, "since": killed["updated_at"]}
+    assert live["liveness"] == {"why": "it holds the leadership", "since": None}
+    leader = killed["leader"]
+    assert (leader["host"], leader["pid"]) == (socket.gethostname(), first.pid)
+    assert (document["currtx"], killed["last_committed"], killed["batch_size"]) == (4, 3, 50)
+    assert (killed["records"], killed["records_total"]) == (150, 150)
+    shown = cli("status", *where).stdout.splitlines()
+    assert shown[1:3] == [
+        f"  runner: NOT RUNNING since {killed['updated_at']}, its last report: {gone}; it "
+        f"ran on {leader['host']} pid {first.pid}, fence {leader['fence']}, from "
+        f"{killed['started_at']}",
+        "  txids: last committed 3, last stored 4; 3 committed by its run",
+    ]
+    assert "  not committed: txid 4 stored; the next run replays it" in shown
+    assert not [line for line in shown if line.startswith("  in flight: ")]
+
+    second = cli(*run, "--until-drained", environ=environ)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.strip() == "committed 2 txids, 100 records, 0 failures"
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(delta / "buckets")).to_pyarrow_table().to_pylist()
+    assert {r["key"]: r["count"] for r in rows} == buckets(250)
+    stopped = json.loads(cli("status", *where, "--json").stdout)["runner"]
+    assert (stopped["running"], stopped["liveness"]) == (
+        False,
+        {"why": "it stopped", "since": stopped["updated_at"]},
+    )
+    figures = ("records", "records_total", "uncounted_txids", "batch_size")
+    assert [stopped[f] for f in figures] == [100, 250, 0, 50]
+    records = cli("status", *where).stdout.splitlines()[3]
+    assert records.startswith("  records: 250 committed by all runs; lag "), records
+    assert records.endswith("; batch size 50"), records
+
+    back = cli("rewind", factory, *where, "--to", "2", environ=environ)
+    assert back.returncode == 0, back.stderr[-3000:]
+    rewound = cli("status", *where)
+    assert rewound.stdout.splitlines()[:3] == [
+        "topology numbers: currtx=3",
+        f"  runner: stopped at {stopped['updated_at']}; it ran on {socket.gethostname()} pid "
+        f"{stopped['leader']['pid']}, fence {stopped['leader']['fence']}, from "
+        f"{stopped['started_at']}",
+        "  txids: last committed 2, last stored 2; 2 committed by its run",
+    ]
+    assert json.loads(cli("status", *where, "--json").stdout)["last_committed"] == 2

@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +32,7 @@ from transactional.cli.logs import LIBRARY_LOGGERS
 from transactional.cli.settings import BY_NAME, settings_of
 from transactional.config import RunnerConfig
 from transactional.faults import FaultPoint, KillAt
-from transactional.flow import AdaptiveBatchSize
+from transactional.flow import AdaptiveBatchSize, BatchSizeConfig
 from transactional.runner import RunStats
 from transactional.types import Guarantee
 
@@ -209,6 +211,10 @@ CASES: dict[str, Case] = {
         recorded_as(lambda r: r.remote, "sc://spark.example:15002"),
     ),
     "--batch-size": Case(("--batch-size", "7"), recorded_as(lambda r: r.runner["batch_size"], 7)),
+    "--target-latency": Case(
+        ("--batch-size", "auto", "--target-latency", "4"),
+        recorded_as(lambda r: r.runner["batch_size"].config.target_latency_s, 4.0),
+    ),
     "--until-drained": Case(("--until-drained",), recorded_as(lambda r: r.until_drained, True)),
     "--crash-at": Case(("--crash-at", "emit:3,after_advance:5"), _crash),
     **{
@@ -267,6 +273,29 @@ def test_batch_size_auto_is_the_adaptive_sizing(
     argv = ["run", FACTORY, "--topology-id", "flags", "--batch-size", "auto"]
     recorded = run_cli(argv, monkeypatch, tmp_path, {})
     assert isinstance(recorded.runner["batch_size"], AdaptiveBatchSize)
+    assert recorded.runner["batch_size"].config == BatchSizeConfig()  # a 10 s target
+
+
+def test_a_mistyped_flag_is_one_line_from_the_real_command(tmp_path: Path) -> None:
+    """``python -m transactional.cli`` as a user runs it: the typo named with the flag it
+    most likely meant, exit 2, before anything is imported or started."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")}
+    argv = ["run", FACTORY, "--topology-id", "flags", "--max-pendng", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "transactional.cli", *argv],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2,
+        "",
+        "transactional run: error: unknown flag --max-pendng: did you mean --max-pending? "
+        "(`transactional run --help` lists its flags)\n",
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_transactional_remote_reaches_the_session_as_remote_does(

@@ -460,3 +460,56 @@ def test_a_broker_whose_cluster_id_starts_with_a_dash_formats_and_starts(
         assert offsets.latest([0, 1]) == {0: 1, 1: 2}
     finally:
         server.close()
+
+
+def test_a_lossy_bolt_over_kafka_names_the_offsets_it_lost(
+    spark: Any, kafka: KafkaServer, tmp_path: Path
+) -> None:
+    """The record ledger names the first five records a bolt lost by their partition and
+    offset, and says how many it lost."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    from transactional import (
+        BatchConfigurationError,
+        Bolt,
+        CommitOutcome,
+        Committer,
+        TopologyBuilder,
+    )
+    from transactional.ledger import LedgerError
+
+    topic = new_topic(kafka, 2)
+    values = {p: [f"p{p}-{i}" for i in range(10)] for p in (0, 1)}
+    produce(kafka, topic, {p: [v.encode() for v in vs] for p, vs in values.items()})
+    removed = sorted({(0, 3), (0, 4), (0, 9), (1, 0), (1, 7), (1, 8), (1, 9)})  # (p, offset)
+    lines = [values[p][offset] for p, offset in removed]
+
+    class LeavesOut(Bolt):
+        accounts = True
+
+        def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+            return batch.where(~F.col("raw").isin(lines))
+
+    class Nowhere(Committer):
+        def commit(self, attempt: TransactionAttempt, prepared: Any) -> CommitOutcome:
+            raise AssertionError(f"txid {attempt.txid} reached the sink")
+
+    def build() -> Any:
+        spout = KafkaPartitionedSpout(kafka.bootstrap_servers, topic, batch_size=10, timeout_s=5)
+        return (
+            TopologyBuilder()
+            .set_spout(spout)
+            .set_bolt("leaves", LeavesOut())
+            .set_committer("sink", Nowhere(), "leaves")
+            .build()
+        )
+
+    harness = TopologyHarness(build, spark, topology_id="ledger", state_dir=tmp_path)
+    with pytest.raises(BatchConfigurationError) as caught:
+        harness.run_until_drained(max_pending=1, warm_up=False)
+    error = caught.value.cause
+    assert isinstance(error, LedgerError), error
+    assert (error.txid, error.given, error.unaccounted, error.miscounted) == (1, 20, 7, 7)
+    assert error.named == tuple(f"partition {p} offset {offset}" for p, offset in removed[:5])
+    assert f"7 record(s) unaccounted for ({', '.join(error.named)} and 2 more)" in str(error)

@@ -6,11 +6,12 @@ that does not account runs unchanged, named once at start."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -154,21 +155,32 @@ class Plain(Bolt):
         return batch.where(F.col("id") % 5 != 0)
 
 
-def harness(spark: Any, tmp_path: Path, bolt: Bolt, sink: RowsCommitter, **config: Any) -> Any:
+def harness(
+    spark: Any,
+    tmp_path: Path,
+    bolt: Bolt,
+    sink: RowsCommitter,
+    spout: Callable[[], Any] = lambda: RangeSpout(TOTAL, BATCH),
+    **config: Any,
+) -> Any:
     outputs = tuple(bolt.outputs)
 
     def build() -> Any:
-        builder = TopologyBuilder().set_spout(RangeSpout(TOTAL, BATCH)).set_bolt("b", bolt)
+        builder = TopologyBuilder().set_spout(spout()).set_bolt("b", bolt)
         inputs = {s: f"b:{s}" for s in outputs}
         return builder.set_committer("sink", sink, inputs).build()
 
     return TopologyHarness(build, spark, topology_id="ledger", state_dir=tmp_path, **config)
 
 
-def failed_ledger(spark: Any, tmp_path: Path, bolt: Bolt) -> tuple[LedgerError, RowsCommitter]:
+def failed_ledger(
+    spark: Any, tmp_path: Path, bolt: Bolt, **spout: Any
+) -> tuple[LedgerError, RowsCommitter]:
     sink = RowsCommitter()
     with pytest.raises(BatchConfigurationError) as caught:
-        harness(spark, tmp_path, bolt, sink).run_until_drained(max_pending=1)
+        harness(spark, tmp_path, bolt, sink, **spout).run_until_drained(
+            max_pending=1, warm_up=False
+        )
     cause = caught.value.cause
     assert isinstance(cause, LedgerError), cause
     assert caught.value.txid == 1 and cause.txid == 1
@@ -177,30 +189,41 @@ def failed_ledger(spark: Any, tmp_path: Path, bolt: Bolt) -> tuple[LedgerError, 
 
 def test_a_lossy_bolt_fails_its_txid_and_nothing_is_committed(spark: Any, tmp_path: Path) -> None:
     error, sink = failed_ledger(spark, tmp_path, Lossy())
-    lost = sum(1 for n in FIRST if n % 5 == 0)
-    assert (error.given, error.accounted, error.unaccounted) == (BATCH, BATCH - lost, lost)
+    lost = [n for n in FIRST if n % 5 == 0]
+    assert (error.given, error.accounted, error.unaccounted) == (BATCH, BATCH - len(lost), 4)
     assert error.streams == (DEFAULT_STREAM,)
-    assert f"bolt 'b' ({__name__}.Lossy) on stream 'default', txid 1: {lost} record(s)" in str(
-        error
-    )
+    # RangeSpout names no position_columns: each record is named by its values.
+    named = ", ".join(f"id={n}" for n in lost)
+    assert (
+        f"bolt 'b' ({__name__}.Lossy) on stream 'default', txid 1: 4 record(s) unaccounted "
+        f"for ({named}); given 20"
+    ) in str(error)
     assert sink.last_txid == 0 and sink.rows == {}
 
 
 def test_a_duplicating_join_fails_its_txid(spark: Any, tmp_path: Path) -> None:
     error, sink = failed_ledger(spark, tmp_path, DuplicatingJoin())
-    twice = sum(1 for n in FIRST if n % 3 == 0)
-    assert (error.given, error.accounted, error.unaccounted) == (BATCH, BATCH + twice, -twice)
-    assert f"on stream 'default', txid 1: {twice} record(s) accounted for more than once" in str(
-        error
+    twice = [n for n in FIRST if n % 3 == 0]
+    assert len(twice) == 7
+    assert (error.given, error.accounted, error.unaccounted) == (BATCH, BATCH + 7, -7)
+    assert (error.named, error.miscounted) == (
+        tuple(f"id={n}: 2 times" for n in twice[:5]),
+        7,
     )
+    named = ", ".join(error.named)
+    assert (
+        f"on stream 'default', txid 1: 7 record(s) accounted for more than once ({named} and "
+        "2 more); given 20"
+    ) in str(error)
     assert sink.last_txid == 0 and sink.rows == {}
 
 
 def test_a_filter_that_forgot_a_branch_fails_its_txid(spark: Any, tmp_path: Path) -> None:
     error, sink = failed_ledger(spark, tmp_path, ForgottenBranch())
-    forgotten = sum(1 for n in FIRST if 5 <= n % BATCH < 10)
-    assert (error.unaccounted, error.streams) == (forgotten, ("small", "big"))
-    assert f"streams 'small' and 'big' together, txid 1: {forgotten} record(s)" in str(error)
+    forgotten = [n for n in FIRST if 5 <= n % BATCH < 10]
+    assert (error.unaccounted, error.streams) == (len(forgotten), ("small", "big"))
+    assert (error.named, error.miscounted) == (tuple(f"id={n}" for n in forgotten), 5)
+    assert "streams 'small' and 'big' together, txid 1: 5 record(s)" in str(error)
     assert sink.last_txid == 0 and sink.rows == {}
 
 
@@ -314,8 +337,114 @@ def test_a_bolt_that_marks_some_rows_and_loses_others_fails_its_txid(
     spark: Any, tmp_path: Path
 ) -> None:
     error, sink = failed_ledger(spark, tmp_path, Marks(lose=True))
-    lost = sum(1 for n in FIRST if n % 5 == 0)  # multiples of 4 among them too: lost, not marked
-    assert (error.given, error.unaccounted) == (BATCH, lost)
+    lost = [n for n in FIRST if n % 5 == 0]  # multiples of 4 among them too: lost, not marked
+    assert (error.given, error.unaccounted) == (BATCH, len(lost))
+    assert (error.named, error.miscounted) == (tuple(f"id={n}" for n in lost), len(lost))
+    assert sink.last_txid == 0 and sink.rows == {}
+
+
+def test_a_lossy_bolt_behind_another_names_what_it_lost(spark: Any, tmp_path: Path) -> None:
+    """Its input is a stream of a checked bolt (the rows that bolt marked dropped left
+    out); the records it lost are found in the batch by their ids."""
+    sink = RowsCommitter()
+
+    def build() -> Any:
+        return (
+            TopologyBuilder()
+            .set_spout(RangeSpout(TOTAL, BATCH))
+            .set_bolt("marks", Marks())
+            .set_bolt("b", Lossy(), "marks")
+            .set_committer("sink", sink, "b")
+            .build()
+        )
+
+    with pytest.raises(BatchConfigurationError) as caught:
+        TopologyHarness(build, spark, topology_id="behind", state_dir=tmp_path).run_until_drained(
+            max_pending=1
+        )
+    error = caught.value.cause
+    assert isinstance(error, LedgerError), error
+    lost = [n for n in FIRST if n % 5 == 0 and n % 4 != 0]  # marks drops multiples of 4
+    assert (error.source, error.unaccounted) == ("stream marks:default", len(lost))
+    assert (error.named, error.miscounted) == (tuple(f"id={n}" for n in lost), len(lost))
+    assert sink.last_txid == 0 and sink.rows == {}
+
+
+class FoldsAllButSeven(Bolt):
+    """Folds every number but 7 into sums by remainder mod 3, and says nothing of 7."""
+
+    accounts = True
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        kept = batch.where(F.col("id") != 7)
+        return kept.groupBy((F.col("id") % 3).alias("r")).agg(F.sum("id").alias("s"), *folded())
+
+
+def test_one_record_lost_by_a_bolt_that_folds_is_named(spark: Any, tmp_path: Path) -> None:
+    """A folded record has no id of its own, but the tallies' XOR is the lost one's."""
+    error, sink = failed_ledger(spark, tmp_path, FoldsAllButSeven())
+    assert (error.unaccounted, error.named, error.miscounted) == (1, ("id=7",), 1)
+    assert "1 record(s) unaccounted for (id=7); given 20" in str(error)
+    assert sink.last_txid == 0 and sink.rows == {}
+
+
+class LeavesOut(Bolt):
+    """Leaves out the records whose line is one of ``lines``, and says nothing of them."""
+
+    accounts = True
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        return batch.where(~F.col("raw").isin(self.lines))
+
+
+def test_a_lossy_bolt_over_files_names_the_lines_it_lost(spark: Any, tmp_path: Path) -> None:
+    root = tmp_path / "in"
+    root.mkdir()
+    files = {
+        name: [json.dumps({"user": f"u{n % 3}", "n": n, "in": name}) for n in range(8)]
+        for name in ("part-0.jsonl", "part-1.jsonl")
+    }
+    for name, lines in files.items():
+        (root / name).write_text("".join(f"{line}\n" for line in lines))
+    removed = [files["part-0.jsonl"][i] for i in (2, 5)]
+    removed += [files["part-1.jsonl"][i] for i in (0, 3, 6, 7)]
+    # Each removed line's file and line number (from 1), from what was written: the five
+    # named are the first by their text, in file and line order.
+    line_of = {line: (name, n) for name, lines in files.items() for n, line in enumerate(lines, 1)}
+    named = sorted(line_of[line] for line in sorted(removed)[:5])
+    assert named == [("part-0.jsonl", 3), *(("part-1.jsonl", n) for n in (1, 4, 7, 8))]
+    error, sink = failed_ledger(
+        spark,
+        tmp_path / "state",
+        LeavesOut(removed),
+        spout=lambda: FilesPartitionedSpout(root, batch_size=8),
+    )
+    assert (error.given, error.unaccounted, error.miscounted) == (16, 6, 6)
+    # No position column: the spout finds each lost record's line in the txid's ranges.
+    assert error.named == tuple(f"file {name} line {n}" for name, n in named)
+    assert (
+        "6 record(s) unaccounted for (file part-0.jsonl line 3, file part-1.jsonl line 1, "
+        "file part-1.jsonl line 4, file part-1.jsonl line 7, file part-1.jsonl line 8 and "
+        "1 more); given 16"
+    ) in str(error)
+    assert sink.last_txid == 0 and sink.rows == {}
+
+    # The warm-up (txid 0) meets it first, in its sample: the first file's first lines.
+    sink = RowsCommitter()
+    run = harness(
+        spark,
+        tmp_path / "warm",
+        LeavesOut(removed),
+        sink,
+        spout=lambda: FilesPartitionedSpout(root, batch_size=8),
+    )
+    with pytest.raises(LedgerError) as caught:
+        run.run_until_drained(max_pending=1)
+    assert caught.value.txid == 0
+    assert caught.value.named == ("file part-0.jsonl line 3", "file part-0.jsonl line 6")
     assert sink.last_txid == 0 and sink.rows == {}
 
 

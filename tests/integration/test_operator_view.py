@@ -107,7 +107,7 @@ def test_status_and_metrics_show_the_run(
     final = read_status()
     assert (final["running"], final["in_flight"]) == (False, [])
     assert (final["last_committed"], final["committed_txids"]) == (txids, txids)
-    assert final["records"] == TOTAL
+    assert (final["records"], final["records_total"], final["uncounted_txids"]) == (TOTAL, TOTAL, 0)
     assert (final["retries"], final["failures"]) == (1, {"InjectedFault": 1})
     assert final["last_error"]["txid"] == 3 and final["last_error"]["phase"] == "process"
     with pytest.raises(OSError):  # the server stopped with the run

@@ -5,6 +5,7 @@ command itself refusing a bad setting with exit 2 before anything is created."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,12 @@ import pytest
 
 from transactional.cli import main
 from transactional.cli._parser import build_parser
-from transactional.cli.settings import RUNNER_FIELDS, load_settings, parse_conf
+from transactional.cli.settings import (
+    RUNNER_FIELDS,
+    load_settings,
+    load_store_settings,
+    parse_conf,
+)
 from transactional.config import RunnerConfig
 from transactional.errors import ConfigurationError
 
@@ -105,14 +111,30 @@ def test_spark_table_keys_quoted_or_dotted_and_values_as_spark_reads_them(tmp_pa
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("max_pendng = 2\n", "unknown setting(s) ['max_pendng']; known: ['batch_size', "),
+        (
+            "max_pendng = 2\n",
+            "unknown setting 'max_pendng' (did you mean 'max_pending', under [runner]?)",
+        ),
+        ("zzz = 2\n", "unknown setting 'zzz'; known: ['batch_size', 'crash_at', 'master', "),
         ("max_pending = 2\n", "['max_pending'] are runner settings: put them under [runner]"),
-        ("[runner]\nmax_pendng = 2\n", "unknown runner setting(s) ['max_pendng'] in [runner]; "),
+        (
+            "[runner]\nmax_pendng = 2\nbatch_sise = 3\n",
+            "unknown settings in [runner]: 'batch_sise' (did you mean 'batch_size', at the "
+            "top?), 'max_pendng' (did you mean 'max_pending'?)",
+        ),
         ("runner = 4\n", "[runner] must be a table"),
         ("[spark]\nsql.shuffle.partitions = 8\n", "['sql.shuffle.partitions'] in [spark] are "),
         ('[spark]\n"spark.jars" = ["a.jar"]\n', "['spark.jars'] in [spark] must be a string, "),
     ],
-    ids=["unknown", "runner-at-top", "unknown-runner", "runner-not-table", "not-spark", "list"],
+    ids=[
+        "unknown",
+        "unknown-far",
+        "runner-at-top",
+        "unknown-runner",
+        "runner-not-table",
+        "not-spark",
+        "list",
+    ],
 )
 def test_a_bad_config_file_names_the_setting(tmp_path: Path, text: str, message: str) -> None:
     config = write(tmp_path / "t.toml", text)
@@ -140,10 +162,15 @@ def test_a_config_file_that_is_missing_or_not_toml(tmp_path: Path) -> None:
         (
             ["maxpending=4"],
             "--conf 'maxpending=4': 'maxpending' is neither a Spark setting (spark.*) nor a "
-            f"runner setting ({', '.join(RUNNER_FIELDS)})",
+            "runner setting: did you mean 'max_pending'?",
+        ),
+        (
+            ["zzz=4"],
+            "--conf 'zzz=4': 'zzz' is neither a Spark setting (spark.*) nor a runner setting "
+            f"({', '.join(RUNNER_FIELDS)})",
         ),
     ],
-    ids=["no-equals", "no-key", "unknown"],
+    ids=["no-equals", "no-key", "unknown", "unknown-far"],
 )
 def test_a_malformed_conf_item(items: list[str], message: str) -> None:
     with pytest.raises(ConfigurationError) as bad:
@@ -271,3 +298,114 @@ def test_the_table_declares_every_setting_once() -> None:
     fields = {*RunSettings.model_fields, *RunnerConfig.model_fields} - {"runner", "spark"}
     assert sorted(names) == sorted(fields)
     assert len({s.flag for s in SETTINGS}) == len(SETTINGS)
+
+
+def test_target_latency_sizes_auto_batches_only() -> None:
+    """``--target-latency`` is the demo's flag, ``transactional run``'s too: the latency
+    ``--batch-size auto`` keeps a txid under; with a fixed size it would do nothing."""
+    auto = load_settings(None, {}, {"topology_id": "t", "batch_size": "auto"})
+    assert auto.target_latency_s is None  # BatchSizeConfig's own, 10 s
+    env = {"TRANSACTIONAL_TARGET_LATENCY_S": "4"}
+    given = load_settings(None, env, {"topology_id": "t", "batch_size": "auto"})
+    assert given.target_latency_s == 4.0
+    with pytest.raises(ConfigurationError) as bad:
+        load_settings(None, {}, {"topology_id": "t", "batch_size": "7", "target_latency_s": "4"})
+    assert str(bad.value) == (
+        "setting target_latency_s='4' (from --target-latency) sizes txids under --batch-size "
+        'auto only: add --batch-size auto (or batch_size = "auto"), or drop it'
+    )
+
+
+#: What the command prints for a mistyped command or flag: one line naming the nearest.
+TYPOS = {
+    "flag": (
+        ["run", "m:f", "--topology-id", "t", "--max-pendng", "2"],
+        "transactional run: error: unknown flag --max-pendng: did you mean --max-pending? "
+        "(`transactional run --help` lists its flags)",
+    ),
+    "flag=value": (
+        ["run", "m:f", "--topology-id", "t", "--poll-mx=3"],
+        "transactional run: error: unknown flag --poll-mx: did you mean --poll-max? "
+        "(`transactional run --help` lists its flags)",
+    ),
+    "store-flag": (
+        ["status", "--topology-id", "t", "--zookeper", "zk:2181"],
+        "transactional status: error: unknown flag --zookeper: did you mean --zookeeper? "
+        "(`transactional status --help` lists its flags)",
+    ),
+    "another-commands-flag": (
+        ["status", "--topology-id", "t", "--max-pending", "2"],
+        "transactional status: error: --max-pending is a flag of transactional run only "
+        "(`transactional status --help` lists its flags)",
+    ),
+    "far-flag": (
+        ["list", "--colour"],
+        "transactional list: error: unknown flag --colour (`transactional list --help` lists "
+        "its flags)",
+    ),
+    "command": (
+        ["-v", "stauts", "--topology-id", "t"],
+        "transactional: error: unknown command 'stauts': did you mean 'status'? (the "
+        "commands: run, status, query, rewind, list)",
+    ),
+}
+
+
+@pytest.mark.parametrize("typo", sorted(TYPOS))
+def test_a_typo_is_one_line_naming_the_nearest_flag_or_command(
+    typo: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the top-level usage and "unrecognized arguments", for a flag of any
+    command; argparse's list of every command for a mistyped one."""
+    argv, line = TYPOS[typo]
+    with pytest.raises(SystemExit) as leaving:
+        main(argv)
+    assert leaving.value.code == 2
+    assert capsys.readouterr() == ("", line + "\n")
+
+
+def test_a_mistyped_environment_variable_is_refused_with_the_nearest_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: ignored, and the run went on with the default max_pending."""
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in os.environ if n.startswith("TRANSACTIONAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TRANSACTIONAL_MAX_PENDNG", "2")
+    assert main(["run", "not_imported:build", "--topology-id", "t"]) == 2
+    assert capsys.readouterr().err == (
+        "error: environment variable TRANSACTIONAL_MAX_PENDNG (did you mean "
+        "TRANSACTIONAL_MAX_PENDING?) names no setting: rename or unset it\n"
+    )
+    monkeypatch.setenv("TRANSACTIONAL_BLUE", "1")
+    assert main(["list"]) == 2  # the store's commands read the environment too
+    assert capsys.readouterr().err == (
+        "error: environment variables TRANSACTIONAL_BLUE, TRANSACTIONAL_MAX_PENDNG (did you "
+        "mean TRANSACTIONAL_MAX_PENDING?) name no setting: rename or unset them (a setting's "
+        "variable is TRANSACTIONAL_ and its name in capitals: TRANSACTIONAL_MAX_PENDING for "
+        "--max-pending)\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_variables_of_ours_that_are_no_setting_of_the_table_are_known() -> None:
+    """The ZooKeeper credentials are read from the environment only, by name."""
+    env = {
+        "TRANSACTIONAL_ZOOKEEPER_AUTH": "ops:secret",
+        "TRANSACTIONAL_MAX_PENDING": "3",  # a run's setting: `status` takes it as known too
+        "TRANSACTIONAL_CRASH_AT": "emit:9",
+    }
+    assert load_settings(None, env, {"topology_id": "t"}).runner["max_pending"] == "3"
+    assert load_store_settings(None, env, {"topology_id": "t"}, "status").topology_id == "t"
+
+
+def test_a_mistyped_config_file_key_is_one_line_from_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "run.toml", 'topology_id = "t"\n[runner]\nmax_pendng = 2\n')
+    assert main(["run", "not_imported:build", "--config", "run.toml"]) == 2
+    assert capsys.readouterr().err == (
+        "error: config file run.toml: unknown setting in [runner]: 'max_pendng' (did you "
+        "mean 'max_pending'?)\n"
+    )

@@ -11,6 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+#: Flags the docs name as a user's typo, to show what the command says of it.
+TYPOS = {("--max-pendng", "docs/how-to/run.md")}
 
 #: The documented commands, each as the arguments that print its help.
 COMMANDS = [
@@ -52,4 +54,5 @@ def test_every_flag_the_docs_name_exists() -> None:
     assert named  # the docs do name flags
     known = known_flags()
     assert "--start-from" in known and "--delta-path" in known  # both CLIs were read
-    assert sorted((flag, where) for flag, where in named if flag not in known) == []
+    assert named >= TYPOS and not {flag for flag, _ in TYPOS} & known
+    assert sorted((flag, where) for flag, where in named - TYPOS if flag not in known) == []

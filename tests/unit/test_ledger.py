@@ -13,7 +13,17 @@ from hypothesis import strategies as st
 
 from transactional import Bolt, ConfigurationError, ContractError, TopologyValidationError
 from transactional.errors import LedgerError
-from transactional.ledger import ID, LedgerPlan, Tally, _BoltBooks, announce, drop
+from transactional.ledger import (
+    _COUNT,
+    ID,
+    AttemptLedger,
+    LedgerPlan,
+    Tally,
+    _BoltBooks,
+    _named,
+    announce,
+    drop,
+)
 from transactional.testing import ListTransactionalSpout
 from transactional.testing.sinks import MemoryCommitter
 from transactional.topology import TopologyBuilder
@@ -69,6 +79,81 @@ def test_ledger_error_names_the_bolt_stream_and_number() -> None:
     )
     swapped = LedgerError("bolt 'b' (m.B)", "the spout's batch", ("default",), 3, 10, 10)
     assert "not the same ones" in str(swapped)
+
+
+def test_ledger_error_names_at_most_five_records_and_how_many_in_all() -> None:
+    lost = [f"partition {p} offset {o}" for p, o in ((0, 3), (0, 4), (0, 9), (1, 0), (1, 7))]
+    error = LedgerError(
+        "bolt 'b' (m.B)", "the spout's batch", ("default",), 3, 20, 13, tuple(lost), 7
+    )
+    assert (error.named, error.miscounted) == (tuple(lost), 7)
+    assert (
+        "txid 3: 7 record(s) unaccounted for (partition 0 offset 3, partition 0 offset 4, "
+        "partition 0 offset 9, partition 1 offset 0, partition 1 offset 7 and 2 more); "
+        "given 20 from the spout's batch"
+    ) in str(error)
+    every = LedgerError(
+        "bolt 'b' (m.B)", "the spout's batch", ("default",), 3, 10, 12, ("id=1: 3 times",), 1
+    )
+    assert "2 record(s) accounted for more than once (id=1: 3 times); given 10" in str(every)
+
+
+def test_a_record_is_named_by_its_position_else_by_its_values() -> None:
+    kafka = {"partition": 2, "offset": 1041, "raw": "x", ID: 7}
+    assert _named(kafka, ("partition", "offset"), 1, mixed=False) == "partition 2 offset 1041"
+    assert _named(kafka, ("partition", "offset"), 1, mixed=True) == "partition 2 offset 1041: lost"
+    redis = {"stream": "clicks", "id": "1700000000000-0"}
+    assert _named(redis, ("stream", "id"), -2, mixed=False) == (
+        "stream clicks id 1700000000000-0: 3 times"
+    )
+    assert _named({"file": "a b", "line": 3}, ("file", "line"), 1, False) == "file 'a b' line 3"
+    line = '{"user": "ann", "n": 3}'
+    assert _named({"raw": line, "error": None, ID: 5}, (), 1, False) == f"raw={line!r}"
+    long = "x" * 100
+    assert _named({"id": 4, "text": long}, (), -1, False) == f"id=4 text='{'x' * 56}...: 2 times"
+
+
+def test_records_the_spout_locates_are_named_where_it_says_in_their_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The spout's ``locate`` is asked for rows without the ledger's columns; what it
+    places comes first, numbers ordered as numbers; what it cannot, by its values."""
+    rows = [
+        {"raw": raw, "error": None, ID: i, _COUNT: count}
+        for i, (raw, count) in enumerate([("x", 1), ("y", -1), ("z", 1), ("w", 1)])
+    ]
+    asked: list[list[dict[str, Any]]] = []
+
+    def locate(given: Any) -> list[str | None]:
+        asked.append(list(given))
+        where = {"x": "file b line 10", "y": "file b line 9", "w": "file a line 200"}
+        return [where.get(r["raw"]) for r in given]
+
+    books = AttemptLedger(LedgerPlan(on=True), 1, None, locate=locate)
+    assert books._names(rows, mixed=False) == (
+        "file a line 200",
+        "file b line 9: 2 times",
+        "file b line 10",
+        "raw='z'",
+    )
+    assert asked == [[{"raw": r["raw"], "error": None} for r in rows]]
+
+    def fails(given: Any) -> Any:
+        raise OSError("the file is gone")
+
+    for broken, why in (
+        (fails, "locate raised OSError('the file is gone'): the records are named by"),
+        (lambda given: ["one"], "locate answered ['one'] for 2 records, not a text or None"),
+    ):
+        caplog.clear()
+        books = AttemptLedger(LedgerPlan(on=True, spout="spout 'spout' (m.S)"), 4, None)
+        books.locate = broken
+        with caplog.at_level(logging.WARNING, logger="transactional.ledger"):
+            assert books._names(rows[:2], mixed=False) == ("raw='x'", "raw='y': 2 times")
+        assert f"ledger txid=4: spout 'spout' (m.S) {why}" in caplog.text
+    # Position columns name a record themselves: the spout is not asked.
+    kafka = AttemptLedger(LedgerPlan(on=True, position=("p",)), 1, None, locate=fails)
+    assert kafka._names([{"p": 3, ID: 1, _COUNT: 1}], mixed=True) == ("p 3: lost",)
 
 
 class Plain(Bolt):

@@ -18,6 +18,7 @@ from transactional.errors import (
     ConfigurationError,
     ContractError,
     PoisonBatchError,
+    SparkAnalysisError,
 )
 from transactional.runner import TransactionalRunner
 from transactional.testing import (
@@ -242,3 +243,103 @@ def test_metadata_json_cannot_hold_is_refused_before_it_is_stored(
     assert 2 not in store.partitions
     assert store.starts == ([1, 2] if kind is OddOpaque else [1])
     assert sum(committer.counts.values()) == 10
+
+
+# Spark's analysis errors, as a Spark Connect session raises them (pyspark.errors is
+# shared: a classic session raises subclasses of the same AnalysisException).
+
+
+def refusal(error_class: str, column: str = "nope") -> Exception:
+    from pyspark.errors.exceptions import connect
+
+    return connect.AnalysisException(
+        message=f"[{error_class}] A column, variable, or function parameter with name "
+        f"`{column}` cannot be resolved. SQLSTATE: 42703;\n'Project ['{column}]\n",
+        errorClass=error_class,
+        messageParameters={"objectName": f"`{column}`"},
+        sql_state="42703",
+    )
+
+
+class Refused(CountingBolt):
+    """Raises ``error`` from ``process`` (as a classic session does on building a plan
+    Spark refuses), or with ``lazily`` returns a frame that raises it when first used
+    (as Spark Connect does, whose plans are analysed then)."""
+
+    def __init__(self, error: Exception, lazily: bool = False) -> None:
+        self.error, self.lazily = error, lazily
+        self.calls = 0
+
+    def process(self, attempt: TransactionAttempt, batch: list[Any]) -> Any:  # type: ignore[override]
+        self.calls += 1
+        if self.lazily:
+            return Unanalysed(self.error)
+        raise self.error
+
+
+class Unanalysed(list[Any]):
+    """An in-memory frame whose plan Spark refuses when it is first used."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def __iter__(self) -> Any:
+        raise self.error
+
+    @property
+    def schema(self) -> Any:
+        raise self.error
+
+
+def run_refused(bolt: Refused) -> None:
+    topology = (
+        TopologyBuilder()
+        .set_spout(ListTransactionalSpout(DATA, 10))
+        .set_bolt("count", bolt)
+        .set_committer("sink", MemoryCommitter(), "count")
+        .build()
+    )
+    config = RunnerConfig(
+        topology_id="t", max_pending=1, max_attempts=3, backoff_initial_s=0.0, backoff_max_s=0.0
+    )
+    TransactionalRunner(topology, InMemoryStateStore(), config=config, engine=InMemoryEngine()).run(
+        until_drained=True
+    )
+
+
+@pytest.mark.parametrize("lazily", [False, True], ids=["classic", "connect"])
+def test_a_plan_spark_refuses_stops_at_once_naming_the_bolt_and_the_class(lazily: bool) -> None:
+    bolt = Refused(refusal("UNRESOLVED_COLUMN.WITH_SUGGESTION"), lazily)
+    with pytest.raises(BatchConfigurationError) as info:
+        run_refused(bolt)
+    assert bolt.calls == 1  # not retried, although max_attempts is 3
+    cause = info.value.cause
+    assert isinstance(cause, SparkAnalysisError) and isinstance(cause, ContractError)
+    assert str(cause) == (
+        "bolt 'count' (tests.unit.test_runner_errors.Refused) built a plan Spark refuses "
+        "(UNRESOLVED_COLUMN.WITH_SUGGESTION): A column, variable, or function parameter "
+        "with name `nope` cannot be resolved. SQLSTATE: 42703; fix the bolt's code"
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(refusal("_LEGACY_ERROR_TEMP_3065"), id="unnamed-analysis-error"),
+        pytest.param("unavailable", id="connect-grpc"),
+    ],
+)
+def test_spark_errors_a_retry_can_fix_keep_their_retries(error: Any) -> None:
+    if error == "unavailable":
+        import grpc
+        from pyspark.errors.exceptions import connect
+
+        error = connect.SparkConnectGrpcException(
+            message="failed to connect to all addresses",
+            grpc_status_code=grpc.StatusCode.UNAVAILABLE,
+        )
+    bolt = Refused(error)
+    with pytest.raises(PoisonBatchError):
+        run_refused(bolt)
+    assert bolt.calls == 3

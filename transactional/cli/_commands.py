@@ -16,11 +16,11 @@ from typing import Any
 
 from transactional.cli._factories import build_topology, load_factory, takes_spark
 from transactional.cli._parser import build_parser
-from transactional.cli._query import query, query_document, query_lines
+from transactional.cli._query import query, query_json, query_lines
 from transactional.cli._rewind import rewind
 from transactional.cli._status import look, status_document, status_lines, watch
 from transactional.cli.interrupt import INTERRUPTED, stop_on_signals
-from transactional.cli.logs import configure_logging
+from transactional.cli.logs import configure_logging, quiet_spark_errors
 from transactional.cli.progress import ProgressListener
 from transactional.cli.settings import (
     RunSettings,
@@ -155,7 +155,7 @@ def _query(args: argparse.Namespace) -> int:
     """Read-only, like ``status``."""
     table, keys, values = query(args.factory, args.state, args.keys, args.committer)
     if args.json:
-        print(json.dumps(query_document(table, keys, values), sort_keys=True))
+        print(query_json(table, keys, values))
         return DONE
     for line in query_lines(table, keys, values):
         print(line)
@@ -185,9 +185,12 @@ def _settings(args: argparse.Namespace) -> RunSettings:
 
 def _batch_size(settings: RunSettings) -> Any:
     if settings.batch_size == "auto":
-        from transactional.flow import AdaptiveBatchSize
+        from transactional.flow import AdaptiveBatchSize, BatchSizeConfig
 
-        return AdaptiveBatchSize()
+        latency = settings.target_latency_s
+        return AdaptiveBatchSize(
+            BatchSizeConfig() if latency is None else BatchSizeConfig(target_latency_s=latency)
+        )
     return settings.batch_size
 
 
@@ -204,6 +207,7 @@ def _run(args: argparse.Namespace) -> int:
         # Everything that can be checked without Spark is, before its JVM starts: an
         # unreachable store or sink is one line within seconds.
         store = _store(settings)
+        quiet_spark_errors(args.verbose)
         if takes_spark(factory, args.factory):
             spark = create_spark_session(
                 settings.master,

@@ -20,16 +20,82 @@ environment.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from transactional.cli._rewind import CRASH_POINTS
-from transactional.cli.settings import add_flags
+from transactional.cli.settings import add_flags, nearest
+
+
+class _Parser(argparse.ArgumentParser):
+    """The top-level parser. A mistyped command or flag is one line that names it and
+    the nearest one of that command, instead of the top-level usage: argparse checks
+    the command before its flags, and leaves the flags it does not know to the top."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        argv = list(sys.argv[1:] if args is None else args)
+        self._check_command(argv)
+        parsed, extras = self.parse_known_args(argv, namespace)
+        if extras:
+            self._unknown(parsed.command, extras)
+        return parsed
+
+    def _check_command(self, argv: list[str]) -> None:
+        # The top level's own options (-h, -v) take no value: the first other word is
+        # the command.
+        word = next((a for a in argv if not a.startswith("-")), None)
+        if word is None or word in self.commands:
+            return
+        near = nearest(word, self.commands)
+        hint = f"did you mean {near!r}? " if near else ""
+        self._refuse(
+            self.prog,
+            f"unknown command {word!r}: {hint}(the commands: {', '.join(self.commands)})",
+        )
+
+    def _unknown(self, command: str, extras: list[str]) -> NoReturn:
+        """The flags ``command`` does not take (a value after one is its own), or, with
+        none, the words it did not expect."""
+        parser = self.commands[command]
+        prog = f"{self.prog} {command}"
+        flags = [a.split("=", 1)[0] for a in extras if a.startswith("-") and a != "-"]
+        if not flags:
+            self._refuse(prog, f"unexpected argument(s) {' '.join(extras)}")
+        known = [o for action in parser._actions for o in action.option_strings]
+        parts = []
+        for flag in flags:
+            elsewhere = [c for c, p in self.commands.items() if flag in _options(p)]
+            near = nearest(flag, known)
+            if elsewhere:
+                parts.append(f"{flag} is a flag of {self.prog} {' and '.join(elsewhere)} only")
+            elif near:
+                parts.append(f"unknown flag {flag}: did you mean {near}?")
+            else:
+                parts.append(f"unknown flag {flag}")
+        self._refuse(prog, f"{'; '.join(parts)} (`{prog} --help` lists its flags)")
+
+    def _refuse(self, prog: str, message: str) -> NoReturn:
+        self.exit(2, f"{prog}: error: {message}\n")
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return {o for action in parser._actions for o in action.option_strings}
 
 
 def _add_verbose(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
     """``-v`` before or after the command (``transactional run ... -v``)."""
     parser.add_argument(
-        "-v", "--verbose", action="count", default=default, help="log INFO (-vv: DEBUG)"
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        help="log INFO and the libraries' warnings (-vv: DEBUG; -vvv: the libraries' too); "
+        "without it only our warnings and the libraries' errors show",
     )
 
 
@@ -46,14 +112,17 @@ def _add_settings(parser: argparse.ArgumentParser, command: str) -> None:
     add_flags(parser, command)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> _Parser:
+    parser = _Parser(
         prog="transactional",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_verbose(parser, default=0)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(
+        dest="command", required=True, parser_class=argparse.ArgumentParser
+    )
+    parser.commands = commands.choices
 
     run = commands.add_parser("run", help="run a topology: FACTORY is module:function")
     run.add_argument("factory", metavar="MODULE:FACTORY")
@@ -100,9 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
         "keys",
         nargs="+",
         metavar="KEY",
-        help="a key: a single-column key as it is (a '\\' in it written '\\\\'); the "
-        "columns of a multi-column key joined by ':', a ':' or '\\' inside one escaped "
-        "with '\\'; '\\N' for a null",
+        help="a key: its columns' values joined by ':', in a value each '\\' written "
+        "'\\\\' and, for a key of several columns, each ':' written '\\:'; '\\N' for a "
+        "null value",
     )
     query.add_argument(
         "--committer",

@@ -10,7 +10,7 @@ from typing import Any
 from transactional.cli._factories import topology_without_spark
 from transactional.errors import ConfigurationError
 
-__all__ = ["query", "query_document", "query_lines"]
+__all__ = ["query", "query_document", "query_json", "query_lines"]
 
 
 def find_state(spec: str, name: str, committer: str | None = None) -> Any:
@@ -67,11 +67,20 @@ def query_document(table: Any, keys: list[Any], values: list[Any]) -> dict[str, 
     }
 
 
+def query_json(table: Any, keys: list[Any], values: list[Any]) -> str:
+    """``query_document`` as one line of JSON, a key's characters as they are (``#été``,
+    not ``#\\u00e9t\\u00e9``)."""
+    return json.dumps(query_document(table, keys, values), sort_keys=True, ensure_ascii=False)
+
+
 def query_lines(table: Any, keys: list[Any], values: list[Any]) -> list[str]:
-    """One line per key: the key's columns, then its value (``(none)``: no value)."""
+    """One line per key: the key's columns, each quoted as JSON quotes it but its
+    characters as they are, then its value (``(none)``: no value)."""
     lines = []
     for key, value in zip(keys, values, strict=True):
         shown = "(none)" if value is None else str(_plain(value))
-        columns = ", ".join(f"{c}={json.dumps(v)}" for c, v in zip(table.keys, key, strict=True))
+        columns = ", ".join(
+            f"{c}={json.dumps(v, ensure_ascii=False)}" for c, v in zip(table.keys, key, strict=True)
+        )
         lines.append(f"{columns}\t{shown}")
     return lines

@@ -1,23 +1,34 @@
 """``transactional status``: a topology's stored state, its runner's last report
-(``transactional.runtime.status``) and what each sink holds, read only, as lines for
-a person, one JSON object for a script, or a live table (``--watch``)."""
+(``transactional.runtime.status``) judged by what the store tells of the leadership
+now (``liveness``), and what each sink holds, read only, as lines for a person, one
+JSON object for a script, or a live table (``--watch``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from transactional.cli._factories import topology_without_spark
 from transactional.errors import TransactionalError
-from transactional.store import JsonValue, StoredHistory, StoredState, open_store
+from transactional.runtime.status import STOPPED, liveness
+from transactional.store import JsonValue, Leadership, StoredHistory, StoredState, open_store
 
 #: Where the state is: ZooKeeper hosts (None: SQLite), the state directory, the
 #: ZooKeeper credentials (``user:password``; None: none) and session timeout: the
 #: arguments of ``open_store``.
 Where = tuple[str | None, str, str | None, float]
 
-__all__ = ["look", "sinks", "status_document", "status_lines", "status_table", "watch"]
+__all__ = [
+    "judged",
+    "look",
+    "sinks",
+    "status_document",
+    "status_lines",
+    "status_table",
+    "watch",
+]
 
 
 def status_document(
@@ -31,7 +42,8 @@ def status_document(
     committed (``state.history``, when read), the last committed and every one started
     since, the commit group, the runner's last report (null: no runner has reported),
     the txids a rewind can go back to, an unfinished rewind and, given the topology,
-    each sink's txid (``{"committer", "txid"}``, or ``"error"``)."""
+    each sink's txid (``{"committer", "txid"}``, or ``"error"``). The report is given
+    ``judged`` when ``look`` read it."""
     metas, partitions = _stored(state)
     return {
         "topology_id": topology_id,
@@ -65,7 +77,8 @@ def status_lines(
             f"  REWINDING to txid {state.rewinding}, unfinished: no run starts until "
             f"`transactional rewind ... --to {state.rewinding}` is run again"
         )
-    lines += _report_lines(report)
+    started = sorted(t for t in state.metas if t >= state.currtx)
+    lines += _report_lines(report, state.currtx, started)
     lines += _sink_lines(sinks, state.currtx - 1)
     if state.kept:
         # Up to ``history`` of them (100 by default): one line, their metadata in --json.
@@ -107,19 +120,49 @@ def _spans(txids: tuple[int, ...]) -> str:
     return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in spans)
 
 
-def _report_lines(report: JsonValue | None) -> list[str]:
+def judged(report: JsonValue | None, leadership: Leadership, now: float) -> JsonValue | None:
+    """The report with ``liveness``'s judgement at wall time ``now``: ``running`` as
+    judged, and ``liveness``, why and since when (``{"why", "since"}``)."""
+    if not isinstance(report, dict):
+        return report
+    alive = liveness(report, leadership, now)
+    return {
+        **report,
+        "running": alive.running,
+        "liveness": {"why": alive.why, "since": alive.since},
+    }
+
+
+def _report_lines(report: JsonValue | None, currtx: int, started: list[int]) -> list[str]:
+    """The report's lines; the txids committed and stored are the store's (``currtx``,
+    ``started``: the stored txids from ``currtx`` up), which a rewind moves back."""
     if not isinstance(report, dict):
         return ["  runner: no report (no run of this topology has published one)"]
     leader = report.get("leader") or {}
-    state = "running" if report.get("running") else "stopped"
+    where = f"on {leader.get('host')} pid {leader.get('pid')}, fence {leader.get('fence')}"
+    since, start = report.get("updated_at"), report.get("started_at")
+    running = bool(report.get("running"))
+    # A report not ``judged`` (read by other means) says it all itself.
+    alive = report.get("liveness") or {
+        "why": "as it says" if running else STOPPED,
+        "since": None if running else since,
+    }
+    if running:
+        runner = f"running {where}, since {start}; report of {since} ({alive['why']})"
+    elif alive["why"] == STOPPED:
+        runner = f"stopped at {alive['since']}; it ran {where}, from {start}"
+    else:
+        runner = (
+            f"NOT RUNNING since {alive['since']}, its last report: {alive['why']}; it ran "
+            f"{where}, from {start}"
+        )
     lines = [
-        f"  runner: {state} on {leader.get('host')} pid {leader.get('pid')}, fence "
-        f"{leader.get('fence')}, since {report.get('started_at')}; report of "
-        f"{report.get('updated_at')}",
-        f"  txids: last committed {report.get('last_committed')}, last stored "
-        f"{report.get('last_stored')}; {report.get('committed_txids')} committed by this run",
-        f"  records: {report.get('records'):,} committed, {report.get('records_per_s'):,} "
-        f"per second over the last minute; lag {_or_unknown(report.get('lag'))}; batch size "
+        f"  runner: {runner}",
+        f"  txids: last committed {currtx - 1}, last stored {max([currtx - 1, *started])}; "
+        f"{report.get('committed_txids')} committed by {'this' if running else 'its'} run",
+        f"  records: {_records(report)}"
+        + (f", {report.get('records_per_s'):,} per second over the last minute" if running else "")
+        + f"; lag {_or_unknown(report.get('lag'))}; batch size "
         f"{_or_unknown(report.get('batch_size'))}",
         f"  guarantee: {report.get('guarantee', 'exactly_once')}",
     ]
@@ -130,11 +173,14 @@ def _report_lines(report: JsonValue | None) -> list[str]:
             f"{report.get('dropped_records', 0):,} records counted before they failed; "
             "never retried"
         )
-    for tx in report.get("in_flight") or []:
-        lines.append(
-            f"  in flight: txid {tx['txid']} attempt {tx['attempt']}, {tx['step']} since "
-            f"{tx['since']}"
-        )
+    if running:
+        for tx in report.get("in_flight") or []:
+            lines.append(
+                f"  in flight: txid {tx['txid']} attempt {tx['attempt']}, {tx['step']} since "
+                f"{tx['since']}"
+            )
+    elif started:
+        lines.append(f"  not committed: {_replayed(started, report.get('guarantee'))}")
     failures = report.get("failures") or {}
     if failures or report.get("retries"):
         by_cause = ", ".join(f"{cause} {n}" for cause, n in sorted(failures.items()))
@@ -169,6 +215,32 @@ def _sink_lines(sinks: dict[str, Any] | None, committed: int) -> list[str]:
     return lines
 
 
+def _records(report: dict[str, Any]) -> str:
+    """The topology's records committed by every run that reported (a report of an
+    older version counts its own run's only)."""
+    total = report.get("records_total")
+    if total is None:
+        return f"{report.get('records'):,} committed by its run"
+    uncounted = report.get("uncounted_txids") or 0
+    if not uncounted:
+        return f"{total:,} committed by all runs"
+    return (
+        f"{total:,} committed by all runs, besides those of {uncounted:,} txid"
+        f"{'' if uncounted == 1 else 's'} committed after a run's last report"
+    )
+
+
+def _replayed(started: list[int], guarantee: Any) -> str:
+    """What the next run does with the txids a runner no longer running left stored."""
+    some = f"txid{'' if len(started) == 1 else 's'} {_spans(tuple(started))} stored"
+    if guarantee == "at_most_once":
+        return (
+            f"{some}; the next run moves past them, never replaying one: each is committed "
+            "where every sink holds it, dropped otherwise"
+        )
+    return f"{some}; the next run replays {'it' if len(started) == 1 else 'them'}"
+
+
 def _or_unknown(value: Any) -> str:
     return "unknown" if value is None else f"{value:,}"
 
@@ -178,13 +250,14 @@ def status_table(document: dict[str, Any]) -> Any:
     figure, then one per txid in flight."""
     from rich.table import Table
 
-    report = document.get("runner")
+    report, currtx = document.get("runner"), document["currtx"]
+    started = sorted(int(t) for t, tx in document["stored"].items() if not tx["committed"])
     table = Table(title=f"topology {document['topology_id']}", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    table.add_row("currtx", str(document["currtx"]))
-    committed = document["currtx"] - 1
-    for line in _report_lines(report) + _sink_lines(document.get("sinks"), committed):
+    table.add_row("currtx", str(currtx))
+    lines = _report_lines(report, currtx, started) + _sink_lines(document.get("sinks"), currtx - 1)
+    for line in lines:
         what, _, value = line.strip().partition(": ")
         table.add_row(what, value)
     return table
@@ -194,12 +267,13 @@ def look(
     where: Where, topology_id: str, factory: str | None, history: bool = True
 ) -> tuple[Any, Any, Any]:
     """The topology's stored state (with ``history``, unless told not to: the metadata
-    of the txids kept for rewinds), its runner's last report and, given the factory,
-    what each sink holds: all read only."""
+    of the txids kept for rewinds), its runner's last report, ``judged`` by the store's
+    leadership now, and, given the factory, what each sink holds: all read only."""
     store = open_store(*where)
     store.open(topology_id, read_only=True)
     try:
         state, report = store.read_state(), store.read_status()
+        report = judged(report, store.read_leadership(), time.time())
         if history:
             state = replace(state, history=store.read_history())
     finally:
@@ -229,8 +303,6 @@ def sinks(topology_id: str, spec: str | None) -> dict[str, Any] | None:
 def watch(where: Where, topology_id: str, factory: str | None, interval: float) -> None:
     """``status --watch``: the live table, refreshed every ``interval`` seconds until
     interrupted."""
-    import time
-
     from rich.live import Live
 
     def render() -> Any:

@@ -14,10 +14,14 @@ import logging
 import sys
 from typing import TextIO
 
-__all__ = ["LIBRARY_LOGGERS", "configure_logging"]
+__all__ = ["LIBRARY_LOGGERS", "configure_logging", "quiet_spark_errors"]
 
 #: Loggers of the libraries the commands drive.
 LIBRARY_LOGGERS = ("kazoo", "py4j", "urllib3", "redis")
+
+#: PySpark's loggers of each analysis error it raises (with the JVM's stack trace, in
+#: handlers of their own): the run reports such an error in one line of its own.
+SPARK_ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
 
 def configure_logging(verbosity: int, stream: TextIO | None = None) -> None:
@@ -35,3 +39,14 @@ def configure_logging(verbosity: int, stream: TextIO | None = None) -> None:
     library = logging.ERROR if verbosity <= 0 else logging.DEBUG if verbosity >= 3 else logging.INFO
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(library)
+
+
+def quiet_spark_errors(verbosity: int) -> None:
+    """Unless ``-v``, silence ``SPARK_ERROR_LOGGERS``. Imports PySpark (their class is
+    its own), so only a command that starts Spark calls it."""
+    if verbosity > 0:
+        return
+    from pyspark.logger import PySparkLogger
+
+    for name in SPARK_ERROR_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)

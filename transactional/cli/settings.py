@@ -19,17 +19,20 @@ A config file (``--config topology.toml``)::
     "spark.sql.shuffle.partitions" = "8"
 
 Environment: ``TRANSACTIONAL_<NAME>`` for every setting of the table
-(``TRANSACTIONAL_TOPOLOGY_ID``, ``TRANSACTIONAL_MAX_PENDING``, ...).
+(``TRANSACTIONAL_TOPOLOGY_ID``, ``TRANSACTIONAL_MAX_PENDING``, ...). A name, key or
+variable of ours that names no setting is refused with the nearest one (``nearest``),
+never ignored: a misspelt setting would run with the default in its place.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import tomllib
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from transactional.config import RunnerConfig
 from transactional.errors import ConfigurationError
 from transactional.faults import FaultPoint
+from transactional.flow import BatchSizeConfig
 
 #: RunnerConfig fields a run may set (the topology id is a top-level setting).
 RUNNER_FIELDS = tuple(name for name in RunnerConfig.model_fields if name != "topology_id")
@@ -139,9 +143,19 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "batch_size",
-        "records per new txid, as the spout reads context.batch_size(default); auto: adaptive",
+        "the size of each new txid in its spout's unit (SpoutContext.batch_size): per "
+        "partition for Kafka (offsets), Redis Streams (entries) and partitioned or opaque "
+        "files (records); per txid for the transactional files spout and a Delta table "
+        "(records); auto: adaptive",
         "N|auto",
         default_text="the spout's own",
+    ),
+    Setting(
+        "target_latency_s",
+        "with --batch-size auto: the seconds a txid may take from its metadata stored to "
+        "its commit; a slower one shrinks the size",
+        "S",
+        default_text=f"{BatchSizeConfig.model_fields['target_latency_s'].default:g}",
     ),
     Setting("until_drained", "stop once the source has nothing new and everything is committed"),
     Setting(
@@ -152,7 +166,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("max_pending", "txids in flight", "K", commands=RUNNER),
     Setting(
-        "max_group", "processed txids committed as one sink write, at most", "K", commands=RUNNER
+        "max_group",
+        "processed txids committed as one sink write, at most (1: each alone)",
+        "K",
+        commands=RUNNER,
     ),
     Setting(
         "group_wait_s",
@@ -168,7 +185,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "attempt_timeout_s",
-        "seconds an attempt may process, and again commit (none: no limit)",
+        "seconds an attempt may process, and again commit, before its Spark jobs are "
+        "cancelled and it counts as failed (none: no limit)",
         "S|none",
         commands=RUNNER,
     ),
@@ -176,8 +194,19 @@ SETTINGS: tuple[Setting, ...] = (
         "backoff_initial_s", "seconds before a failed txid's first retry", "S", commands=RUNNER
     ),
     Setting("backoff_max_s", "retry back-off limit, doubling up to it", "S", commands=RUNNER),
-    Setting("poll_interval_s", "idle poll interval", "S", commands=RUNNER),
-    Setting("poll_max_s", "idle poll back-off limit", "S", commands=RUNNER),
+    Setting(
+        "poll_interval_s",
+        "seconds before asking the source again when it had nothing new",
+        "S",
+        commands=RUNNER,
+    ),
+    Setting(
+        "poll_max_s",
+        "limit of that wait, which doubles with every poll in a row that finds nothing, "
+        "mid-stream too (equal to --poll-interval: no back-off)",
+        "S",
+        commands=RUNNER,
+    ),
     Setting(
         "check_determinism",
         "do not store and compare each first emit's count and checksum",
@@ -199,7 +228,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "status_interval_s",
-        "seconds between status reports to the store (0: none)",
+        "seconds between the runner's reports to the store, which transactional status "
+        "shows (0: none)",
         "S",
         commands=RUNNER,
     ),
@@ -291,9 +321,12 @@ class RunSettings(StoreSettings):
     master: str = "local[*]"
     #: A Spark Connect server (``sc://host:port``); None: a classic session on ``master``.
     remote: str | None = None
-    #: None: the spout's own size; a number: that many records per new txid (spouts read
-    #: it through ``SpoutContext.batch_size``); "auto": adaptive (``transactional.flow``).
+    #: None: the spout's own size; a number: the size of each new txid, in the spout's
+    #: unit (spouts read it through ``SpoutContext.batch_size``); "auto": adaptive
+    #: (``transactional.flow``).
     batch_size: int | str | None = None
+    #: ``BatchSizeConfig.target_latency_s`` of ``batch_size`` "auto"; None: its default.
+    target_latency_s: float | None = Field(default=None, gt=0)
     until_drained: bool = False
     crash_at: str | None = None
     runner: dict[str, Any] = Field(default_factory=dict)
@@ -346,6 +379,12 @@ def load_settings(
         settings = RunSettings(**values)
     except ValidationError as exc:
         raise ConfigurationError(_describe(exc, "setting", origin)) from None
+    if settings.target_latency_s is not None and settings.batch_size != "auto":
+        raise ConfigurationError(
+            f"setting target_latency_s={values['target_latency_s']!r} (from "
+            f"{origin['target_latency_s']}) sizes txids under --batch-size auto only: add "
+            '--batch-size auto (or batch_size = "auto"), or drop it'
+        )
     try:  # checked here: before any session or store is touched
         RunnerConfig(topology_id=settings.topology_id, **settings.runner)
     except ValidationError as exc:
@@ -388,6 +427,7 @@ def _gather(
     if config_file:
         for key, value in _read_file(Path(config_file)).items():
             put(key, value, config_file)
+    check_environment(env)
     for setting in SETTINGS:
         raw = env.get(setting.env)
         if raw is not None:
@@ -426,9 +466,14 @@ def parse_conf(items: list[str]) -> dict[str, Any]:
             continue
         name = key.removeprefix("runner.")
         if name not in RUNNER_FIELDS:
+            near = nearest(name, RUNNER_FIELDS)
             raise ConfigurationError(
                 f"--conf {item!r}: {key!r} is neither a Spark setting (spark.*) nor a runner "
-                f"setting ({', '.join(RUNNER_FIELDS)})"
+                + (
+                    f"setting: did you mean {near!r}?"
+                    if near
+                    else f"setting ({', '.join(RUNNER_FIELDS)})"
+                )
             )
         out["runner"][name] = value
     return out
@@ -449,18 +494,13 @@ def _read_file(path: Path) -> dict[str, Any]:
         )
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise ConfigurationError(
-            f"config file {path}: unknown setting(s) {unknown}; known: {sorted(allowed)}"
-        )
+        raise _unknown_keys(path, unknown, in_runner=False)
     for table in ("runner", "spark"):
         if table in data and not isinstance(data[table], dict):
             raise ConfigurationError(f"config file {path}: [{table}] must be a table")
     unknown = sorted(set(data.get("runner", {})) - set(RUNNER_FIELDS))
     if unknown:
-        raise ConfigurationError(
-            f"config file {path}: unknown runner setting(s) {unknown} in [runner]; known: "
-            f"{list(RUNNER_FIELDS)}"
-        )
+        raise _unknown_keys(path, unknown, in_runner=True)
     if "spark" in data:  # unquoted dotted keys are nested tables in TOML: flatten them
         data["spark"] = _flatten(data["spark"])
     not_spark = sorted(k for k in data.get("spark", {}) if not k.startswith("spark."))
@@ -478,6 +518,67 @@ def _read_file(path: Path) -> dict[str, Any]:
             '(a list of jars, packages...: one comma-separated string, "a,b")'
         )
     return data
+
+
+#: The one variable of ours that is no setting: ``zookeeper_auth``'s.
+ZOOKEEPER_AUTH = "TRANSACTIONAL_ZOOKEEPER_AUTH"
+PREFIX = "TRANSACTIONAL_"
+
+
+def nearest(name: str, known: Iterable[str]) -> str | None:
+    """The known name a mistyped ``name`` most likely meant, if one is close enough."""
+    found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def check_environment(env: Mapping[str, str]) -> None:
+    """Refuse ``TRANSACTIONAL_*`` variables that name no setting, rather than warn: a
+    misspelt one would run the topology with the default in its place (a
+    ``TRANSACTIONAL_ZOOKEPER`` on the local SQLite store, beside the runners on
+    ZooKeeper), and a warning at start is lost in a service's log."""
+    named = [s.env.removeprefix(PREFIX) for s in SETTINGS] + [ZOOKEEPER_AUTH.removeprefix(PREFIX)]
+    unknown = sorted(n for n in env if n.startswith(PREFIX) and n.removeprefix(PREFIX) not in named)
+    if not unknown:
+        return
+    near = {n: nearest(n.removeprefix(PREFIX), named) for n in unknown}
+    listed = ", ".join(f"{n} (did you mean {PREFIX}{near[n]}?)" if near[n] else n for n in unknown)
+    one = len(unknown) == 1
+    how = (
+        ""
+        if all(near.values())
+        else f" (a setting's variable is {PREFIX} and its name in capitals: "
+        f"{BY_NAME['max_pending'].env} for --max-pending)"
+    )
+    raise ConfigurationError(
+        f"environment variable{'' if one else 's'} {listed} name{'s' if one else ''} no "
+        f"setting: rename or unset {'it' if one else 'them'}{how}"
+    )
+
+
+def _unknown_keys(path: Path, keys: list[str], in_runner: bool) -> ConfigurationError:
+    """Unknown config file keys, each with the setting it most likely meant and where
+    that one goes (at the top, or under ``[runner]``)."""
+    described = []
+    unmatched = False
+    for key in keys:
+        near = nearest(key, [*(s.name for s in SETTINGS), "runner", "spark"])
+        if near is None:
+            described.append(repr(key))
+            unmatched = True
+            continue
+        moved = (near in RUNNER_FIELDS) != in_runner
+        where = "" if not moved else ", under [runner]" if not in_runner else ", at the top"
+        described.append(f"{key!r} (did you mean {near!r}{where}?)")
+    known = (
+        list(RUNNER_FIELDS)
+        if in_runner
+        else sorted({*(s.name for s in SETTINGS if not s.runner), "runner", "spark"})
+    )
+    return ConfigurationError(
+        f"config file {path}: unknown setting{'' if len(keys) == 1 else 's'}"
+        f"{' in [runner]:' if in_runner else ''} {', '.join(described)}"
+        + (f"; known: {known}" if unmatched else "")
+    )
 
 
 def _put(values: dict[str, Any], origin: dict[str, str], key: str, value: Any, source: str) -> None:
@@ -560,4 +661,4 @@ def zookeeper_auth() -> str | None:
     """ZooKeeper digest credentials, ``user:password``, from ``TRANSACTIONAL_ZOOKEEPER_AUTH``
     only: never a flag or a config file, so they are in no process list, shell history
     or checked-in file."""
-    return environment().get("TRANSACTIONAL_ZOOKEEPER_AUTH") or None
+    return environment().get(ZOOKEEPER_AUTH) or None

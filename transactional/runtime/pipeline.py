@@ -19,16 +19,17 @@ records fails the attempt (``LedgerError``), so nothing of it is committed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from transactional import contracts
 from transactional.bolt import DEFAULT_STREAM
-from transactional.engine import Digest, Engine
+from transactional.engine import Digest, Engine, Materialised
+from transactional.errors import SparkAnalysisError
 from transactional.faults import FaultPoint
-from transactional.ledger import AttemptLedger, LedgerPlan
+from transactional.ledger import ID, AttemptLedger, LedgerPlan
 from transactional.runtime.drivers import Batch, SpoutDriver
 from transactional.runtime.kept import Kept
 from transactional.runtime.messages import Processed
@@ -53,6 +54,85 @@ def describer(
         engine.describe(f"{label} txid={attempt.txid} attempt={number} step={name}".strip())
 
     return step
+
+
+@dataclass(frozen=True)
+class Maker:
+    """A component as an error names it: ``role`` (spout, bolt, committer) and ``who``
+    (``contracts.component``)."""
+
+    role: str
+    who: str
+    #: A bolt that accounts for its records (``Bolt.accounts``): its input has ``ID``.
+    accounts: bool = False
+
+
+class Plans:
+    """The frames an attempt's components built, by whom, so that a plan Spark's
+    analysis refuses (``SparkAnalysisError.classify``) stops the run as the contract
+    error of the component that built it. A classic session analyses a plan as it is
+    built, so the component being called built it. Spark Connect analyses a plan when
+    it is first used, maybe by a later component (a committer reading a bolt's stream),
+    so the frames built before are analysed again, in the topology's order, and the
+    first refused names its maker: only after a refusal, since on Connect each costs a
+    round trip."""
+
+    def __init__(self) -> None:
+        self.built: list[tuple[Maker, Any]] = []
+
+    def add(self, maker: Maker, frames: Iterable[Any]) -> None:
+        self.built.extend((maker, frame) for frame in frames)
+
+    @contextmanager
+    def calling(self, maker: Maker | None) -> Iterator[None]:
+        """Raise what fails inside as ``refused`` makes it (``maker``: the component
+        being called; None: the runner's own step, which builds no plan of a user's)."""
+        try:
+            yield
+        except Exception as exc:
+            error = self.refused(exc, maker)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def refused(self, exc: Exception, maker: Maker | None) -> Exception:
+        """``exc`` as a ``SparkAnalysisError`` of the component whose plan Spark refused,
+        if it is such a refusal and a component's; else ``exc`` itself."""
+        if SparkAnalysisError.classify(exc) is None:
+            return exc
+        for built, frame in self.built:
+            found = _analysis_error(frame)
+            if found is not None:
+                return _refusal(built, found)
+        return exc if maker is None else _refusal(maker, exc)
+
+
+def _analysis_error(frame: Any) -> Exception | None:
+    """The analysis error of ``frame``'s plan, if Spark refuses it."""
+    try:
+        frame.schema  # noqa: B018 - analyses the plan (on Connect, a round trip)
+    except Exception as exc:
+        return exc if SparkAnalysisError.classify(exc) is not None else None
+    return None
+
+
+def _refusal(maker: Maker, exc: Any) -> SparkAnalysisError:
+    """``exc``, an analysis error (``SparkAnalysisError.classify``), as ``maker``'s."""
+    error_class = SparkAnalysisError.classify(exc)
+    assert error_class is not None
+    # One line: without the plan (classic) or the server's stack trace (Connect) that
+    # may follow, and without the class, named on its own.
+    text = str(exc.getMessage()).split("\n\nJVM stacktrace:")[0].split(";\n")[0]
+    text = text.strip().removeprefix(f"[{error_class}]")
+    fix = f"fix the {maker.role}'s code"
+    column = (exc.getMessageParameters() or {}).get("objectName", "")
+    unresolved = error_class.startswith("UNRESOLVED_COLUMN") and ID in column
+    if unresolved and maker.role == "bolt" and not maker.accounts:
+        fix = (
+            f"it reads the ledger's id column {ID}, which only a bolt that accounts for "
+            "its records is given: set `accounts = True`, or drop the column"
+        )
+    return SparkAnalysisError(maker.who, error_class, " ".join(text.split()), fix)
 
 
 @dataclass(frozen=True)
@@ -90,29 +170,50 @@ class Pipeline:
         #: The ledger's part needs Spark frames: none when no bolt accounts.
         self.keeps_books = bool(self.books.accounting) and getattr(self.engine, "counts_ids", False)
 
-    def _ledger(self, attempt: TransactionAttempt, tally: Any) -> AttemptLedger | None:
+    def _ledger(
+        self, attempt: TransactionAttempt, read: Materialised, batch: Batch | None = None
+    ) -> AttemptLedger | None:
+        """The attempt's books; ``batch`` None: the warm-up's sample."""
         if not self.keeps_books:
             return None
-        return AttemptLedger(self.books, attempt.txid, tally, terminal=self.terminal)
+        driver, txid = self.driver, attempt.txid
+
+        def locate(rows: Sequence[Any]) -> Any:
+            meta = None if batch is None else driver.public_meta(batch)
+            return driver.spout.locate(txid, meta, rows)
+
+        return AttemptLedger(
+            self.books,
+            txid,
+            read.ids,
+            records=read.batch,
+            locate=locate,
+            terminal=self.terminal,
+        )
 
     def run(self, batch: Batch) -> Result:
         """The attempt's steps. What it kept in Spark is released here if a step fails,
         else by the executor once the attempt is committed or dropped."""
         made: list[Any] = []  # every frame the steps make, as they make it
         since = self.engine.mark()
+        plans = Plans()
         try:
-            result = self._run(batch, made)
+            with plans.calling(None):
+                result = self._run(batch, made, plans)
         except BaseException:
             Kept(tuple(made), since).release(self.engine)
             raise
         return replace(result, kept=Kept(tuple(made), since))
 
-    def _run(self, batch: Batch, made: list[Any]) -> Result:
+    def _run(self, batch: Batch, made: list[Any], plans: Plans) -> Result:
         attempt = batch.attempt
         step = describer(self.engine, self.label, attempt, batch.number)
         began = time.perf_counter()
         step("emit")
-        frames, partitions = self.driver.frames(batch)
+        spout = Maker("spout", self.driver.name)
+        with plans.calling(spout):
+            frames, partitions = self.driver.frames(batch)
+        plans.add(spout, frames)
         ids = self.books.record_ids(attempt.txid)
         if ids is None:
             read = self.engine.materialise(frames, self.driver.digests, partitions)
@@ -127,13 +228,13 @@ class Pipeline:
             return Result(empty, nothing, read.digests)
         began = time.perf_counter()
         step("process")
-        books = self._ledger(attempt, read.ids)
-        streams = self._bolts(attempt, read.batch, made, books)
+        books = self._ledger(attempt, read, batch)
+        streams = self._bolts(attempt, read.batch, made, plans, books)
         self.faults.check(FaultPoint.PROCESS, attempt, batch.number)
         self.measure(attempt, "process", began)
         began = time.perf_counter()
         step("prepare")
-        prepared = self._prepare(attempt, streams, made, books)
+        prepared = self._prepare(attempt, streams, made, plans, books)
         if books is not None:
             step("ledger")  # jobs only for what no committer read, or a recount
             books.check()
@@ -152,20 +253,23 @@ class Pipeline:
         sample's records; the prepared results are dropped."""
         made: list[Any] = []
         since = self.engine.mark()
+        plans = Plans()
+        plans.add(Maker("spout", f"{self.driver.name}.sample_batch"), [frame])
         try:
-            ids = self.books.record_ids(WARM_UP.txid)
-            if ids is None:
-                read = self.engine.materialise([frame], self.driver.digests)
-            else:
-                read = self.engine.materialise([frame], self.driver.digests, ids=ids)
-            made.append(read.batch)
-            if read.records:
-                books = self._ledger(WARM_UP, read.ids)
-                streams = self._bolts(WARM_UP, read.batch, made, books)
-                self._prepare(WARM_UP, streams, made, books)
-                if books is not None:
-                    books.check()
-            return read.records
+            with plans.calling(None):
+                ids = self.books.record_ids(WARM_UP.txid)
+                if ids is None:
+                    read = self.engine.materialise([frame], self.driver.digests)
+                else:
+                    read = self.engine.materialise([frame], self.driver.digests, ids=ids)
+                made.append(read.batch)
+                if read.records:
+                    books = self._ledger(WARM_UP, read)
+                    streams = self._bolts(WARM_UP, read.batch, made, plans, books)
+                    self._prepare(WARM_UP, streams, made, plans, books)
+                    if books is not None:
+                        books.check()
+                return read.records
         finally:
             Kept(tuple(made), since).release(self.engine)
 
@@ -174,6 +278,7 @@ class Pipeline:
         attempt: TransactionAttempt,
         streams: dict[tuple[str, str], Any],
         made: list[Any],
+        plans: Plans,
         books: AttemptLedger | None = None,
     ) -> list[Any]:
         """Every committer's ``collect_plan`` collected together, then each one's
@@ -183,21 +288,30 @@ class Pipeline:
             read = {ref: books.committer_input(ref, streams[ref]) for ref in self.terminal}
             streams = {**streams, **read}
         inputs = [{k: streams[ref] for k, ref in node.inputs.items()} for node in nodes]
-        plans = []
-        for node, given in zip(nodes, inputs, strict=True):
-            who = contracts.component("committer", node.name, node.committer)
-            plan = node.committer.collect_plan(attempt, given)
-            plans.append(contracts.collect_plan(plan, self.engine.is_frame, who, attempt.txid))
-        fused = {(n, name): frame for n, plan in enumerate(plans) for name, frame in plan.items()}
+        makers = [
+            Maker("committer", contracts.component("committer", node.name, node.committer))
+            for node in nodes
+        ]
+        collects = []
+        for node, given, maker in zip(nodes, inputs, makers, strict=True):
+            with plans.calling(maker):
+                plan = node.committer.collect_plan(attempt, given)
+                plan = contracts.collect_plan(plan, self.engine.is_frame, maker.who, attempt.txid)
+            plans.add(maker, plan.values())
+            collects.append(plan)
+        fused = {
+            (n, name): frame for n, plan in enumerate(collects) for name, frame in plan.items()
+        }
         made.extend(fused.values())
         collected = self.engine.collect(fused) if fused else {}
         prepared = []
-        for n, (node, given, plan) in enumerate(zip(nodes, inputs, plans, strict=True)):
-            if not plan:
-                prepared.append(node.committer.prepare(attempt, given))
-                continue
-            own = {name: collected[(n, name)] for name in plan}
-            prepared.append(node.committer.prepare_collected(attempt, given, own))
+        for n, (node, given, plan) in enumerate(zip(nodes, inputs, collects, strict=True)):
+            with plans.calling(makers[n]):
+                if not plan:
+                    prepared.append(node.committer.prepare(attempt, given))
+                    continue
+                own = {name: collected[(n, name)] for name in plan}
+                prepared.append(node.committer.prepare_collected(attempt, given, own))
         return prepared
 
     def _bolts(
@@ -205,6 +319,7 @@ class Pipeline:
         attempt: TransactionAttempt,
         batch: Any,
         made: list[Any],
+        plans: Plans,
         books: AttemptLedger | None = None,
     ) -> dict[tuple[str, str], Any]:
         is_frame = self.engine.is_frame
@@ -212,15 +327,18 @@ class Pipeline:
         streams: dict[tuple[str, str], Any] = {(SPOUT, DEFAULT_STREAM): batch}
         for node in self.topology.bolts:
             who = contracts.component("bolt", node.name, node.bolt)
+            maker = Maker("bolt", who, accounts=getattr(node.bolt, "accounts", False))
             outputs = tuple(node.bolt.outputs)
             given = streams[node.input]
             with nullcontext() if books is None else books.running(node):
                 if books is not None:
                     given = books.bolt_input(node, given)
-                out = node.bolt.process(attempt, given)
-                out = contracts.bolt_streams(out, outputs, is_frame, who, "process", txid)
-                out = node.bolt.finish_batch(attempt, out)
-                out = contracts.bolt_streams(out, outputs, is_frame, who, "finish_batch", txid)
+                with plans.calling(maker):
+                    out = node.bolt.process(attempt, given)
+                    out = contracts.bolt_streams(out, outputs, is_frame, who, "process", txid)
+                    out = node.bolt.finish_batch(attempt, out)
+                    out = contracts.bolt_streams(out, outputs, is_frame, who, "finish_batch", txid)
+            plans.add(maker, out.values())
             if books is not None:
                 books.outputs(node, out)
             for stream in outputs:

@@ -9,7 +9,8 @@ state and each sink's marker.
 
 The document is a report, not part of the protocol: it is written without the fence
 (a deposed runner's last report may stand until the new leader's first), and nothing
-reads it to decide anything.
+reads it to decide anything. A killed runner's last report still says it runs:
+``liveness`` judges it by what its store tells of the leadership now.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import socket
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -27,14 +28,30 @@ from typing import Any
 from transactional.runtime import messages as m
 from transactional.runtime.probes import Probe
 from transactional.runtime.state import Counts
+from transactional.store import JsonValue, Leadership
 from transactional.types import Guarantee, TransactionAttempt
 
-__all__ = ["RATE_WINDOW_S", "STEP_AFTER", "Status"]
+__all__ = [
+    "RATE_WINDOW_S",
+    "STALE_INTERVALS",
+    "STEP_AFTER",
+    "STOPPED",
+    "Liveness",
+    "Status",
+    "liveness",
+    "stale_after_s",
+]
 
 #: The latest dropped txids a status document lists (``at_most_once``).
 DROPPED_SHOWN = 20
 #: Records per second are measured over the commits of this many last seconds.
 RATE_WINDOW_S = 60.0
+#: A runner reports at least once a status interval while its thread turns (once a
+#: second at the least); a report older than this many intervals (of 1 s at the least)
+#: is late (``liveness``).
+STALE_INTERVALS = 5
+#: ``Liveness.why`` of a runner whose last report says it stopped.
+STOPPED = "it stopped"
 #: The step a txid is in once the executor reports the one before done.
 STEP_AFTER = {
     "store": "emit",
@@ -49,7 +66,7 @@ def _now_iso(wall: float) -> str:
     return datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds")
 
 
-def _nothing() -> int | None:
+def _nothing() -> Any:
     return None
 
 
@@ -71,6 +88,9 @@ class Status(Probe):
     interval_s: float = 2.0
     wall: Callable[[], float] = time.time
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    #: The last report of an earlier run (``StateStore.read_status``), read once: its
+    #: topology's totals are carried on.
+    previous: Callable[[], JsonValue | None] = _nothing
     #: at_most_once: the latest txids dropped (failed, never retried), newest last.
     dropped: deque[dict[str, Any]] = field(
         init=False, default_factory=lambda: deque(maxlen=DROPPED_SHOWN)
@@ -84,17 +104,39 @@ class Status(Probe):
     last_stored: int = field(init=False, default=0)
     currtx: int = field(init=False, default=1)
     stopped_at: float | None = field(init=False, default=None)
+    #: The topology's records committed by earlier runs, as their reports counted them,
+    #: and how many committed txids no report counted (None: not known before Opened).
+    carried: tuple[int, int] | None = field(init=False, default=None)
     _commits: deque[tuple[float, int]] = field(init=False, default_factory=deque)
     _published: float = field(init=False, default=float("-inf"))
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.started_at = self.wall()
+        try:
+            self._previous = self.previous()
+        except Exception:  # a report is best effort: the totals start here
+            self._previous = None
+
+    def _carry(self, currtx: int) -> None:
+        """At the run's first ``Opened``: the earlier runs' record total, and the txids
+        committed after their last report (a killed run's last few, or a run's that did
+        not report), whose records no report counted."""
+        before = self._previous if isinstance(self._previous, dict) else {}
+        figures = [
+            before.get("records_total", before.get("records", 0)),
+            before.get("uncounted_txids", 0),
+            before.get("last_committed", 0),
+        ]
+        total, uncounted, reported = (v if isinstance(v, int) else 0 for v in figures)
+        self.carried = (total, uncounted + max(0, currtx - 1 - reported))
 
     # -- watching ----------------------------------------------------------------------
 
     def on_event(self, event: m.Event, now: float) -> None:
         if isinstance(event, m.Opened):
+            if self.carried is None:
+                self._carry(event.currtx)
             self.currtx = event.currtx
             self.last_stored = max(event.stored, default=self.currtx - 1)
             for txid in event.dropped:
@@ -192,10 +234,12 @@ class Status(Probe):
 
     def document(self) -> dict[str, Any]:
         counts = self.counts
+        total, uncounted = self.carried or (0, 0)
         return {
             "topology_id": self.topology_id,
             "running": self.stopped_at is None,
             "updated_at": _now_iso(self.wall()),
+            "interval_s": self.interval_s,
             "started_at": _now_iso(self.started_at),
             "leader": {**self.leader, "fence": self.fence()},
             "last_stored": self.last_stored,
@@ -205,6 +249,8 @@ class Status(Probe):
             "guarantee": self.guarantee.value,
             "committed_txids": counts.committed_txids,
             "records": counts.records,
+            "records_total": total + counts.records,
+            "uncounted_txids": uncounted,
             "dropped_txids": counts.dropped_txids,
             "dropped_records": counts.dropped_records,
             "dropped": list(self.dropped),
@@ -233,3 +279,56 @@ class Status(Probe):
     def publish(self) -> None:
         self._published = time.monotonic()
         self.publish_to(self.document())
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Whether the runner behind a report runs (``liveness``)."""
+
+    running: bool
+    #: What shows it, for a person.
+    why: str
+    #: A runner not running: its last sign of life, its last report's time.
+    since: str | None = None
+
+
+def stale_after_s(report: Mapping[str, Any]) -> float:
+    """How old a running runner's report may grow: ``STALE_INTERVALS`` of its status
+    interval (2 s when the report does not say)."""
+    interval = report.get("interval_s")
+    interval = interval if isinstance(interval, int | float) and interval > 0 else 2.0
+    return STALE_INTERVALS * max(float(interval), 1.0)
+
+
+def liveness(report: Mapping[str, Any], leadership: Leadership, now: float) -> Liveness:
+    """Whether the runner that wrote ``report`` still runs, judged at wall time ``now``
+    by what its store tells of the leadership: the one place ``transactional status``
+    decides it, for every output and every store. A report that says it runs is
+    believed only while its runner holds the leadership it was written under (a killed
+    runner's lock, or ZooKeeper session, goes with it); where the store cannot tell,
+    only while it is not older than ``stale_after_s``."""
+    since = report.get("updated_at")
+    if not report.get("running"):
+        return Liveness(False, STOPPED, since)
+    if leadership.held is False:
+        return Liveness(False, leadership.gone, since)
+    fence = (report.get("leader") or {}).get("fence")
+    earlier = leadership.token is not None and isinstance(fence, int) and fence < leadership.token
+    if leadership.after_report or earlier:
+        return Liveness(False, "another run, or a rewind, took the leadership after it", since)
+    age = _age(since, now)
+    bound = stale_after_s(report)
+    if age is None or age <= bound:
+        return Liveness(True, "it holds the leadership" if leadership.held else "it reports")
+    silent = f"no report for {age:.0f} s, over the bound of {bound:g} s"
+    if leadership.held is None:
+        return Liveness(False, silent, since)
+    return Liveness(True, f"it holds the leadership, but {silent}: a long step, or stuck")
+
+
+def _age(iso: Any, now: float) -> float | None:
+    """Seconds from the time ``iso`` (a report's) to ``now`` (None: not a time)."""
+    try:
+        return now - datetime.fromisoformat(iso).timestamp()
+    except (TypeError, ValueError):
+        return None

@@ -17,6 +17,15 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+__all__ = [
+    "KafkaServer",
+    "RedisServer",
+    "S3Server",
+    "SparkConnectServer",
+    "ZooKeeperServer",
+    "free_port",
+]
+
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 ZOOKEEPER_CONF = Path("/etc/zookeeper/conf")
 #: A logging binding for ZooKeeper (Debian's ``libslf4j-java``, which ``zookeeper``

@@ -12,7 +12,7 @@ import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -57,6 +57,29 @@ class FileRange(BatchMetadata):
     @property
     def end(self) -> int:
         return self.offset + self.length
+
+
+#: How many of a record's places its name lists (a text on many lines: the first ones).
+_PLACES = 3
+
+
+def _place(places: Sequence[tuple[str, int]], unit: str, same: str) -> str:
+    """A record's places, ``(file, line or row)`` in the ranges' order, as the ledger
+    names it: ``file a.jsonl line 7``, ``file a.jsonl line 7, 12 or file b.jsonl line 3
+    (same text)``, ``... or 9 more (same text)``."""
+
+    def file(name: str) -> str:
+        return repr(name) if not name or " " in name else name
+
+    shown = [
+        f"file {file(name)} {unit} {n}" if i == 0 or places[i - 1][0] != name else str(n)
+        for i, (name, n) in enumerate(places[:_PLACES])
+    ]
+    if len(places) == 1:
+        return shown[0]
+    more = len(places) - _PLACES
+    last = f"{more} more" if more > 0 else shown.pop()
+    return f"{', '.join(shown)} or {last} (same {same})"
 
 
 class FileInput(SourceBase):
@@ -113,6 +136,8 @@ class FileInput(SourceBase):
         self._fresh = False
         #: Per file, what it held beyond the last range decided, at the last look.
         self._behind: dict[str, int] = {}
+        #: The range of the last ``sample_batch`` (the warm-up's txid 0), for ``locate``.
+        self._sample: list[FileRange] = []
 
     def identity(self) -> str:
         # The input is part of the identity: offsets stored for one input (or format)
@@ -338,10 +363,47 @@ class FileInput(SourceBase):
         worker a batch uses is started): the runner's warm-up. None for an empty input."""
         for name in self.names():
             begin = self.data_start(name)
-            length, _ = self.scan(name, begin, SAMPLE_LINES)
+            length, count = self.scan(name, begin, SAMPLE_LINES)
             if length:
+                self._sample = [FileRange(file=name, offset=begin, length=length, count=count)]
                 return self.read_ranges([(name, begin, length)], self.per_task(length))
         return None
+
+    # -- where a record sits -----------------------------------------------------------
+
+    def batch_ranges(self, meta: Any) -> list[FileRange]:
+        """The ranges of a txid, from what the spout's ``ack`` is given for it."""
+        return []
+
+    def locate(
+        self, txid: int, meta: Any, records: Sequence[Mapping[str, Any]]
+    ) -> list[str | None]:
+        """Each record's file and line (``file part-1.jsonl line 7``; Parquet: ``row``,
+        the file's first row being 1), found by reading the txid's ranges again on the
+        driver: a record carries no position, so that a batch that balances pays for
+        none, and the ledger asks only once a txid failed (``spout.locate``). A text
+        record is found by its ``raw`` text, a Parquet row by its values; one on several
+        lines (rows) of the ranges is named by them all, since it may be any of them
+        (``file a.jsonl line 7 or 12 (same text)``)."""
+        ranges = self._sample if meta is None else self.batch_ranges(meta)
+        places: list[list[tuple[str, int]]] = [[] for _ in records]
+        if self.format == "parquet":
+            assert self.schema is not None
+            schema = parquet.arrow_schema(self.schema)
+            for r in ranges:
+                rows = parquet.find_rows(self.resolve(r.file), r.offset, r.end, schema, records)
+                for place, numbers in zip(places, rows, strict=True):
+                    place.extend((r.file, n) for n in numbers)
+        else:
+            raws = [record.get("raw") for record in records]
+            wanted = {raw for raw in raws if isinstance(raw, str)}
+            for r in ranges:
+                found = lines.find_lines(self.resolve(r.file), r.offset, r.length, wanted)
+                for place, raw in zip(places, raws, strict=True):
+                    if isinstance(raw, str):
+                        place.extend((r.file, n) for n in found.get(raw, ()))
+        unit, same = ("row", "values") if self.format == "parquet" else ("line", "text")
+        return [_place(p, unit, same) if p else None for p in places]
 
     def _parsed(self, records: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
         if self.schema is None:

@@ -24,7 +24,7 @@ Spark pickles them by reference and runs them in executor processes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
 import pyarrow as pa
@@ -225,6 +225,41 @@ def read_text_files(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """
     uris = [f"file://{p}" for p in paths]
     return text_records(spark.read.option("lineSep", "\n").text(uris), "value")
+
+
+def find_lines(
+    path: str, offset: int, length: int, wanted: Collection[str]
+) -> dict[str, list[int]]:
+    """The numbers (the file's first line is 1) of the lines in bytes ``[offset, offset +
+    length)`` of ``path`` (``offset`` a line start) whose record's ``raw`` is one of
+    ``wanted``, by text, in the file's order: the records a range reader gives, read
+    again on the driver (``FileInput.locate``)."""
+    found: dict[str, list[int]] = {}
+    values = pa.array(list(wanted), pa.string())
+    with open_input(path) as f:
+        line = 1
+        while f.tell() < offset:  # the lines before the range
+            chunk = f.read(min(_CHUNK, offset - f.tell()))
+            if not chunk:
+                raise OSError(f"{path}: ends before byte {offset}: was it truncated?")
+            line += chunk.count(b"\n")
+        left, rest = length, b""
+        while left:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                raise OSError(f"{path}: ends before byte {offset + length}: was it truncated?")
+            left -= len(chunk)
+            data, cut = rest + chunk, len(rest + chunk)
+            if left:  # whole lines only; the rest waits for the next chunk
+                cut = data.rfind(b"\n") + 1
+            data, rest = data[:cut], data[cut:]
+            if not data:
+                continue
+            raws = records_from_bytes(data).column(0)
+            for i in pc.indices_nonzero(pc.is_in(raws, value_set=values)).to_pylist():
+                found.setdefault(raws[i].as_py(), []).append(line + i)
+            line += len(raws)
+    return found
 
 
 def at_line_start(path: str, offset: int) -> bool:

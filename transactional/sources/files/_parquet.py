@@ -11,8 +11,10 @@ them by reference and runs them in executor processes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+import datetime as dt
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -123,6 +125,50 @@ def read_range(path: str, lo: int, hi: int, schema: pa.Schema) -> pa.Table:
         return schema.empty_table()
     table = parquet.read_row_groups(groups, columns=schema.names).slice(lo - first, hi - lo)
     return table.select(schema.names).cast(schema, safe=True)
+
+
+def find_rows(
+    path: str, lo: int, hi: int, schema: pa.Schema, wanted: Sequence[Mapping[str, Any]]
+) -> list[list[int]]:
+    """For each of ``wanted`` (a row's values, as Spark gives them to Python), the
+    numbers (the file's first row is 1) of the rows ``[lo, hi)`` of ``path`` that hold
+    the same values in each column of a scalar type (nested ones are not compared), read
+    as ``read_range`` reads them, a row group at a time (``FileInput.locate``)."""
+    columns = [f.name for f in schema if not pa.types.is_nested(f.type)]
+    places: dict[tuple[Any, ...], list[int]] = {}
+    keys = [_key(row, columns) for row in wanted]
+    for key in keys:
+        places.setdefault(key, [])
+    fs, inside = arrow_file_system(path)
+    meta = pq.ParquetFile(inside, filesystem=fs).metadata
+    at = 0
+    for group in range(meta.num_row_groups):
+        first, last = max(lo, at), min(hi, at + meta.row_group(group).num_rows)
+        at += meta.row_group(group).num_rows
+        if first >= last:
+            continue
+        rows = read_range(path, first, last, schema).select(columns).to_pylist()
+        for n, row in enumerate(rows, start=first + 1):
+            found = places.get(_key(row, columns))
+            if found is not None:
+                found.append(n)
+    return [places[key] for key in keys]
+
+
+def _key(row: Mapping[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
+    """A row's values, comparable whichever side read them: an instant as UTC (Spark
+    gives a local time without a zone, Arrow a UTC one), bytes as bytes, NaN as itself."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dt.datetime):
+            return value.astimezone(dt.UTC)  # a time without a zone: the local one's
+        if isinstance(value, bytearray):
+            return bytes(value)
+        if isinstance(value, float) and math.isnan(value):
+            return "NaN"
+        return value
+
+    return tuple(plain(row.get(c)) for c in columns)
 
 
 def read_splits(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

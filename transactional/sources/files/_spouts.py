@@ -111,6 +111,9 @@ class FilesTransactionalSpout(FileInput, TransactionalSpout[FileSequenceMeta]):
                 break
         return FileSequenceMeta(segments=tuple(segments), file=file, offset=offset)
 
+    def batch_ranges(self, meta: FileSequenceMeta) -> list[FileRange]:
+        return list(meta.segments)
+
     def emit_batch(self, attempt: TransactionAttempt, meta: FileSequenceMeta) -> DataFrame:
         # A file followed by another is finished (the sequence has moved past it): a
         # segment that is all of one is read by Spark's own reader.
@@ -142,6 +145,9 @@ class _FilePartitions(FileInput):
                 "files names that sort after the existing ones, or start a new topology id"
             )
         return name
+
+    def batch_ranges(self, meta: Mapping[int, FileRange]) -> list[FileRange]:
+        return [meta[p] for p in sorted(meta)]
 
     def is_ready(self, txid: int, last_metas: Mapping[int, FileRange]) -> bool:
         self._fresh = not last_metas

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from transactional.errors import ConfigurationError, EmitError
+from transactional.preflight import other_protocol
 from transactional.secrets import redact_url
 from transactional.types import TransactionAttempt
 
@@ -95,6 +96,8 @@ class KafkaOffsets:
 
         error = ConfigurationError if at_open else EmitError
         where = redact_url(self.bootstrap_servers)
+        if at_open:
+            self._refuse_other_protocols(where)
         try:
             metadata = self.admin.list_topics(topic=self.topic, timeout=timeout)
             found = metadata.topics.get(self.topic)
@@ -113,6 +116,28 @@ class KafkaOffsets:
             f"{self.who}: topic {self.topic!r} does not exist on {where} (topics there: "
             f"{listed}): create it or fix the topic name"
         )
+
+    def _refuse_other_protocols(self, where: str) -> None:
+        """A ``ConfigurationError`` at once when another protocol answers at every
+        bootstrap server that takes a connection (a Redis port given for Kafka's:
+        ``preflight.other_protocol``), instead of librdkafka's timeout. Not over TLS,
+        where a plain request proves nothing."""
+        if "SSL" in str(self.client_config.get("security.protocol", "")).upper():
+            return
+        others = []
+        for host, port in _servers(self.bootstrap_servers):
+            try:
+                other = other_protocol(host, port, "Kafka")
+            except OSError:
+                continue  # not reachable: librdkafka says so
+            if other is None:
+                return
+            others.append(other)
+        if others:
+            raise ConfigurationError(
+                f"{self.who}: no Kafka broker at {where} ({'; '.join(others)}): fix "
+                "bootstrap_servers (host:port of the brokers)"
+            )
 
     def counted(self) -> int:
         """The count the driver just asked for (it asks before ``is_ready``), else a new
@@ -201,3 +226,18 @@ class KafkaOffsets:
         wanted = [p for p in partitions if p not in snapshot.starts]
         snapshot.starts.update(self.earliest(wanted))
         return snapshot.starts
+
+
+def _servers(bootstrap_servers: str) -> list[tuple[str, int]]:
+    """``host:port`` of each bootstrap server (a ``PROTOCOL://`` prefix dropped, 9092
+    by default); none when one of them is not in that form (librdkafka says why)."""
+    servers = []
+    for item in bootstrap_servers.split(","):
+        address = item.strip().rpartition("://")[2]
+        host, colon, port = address.rpartition(":")
+        if not colon:
+            host, port = address, "9092"
+        if not host or not port.isdigit():
+            return []
+        servers.append((host.strip("[]"), int(port)))
+    return servers

@@ -158,12 +158,18 @@ class _Streams(SourceBase):
         return self._client
 
     def preflight(self) -> None:
-        """One PING, with a few seconds to connect."""
+        """One PING, with a few seconds to connect, not retried (redis-py's retries
+        would only repeat the same answer)."""
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
         timeout = SECONDS
         client = redis.Redis.from_url(
-            self.url, socket_connect_timeout=timeout, socket_timeout=timeout
+            self.url,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
         )
         try:
             check_redis(client, self.url)
