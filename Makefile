@@ -65,7 +65,7 @@ test: deps venv lint typecheck
 
 # The longest suites (the SIGKILL crash matrices of the three guarantees, user topologies
 # crashed and rerun through `transactional run`, snapshots against a running writer:
-# 65 min in CI's lanes on 2 cores); CI runs it beside `make test`, `make connect-test` and `make cluster-test`. Each suite prints its 15 slowest
+# 51 min in CI's lanes on 2 cores, 2026-12-04); CI runs it beside `make test`, `make connect-test` and `make cluster-test`. Each suite prints its 15 slowest
 # tests, so a CI log says where its time went.
 test-slow: deps venv
 	$(BIN)/pytest -q -ra --durations=15 -m "slow and not cluster and not exhaustive"
