@@ -30,7 +30,7 @@ from transactional.errors import (
     LostLeadershipError,
     StoreUnavailableError,
 )
-from transactional.preflight import other_protocol
+from transactional.preflight import other_servers
 from transactional.secrets import mask_in_logs
 from transactional.store import JsonValue, StoredHistory, StoredState
 
@@ -129,7 +129,7 @@ def probe(hosts: str, timeout: float = 3.0) -> None:
     after kazoo's connect timeout and a warning per retry (kazoo retries a server that
     answers in another protocol as it retries one that refuses the connection):
     ``ConfigurationError`` when another protocol answers where a connection is accepted
-    (a Redis port given for ZooKeeper's; ``preflight.other_protocol``),
+    (a Redis port given for ZooKeeper's; ``preflight.other_servers``),
     ``StoreUnavailableError`` when none is accepted; each naming every server and why. A
     server that accepts the connection and answers as ZooKeeper, or says nothing (one
     still starting may close it), is left to kazoo."""
@@ -141,16 +141,10 @@ def probe(hosts: str, timeout: float = 3.0) -> None:
         raise ConfigurationError(
             f"--zookeeper {hosts!r} is not host:port[,host:port...][/chroot]: {exc}"
         ) from None
-    problems, others = [], []
-    for host, port in servers:
-        try:
-            other = other_protocol(host, port, "ZooKeeper", timeout)
-        except OSError as exc:
-            problems.append(f"{host}:{port}: {exc.strerror or exc}")
-            continue
-        if other is None:
-            return
-        others.append(other)
+    found = other_servers(servers, "ZooKeeper", timeout)
+    if found is None:
+        return
+    others, problems = found
     if others:
         raise ConfigurationError(
             f"no ZooKeeper server at {hosts} ({'; '.join(others + problems)}): fix "

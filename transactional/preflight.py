@@ -15,7 +15,7 @@ from typing import Any
 from transactional.errors import ConfigurationError
 from transactional.secrets import redact_url
 
-__all__ = ["SECONDS", "check_redis", "check_writable_dir", "other_protocol"]
+__all__ = ["SECONDS", "check_redis", "check_writable_dir", "other_protocol", "other_servers"]
 
 #: How long a check waits for a server to answer.
 SECONDS = 3.0
@@ -117,6 +117,25 @@ def other_protocol(host: str, port: int, expected: str, timeout: float = PROBE_S
         if said is not None:
             return f"{host}:{port} speaks {said}, not {expected}"
     return None
+
+
+def other_servers(
+    servers: list[tuple[str, int]], expected: str, timeout: float = PROBE_S
+) -> tuple[list[str], list[str]] | None:
+    """``other_protocol`` of each of ``servers`` in turn: None as soon as one may be the
+    ``expected`` server (it answers as one, or says nothing); else what answers at each
+    that takes a connection, and why each other one does not (``host:port: why``)."""
+    others, unreachable = [], []
+    for host, port in servers:
+        try:
+            other = other_protocol(host, port, expected, timeout)
+        except OSError as exc:
+            unreachable.append(f"{host}:{port}: {exc.strerror or exc}")
+            continue
+        if other is None:
+            return None
+        others.append(other)
+    return others, unreachable
 
 
 def _exchange(host: str, port: int, request: bytes, timeout: float) -> bytes:

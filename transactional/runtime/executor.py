@@ -38,7 +38,7 @@ from transactional.runtime.halts import halt_error
 from transactional.runtime.kept import Kept, Releaser
 from transactional.runtime.leadership import LeaderSession
 from transactional.runtime.machine import Machine
-from transactional.runtime.pipeline import Maker, Pipeline, Plans, describer
+from transactional.runtime.pipeline import Maker, Pipeline, describer, refusal
 from transactional.runtime.probes import Faults, Outcomes, Probe, RunStats
 from transactional.runtime.quiet import quietly
 from transactional.runtime.settle import opened
@@ -202,7 +202,7 @@ class Executor:
                 batch = self.driver.new_batch(attempt, number)
         except Exception as exc:  # a user's spout raised: the same as any failure of txid
             stored = self.driver.has_stored(attempt.txid)
-            error = Plans().refused(exc, Maker("spout", self.driver.name))
+            error = refusal(exc, Maker("spout", self.driver.name))
             return [m.Failed(attempt, error, m.Phase.START, stored=stored)]
         if batch is None:
             return [m.NotReady(attempt.txid)]

@@ -104,7 +104,16 @@ class Plans:
             found = _analysis_error(frame)
             if found is not None:
                 return _refusal(built, found)
-        return exc if maker is None else _refusal(maker, exc)
+        return refusal(exc, maker)
+
+
+def refusal(exc: Exception, maker: Maker | None) -> Exception:
+    """``exc`` as ``maker``'s ``SparkAnalysisError`` if it is an analysis error
+    (``SparkAnalysisError.classify``) and ``maker`` a component; else ``exc`` itself:
+    where one component alone was called (a spout deciding a batch)."""
+    if maker is None or SparkAnalysisError.classify(exc) is None:
+        return exc
+    return _refusal(maker, exc)
 
 
 def _analysis_error(frame: Any) -> Exception | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from transactional.errors import ConfigurationError, EmitError
-from transactional.preflight import other_protocol
+from transactional.preflight import other_servers
 from transactional.secrets import redact_url
 from transactional.types import TransactionAttempt
 
@@ -120,19 +120,13 @@ class KafkaOffsets:
     def _refuse_other_protocols(self, where: str) -> None:
         """A ``ConfigurationError`` at once when another protocol answers at every
         bootstrap server that takes a connection (a Redis port given for Kafka's:
-        ``preflight.other_protocol``), instead of librdkafka's timeout. Not over TLS,
+        ``preflight.other_servers``), instead of librdkafka's timeout. Not over TLS,
         where a plain request proves nothing."""
         if "SSL" in str(self.client_config.get("security.protocol", "")).upper():
             return
-        others = []
-        for host, port in _servers(self.bootstrap_servers):
-            try:
-                other = other_protocol(host, port, "Kafka")
-            except OSError:
-                continue  # not reachable: librdkafka says so
-            if other is None:
-                return
-            others.append(other)
+        found = other_servers(_servers(self.bootstrap_servers), "Kafka")
+        # None: a broker may answer there; unreachable servers are librdkafka's to name.
+        others = [] if found is None else found[0]
         if others:
             raise ConfigurationError(
                 f"{self.who}: no Kafka broker at {where} ({'; '.join(others)}): fix "
