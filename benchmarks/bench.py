@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.breakdown import TXIDS as BREAKDOWN_TXIDS
 from benchmarks.cases import (
     WEAKER,
     Case,
@@ -43,6 +45,9 @@ from benchmarks.growth import (
     measure_fixed_cost,
     measure_growth,
 )
+from benchmarks.latency import SECONDS as LATENCY_SECONDS
+from benchmarks.latency import measure as measure_latency
+from benchmarks.latency import section as latency_section
 from benchmarks.object_store import SIZES as OBJECT_STORE_SIZES
 from benchmarks.object_store import s3_settings
 from benchmarks.object_store import section as object_store_section
@@ -62,6 +67,8 @@ from committers.redis._committer import GROUP_FIELDS
 from committers.redis._send import STAGE_CHUNK
 from transactional.testing.servers import RedisServer, S3Server, ZooKeeperServer
 
+#: The per-txid breakdown, in a process of its own (its session has Kafka's reader).
+BREAKDOWN_COMMAND = (sys.executable, "-m", "benchmarks.breakdown", "--section")
 #: The machine's cores, which the CPU figures are shares of.
 CORES = os.cpu_count() or 1
 WORK = Path(__file__).resolve().parent / ".work"
@@ -225,6 +232,19 @@ def main(argv: list[str] | None = None) -> int:
         "path on both sinks, Connect against classic; comma-separated; empty: skip it)",
     )
     parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=LATENCY_SECONDS,
+        help="measured seconds of the latency section, Kafka to Redis against Structured "
+        "Streaming (benchmarks.latency; 0: skip it)",
+    )
+    parser.add_argument(
+        "--breakdown-txids",
+        type=int,
+        default=BREAKDOWN_TXIDS,
+        help="txids of each size in the per-txid breakdown (benchmarks.breakdown; 0: skip it)",
+    )
+    parser.add_argument(
         "--only",
         metavar="TEXT",
         action="append",
@@ -246,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
             args.object_store_sizes = "1000,10000"
         if args.connect_sizes == ",".join(str(n) for n in CONNECT_SIZES):
             args.connect_sizes = "1000,10000"
+        if args.latency_seconds == LATENCY_SECONDS:
+            args.latency_seconds = 15
+        if args.breakdown_txids == BREAKDOWN_TXIDS:
+            args.breakdown_txids = 5
 
     from committers import delta_spark_conf
     from transactional.session import create_spark_session, merged
@@ -261,11 +285,33 @@ def main(argv: list[str] | None = None) -> int:
     redis_server.start()
     zookeeper.start()
     s3.start()
-    # The S3 stand-in's settings before the session starts: its JVM reads them once.
-    with s3_settings(s3):
-        spark = create_spark_session(
-            "local[*]", "bench", merged(delta_spark_conf(), s3_spark_conf())
-        )
+    latency: list[str] = []
+    try:
+        # Before the throughput cases' session starts: each consumer runs alone.
+        if args.latency_seconds and args.only is None:
+            latency = latency_section(
+                measure_latency(progress, args.latency_seconds, redis_url=redis_server.url),
+                args.latency_seconds,
+            )
+            print("\n".join(latency))
+        if args.breakdown_txids and args.only is None:
+            progress("breakdown: a small and a large txid, step by step (its own process)")
+            latency += subprocess.run(
+                [*BREAKDOWN_COMMAND, "--txids", str(args.breakdown_txids)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.splitlines()
+        # The S3 stand-in's settings before the session starts: its JVM reads them once.
+        with s3_settings(s3):
+            spark = create_spark_session(
+                "local[*]", "bench", merged(delta_spark_conf(), s3_spark_conf())
+            )
+    except BaseException:
+        redis_server.close()
+        zookeeper.close()
+        s3.close()
+        raise
     try:
         per_txid = args.tweets // args.partitions  # Structured Streaming: one file a trigger
         results: list[Result] = []
@@ -435,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             *longer,
             *growth,
             *fixed,
+            *latency,
         ]
         # Written now and again below: a failure in the overheads keeps the throughput.
         RESULTS.write_text("\n".join(sections) + "\n")

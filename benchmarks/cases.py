@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from examples.tweets.bolts import CountTags, ParseTweets
 from examples.tweets.topology import build_topology
 from transactional.committer import CommitterContext
-from transactional.types import CommitMode, TransactionAttempt
+from transactional.types import CommitMode, Guarantee, TransactionAttempt
 
 
 @dataclass
@@ -235,7 +235,7 @@ def framework(
                 topology_id="bench",
                 max_pending=max_pending,
                 check_determinism=check_determinism,
-                guarantee=guarantee,
+                guarantee=Guarantee(guarantee),
                 ledger=ledger,
             ),
             batch_size=sizer,

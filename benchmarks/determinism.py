@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         frames = one_txid_frames(spark, data, args.per_txid // args.partitions)
         for digest in (False, True):  # warm up both paths
             engine.materialise(frames, digest)
-        plain, checked = [], []
+        plain: list[float] = []
+        checked: list[float] = []
         for i in range(args.pairs):
             for digest, into in (
                 ((False, plain), (True, checked)) if i % 2 else ((True, checked), (False, plain))

@@ -9,10 +9,12 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from transactional.checkpoints import KEPT as _KEPT
 from transactional.checkpoints import checkpoint
+from transactional.columns import prebuilt
 from transactional.connect import is_connect, reopen_if_lost
 from transactional.errors import ContractError
 from transactional.ledger import ID, RecordIds, Tally, check_positions, id_column, id_sums
@@ -21,7 +23,7 @@ from transactional.spout import PARTITION_COLUMN
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructField
 
 #: A partition's record count and order-independent content checksum (a decimal string).
 Digest = tuple[int, str]
@@ -105,10 +107,13 @@ class SparkEngine:
     Digests cost no extra read of the source: each partition's count and
     ``sum(xxhash64(row))`` are summed so that they cannot overflow and do not depend on
     row order. A batch of one frame, one partition, needs no tag. A batch of several is
-    tagged, and its digests come from one ``groupBy`` on the tag, whose map stage
-    stores the rows: two jobs, but one hash update a row, where observing three
+    tagged. A large one has its digests from one ``groupBy`` on the tag, whose map
+    stage stores the rows: two jobs, but one hash update a row, where observing three
     conditional sums per partition cost more from two partitions on
-    (benchmarks/analysis.md, fifteenth round).
+    (benchmarks/analysis.md, fifteenth round). A small one (up to ``OBSERVED_PARTITIONS``
+    partitions, the batch before it within ``ROWS_PER_TASK`` rows) has them observed, as
+    one frame's are: there the second job costs more than the sums (a 10-record batch:
+    50 ms against 90). Both give the same digests, so a replay may take either.
 
     The ledger's ids (``ids``) are computed in the same pass, before the checkpoint (an
     id from a row's place in the frames must be computed once), and their count and
@@ -129,6 +134,9 @@ class SparkEngine:
         #: The calling thread's job group: ``in_group`` and the ``txid`` it processes
         #: (None: a commit or the warm-up).
         self._local = threading.local()
+        #: The last batch of several partitions fitted a task (``ROWS_PER_TASK``): the
+        #: next is taken to be small too, and its digests observed (``materialise``).
+        self._small = True
 
     def materialise(
         self,
@@ -191,15 +199,21 @@ class SparkEngine:
         tagged = checkpoint(_with_ids(tagged, ids))
         kept.append(tagged)
         batch = tagged.drop(_PARTITION)
-        rows = _grouped_digests(tagged, _row_hash(batch), partitions, counted)
-        found = {p: _digest(r) for p, r in rows.items()}
+        h = _row_hash(batch)
+        tally = None
+        if partitions <= OBSERVED_PARTITIONS and self._small:
+            found, got = _observed_digests(tagged, h, partitions, counted)
+            tally = _tally(got, ids)
+        else:
+            rows = _grouped_digests(tagged, h, partitions, counted)
+            found = {p: _digest(r) for p, r in rows.items()}
+            if ids is not None:
+                tally = Tally()
+                for r in rows.values():
+                    tally = tally + Tally.of(r["ledger_n"], r["ledger_x"])
         digests = {p: found.get(p, (0, "0")) for p in range(partitions)}
         records = sum(n for n, _ in digests.values())
-        tally = None
-        if ids is not None:
-            tally = Tally()
-            for r in rows.values():
-                tally = tally + Tally.of(r["ledger_n"], r["ledger_x"])
+        self._small = records <= ROWS_PER_TASK
         return Materialised(_few_tasks(batch, records), records, digests, tally)
 
     @contextmanager
@@ -482,6 +496,43 @@ def _digest_sums(h: Column) -> list[Column]:
     ]
 
 
+#: Partitions whose digests a small batch observes (three sums each) instead of grouping.
+OBSERVED_PARTITIONS = 16
+
+
+def _observed_digests(
+    tagged: DataFrame, h: Column, partitions: int, extra: Sequence[Column] = ()
+) -> tuple[dict[int, Digest], dict[str, Any]]:
+    """Each partition's digest (of those with rows), observed while one job writes the
+    tagged batch to the ``noop`` sink (``_observed``), with ``extra`` aggregates, and
+    what was observed; the same stray tags refused as ``_grouped_digests`` refuses."""
+    from pyspark.sql import functions as F
+
+    tag = F.col(_PARTITION)
+    metrics = []
+    for p in range(partitions):
+        on = tag == p
+        metrics += [
+            F.count(F.when(on, 1)).alias(f"n{p}"),
+            F.sum(F.when(on, F.shiftright(h, 32))).alias(f"hi{p}"),
+            F.sum(F.when(on, h.bitwiseAND(F.lit(_LOW32)))).alias(f"lo{p}"),
+        ]
+    stray = tag.isNull() | (tag < 0) | (tag >= partitions)
+    metrics += [
+        F.count(F.when(stray, 1)).alias("strays"),
+        F.min(F.when(stray, tag)).alias("stray"),
+    ]
+    got = _observed(tagged, [*metrics, *extra])
+    if got["strays"]:
+        _refuse_strays([got["stray"]], partitions)
+    found = {
+        p: _digest({"n": got[f"n{p}"], "hi": got[f"hi{p}"], "lo": got[f"lo{p}"]})
+        for p in range(partitions)
+        if got[f"n{p}"]
+    }
+    return found, got
+
+
 def _digest(got: Any) -> Digest:
     """The digest from ``_digest_sums``' results (a row or a dict; a sum over no rows
     is null)."""
@@ -514,14 +565,19 @@ def _grouped_digests(
     found = {r[_PARTITION]: r for r in rows}
     strays = [p for p in found if p is None or not 0 <= p < partitions]
     if strays:
-        stray = min((p for p in strays if p is not None), default=None)
-        which = f"partition {stray}" if stray is not None else "no partition"
-        raise ContractError(
-            f"the batch's one frame of {partitions} partitions holds rows tagged with "
-            f"{which} in {_PARTITION}: emit_partitions must tag each row with its "
-            f"partition, 0 to {partitions - 1}"
-        )
+        _refuse_strays(strays, partitions)
     return found
+
+
+def _refuse_strays(strays: Sequence[int | None], partitions: int) -> None:
+    """Rows tagged with ``strays`` (None: no tag): a broken ``emit_partitions``."""
+    stray = min((p for p in strays if p is not None), default=None)
+    which = f"partition {stray}" if stray is not None else "no partition"
+    raise ContractError(
+        f"the batch's one frame of {partitions} partitions holds rows tagged with "
+        f"{which} in {_PARTITION}: emit_partitions must tag each row with its "
+        f"partition, 0 to {partitions - 1}"
+    )
 
 
 def _union(frames: Sequence[DataFrame]) -> DataFrame:
@@ -535,11 +591,17 @@ def _row_hash(batch: DataFrame) -> Column:
     """``xxhash64`` of every column but the ledger's id, maps first turned into their
     sorted entries (Spark does not hash maps, and a map's entry order is not part of its
     value)."""
+    fields = [f for f in batch.schema.fields if f.name != ID]
+    key = ("row_hash", *((f.name, f.dataType.simpleString()) for f in fields))
+    return prebuilt(batch, key, partial(_hash_of, fields))
+
+
+def _hash_of(fields: Sequence[StructField]) -> Column:
+    """``_row_hash`` of a schema's ``fields``, built once per schema and session
+    (``transactional.columns``): a column a field costs a round trip to the JVM."""
     from pyspark.sql import functions as F
 
-    columns = [
-        _hashable(F.col(f"`{f.name}`"), f.dataType) for f in batch.schema.fields if f.name != ID
-    ]
+    columns = [_hashable(F.col(f"`{f.name}`"), f.dataType) for f in fields]
     return F.xxhash64(*columns) if columns else F.lit(0)
 
 

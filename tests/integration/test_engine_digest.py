@@ -65,11 +65,17 @@ def test_a_batch_of_one_frame_digests_as_that_partition_of_a_tagged_batch(spark:
     assert empty.digests == {0: (0, "0")} and empty.records == 0
 
 
+@pytest.mark.parametrize("after_large", [False, True])
 @pytest.mark.parametrize("count", [1, 2, 17])
-def test_digests_of_one_tagged_frame_are_grouped_by_the_tag(spark: Any, count: int) -> None:
-    """The digests of a tagged frame come from a ``groupBy`` on the tag: each
-    partition's exact sums, whatever Spark's own partitioning of the rows."""
+def test_digests_of_one_tagged_frame_are_grouped_by_the_tag(
+    spark: Any, count: int, after_large: bool
+) -> None:
+    """The digests of a tagged frame are each partition's exact sums, whatever Spark's
+    own partitioning of the rows: observed (up to 16 partitions, after a small batch)
+    or from a ``groupBy`` on the tag (more, or after a batch larger than a task)."""
     engine = SparkEngine(spark)
+    if after_large:
+        engine.materialise([spark.range(ROWS_PER_TASK + 1)] * 2, digest=True)
     parts = {p: ROWS[p::count] for p in range(count)}
     tagged = [(*row, p) for p, rows in parts.items() for row in rows]
     frame = spark.createDataFrame(tagged, f"{SCHEMA}, {PARTITION_COLUMN} long").repartition(3)
@@ -94,18 +100,35 @@ def test_a_row_tagged_with_no_partition_of_the_batch_is_refused(
 
 def test_materialising_runs_one_job_or_two_when_grouped(spark: Any) -> None:
     """The count (and a single frame's digest) is observed while the rows are kept: one
-    Spark job, where a count would add a shuffle. Several frames' digests come from
-    one aggregation by the tag: its map stage keeps the rows, then the result stage
-    (two jobs with adaptive execution)."""
+    Spark job, where a count would add a shuffle. Several frames' digests are observed
+    too while the batch before fitted a task (``ROWS_PER_TASK``); after a larger one
+    they come from one aggregation by the tag: its map stage keeps the rows, then the
+    result stage (two jobs with adaptive execution). Both ways give the same digests."""
     engine = SparkEngine(spark)
-    frames = [spark.createDataFrame(ROWS[:100], SCHEMA), spark.createDataFrame(ROWS[100:], SCHEMA)]
-    for given, digest, jobs in ((frames, False, 1), (frames[:1], True, 1), (frames, True, 2)):
-        group = f"materialise-jobs-{len(given)}-{digest}"
+    small = [spark.createDataFrame(ROWS[:100], SCHEMA), spark.createDataFrame(ROWS[100:], SCHEMA)]
+    half = ROWS_PER_TASK // 2 + 1
+    large = [spark.range(half).selectExpr("id", "id % 7 AS k") for _ in range(2)]
+    cases = [
+        (small, False, 1),
+        (small[:1], True, 1),
+        (small, True, 1),  # the batches before were small: observed
+        (large, True, 1),  # so was the one before this
+        (large, True, 2),  # after a large one: grouped
+        (small, True, 2),
+        (small, True, 1),
+    ]
+    seen: dict[int, list[Any]] = {}
+    for n, (given, digest, jobs) in enumerate(cases):
+        group = f"materialise-jobs-{n}"
         with engine.job_group(group):
             read = engine.materialise(given, digest=digest)
         assert read.records == sum(f.count() for f in given)
         spark_settled(spark)
-        assert engine.jobs(group) == jobs
+        assert engine.jobs(group) == jobs, n
+        if digest and len(given) == 2:
+            seen.setdefault(id(given), []).append(read.digests)
+    assert all(len(set(map(str, digests))) == 1 for digests in seen.values())
+    assert len(seen[id(small)]) == 3 and len(seen[id(large)]) == 2
 
 
 def test_the_digest_ignores_row_and_map_entry_order_but_not_values(spark: Any) -> None:

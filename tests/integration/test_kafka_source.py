@@ -229,6 +229,46 @@ def test_a_txid_is_decided_with_one_request_per_question(
         assert requests.taken() == (1, 2)  # a new attempt: count, ends, starts
 
 
+def _consumer_connections(kafka: KafkaServer) -> int:
+    """Connections open to the broker from other processes than this one (Spark's JVM,
+    classic or a Connect server), as the operating system lists them."""
+    import os
+
+    import psutil
+
+    return sum(
+        1
+        for c in psutil.net_connections(kind="tcp")
+        if c.raddr
+        and c.raddr.port == kafka.port
+        and c.status == psutil.CONN_ESTABLISHED
+        and c.pid != os.getpid()
+    )
+
+
+def test_the_reads_of_a_topology_reuse_their_consumers(spark: Any, kafka: KafkaServer) -> None:
+    """One consumer group for every read of a topology: Spark's reader pools consumers by
+    group and partition, so each txid's tasks take up the ones the txid before used,
+    instead of connecting anew (a group per read: two partitions, two more connections
+    every txid, each kept until the pool's idle timeout)."""
+    topic = new_topic(kafka, 2)
+    produce(kafka, topic, _messages(2, 30, seed=5))
+    spout = _open(KafkaPartitionedSpout(kafka.bootstrap_servers, topic, batch_size=5), spark)
+    history = _drive(spout, {})
+    assert len(history) == 7  # 30 and 35 messages, 5 a txid
+
+    def read(txid: int) -> None:
+        frame = spout.emit_partitions(TransactionAttempt(txid, 1), history[txid - 1])
+        assert frame.count() == sum(m.offsets for m in history[txid - 1].values())
+
+    read(1)
+    read(2)
+    before = _consumer_connections(kafka)
+    for txid in range(3, 8):
+        read(txid)
+    assert _consumer_connections(kafka) - before <= 1  # the admin client's, at most
+
+
 def test_start_positions(spark: Any, kafka: KafkaServer) -> None:
     topic = new_topic(kafka, 2)
     produce(kafka, topic, {0: [b"a0", b"a1", b"a2"], 1: [b"b0", b"b1"]})

@@ -194,6 +194,7 @@ class Executor:
     ) -> list[m.Event]:
         if self.stopping.is_set():  # start nothing more; the loop ends at its next check
             return [m.NotReady(attempt.txid)]
+        began = time.perf_counter()
         try:
             self.engine.revive()  # a Connect session whose server restarted, reopened
             if isinstance(command, m.Replay):
@@ -206,18 +207,23 @@ class Executor:
             return [m.Failed(attempt, error, m.Phase.START, stored=stored)]
         if batch is None:
             return [m.NotReady(attempt.txid)]
+        self._measure(attempt, "decide", began)
         for probe in self.probes:
             probe.on_measure(attempt, "store", batch.store_s)
         self._workers.submit(self._process, batch)
-        return [m.Started(attempt)]
+        # A spout that cannot tell its lag (None) is taken to be ahead.
+        lag = quietly(self.driver.spout.lag, "read the spout's lag")
+        return [m.Started(attempt, backlog=lag is None or lag > 0)]
 
     def _verify(self, attempt: TransactionAttempt) -> list[m.Event]:
         result = self._results.get(attempt)
         batch = self.driver.batches[attempt.txid]
+        began = time.perf_counter()
         try:
             self.driver.verify(batch, result.digests if result else None)
         except TransactionalError as exc:  # lost leadership is routed by the machine
             return [m.Failed(attempt, exc, m.Phase.PROCESS)]
+        self._measure(attempt, "verify", began)
         return [m.Verified(attempt)]
 
     def _commit(self, command: m.Commit) -> list[m.Event]:

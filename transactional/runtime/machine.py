@@ -122,6 +122,12 @@ class Machine:
     poll_at: float = 0.0
     poll_interval: float = 0.0
     not_ready: bool = False
+    #: The source held more than the last txid started took (``Started.backlog``): the
+    #: next may be decided while txids process. Caught up, it is decided once none
+    #: processes, so that it holds what came meanwhile and processes while the one
+    #: before commits, instead of splitting the same records into small txids that
+    #: compete for the cores (measured: more in flight then made records wait longer).
+    backlog: bool = True
     stopping: bool = False
     #: The txid whose start was asked for and not yet answered.
     starting: int | None = None
@@ -188,7 +194,13 @@ class Machine:
             deadlines.append(self.retry_at)
         if self.not_ready or self.poll_at > now:
             deadlines.append(self.poll_at)
-        if self._room() and not self.not_ready and self.retry_at <= now and self.poll_at <= now:
+        if (
+            self._room()
+            and not self.not_ready
+            and self.retry_at <= now
+            and self.poll_at <= now
+            and (self.next_txid in self.stored or self._may_decide())
+        ):
             deadlines.append(now)
         head = self.slots.get(self.currtx)
         if head is not None and head.processed_at is not None and not self.commits:
@@ -227,6 +239,7 @@ class Machine:
         self.slots[attempt.txid] = Slot(attempt, self.attempts[attempt.txid], deadline)
         self.stored.add(attempt.txid)
         self.not_ready = False
+        self.backlog = event.backlog
         self.next_txid += 1
 
     def _not_ready(self, event: NotReady, now: float, out: list[Command]) -> None:
@@ -403,7 +416,7 @@ class Machine:
             return False
         txid = self.next_txid
         replay = txid in self.stored
-        if not replay and now < self.poll_at:
+        if not replay and (now < self.poll_at or not self._may_decide()):
             return False
         self.attempts[txid] += 1
         attempt = TransactionAttempt(txid, next(self._ids))
@@ -460,10 +473,20 @@ class Machine:
         forgets every txid above it and would decide the dropped batch again."""
         return any(t > txid and s.state is SlotState.DROPPED for t, s in self.slots.items())
 
+    def _may_decide(self) -> bool:
+        """A new txid may be decided now: the source is ahead (``backlog``), or no txid
+        is being processed."""
+        return self.backlog or not any(s.state in _PROCESSING for s in self.slots.values())
+
     def _idle_poll(self, now: float) -> None:
-        """Nothing new: ask again after the poll interval, doubling it with every idle
-        poll in a row up to ``poll_max_s`` (a batch with records resets it)."""
+        """Nothing new: ask again after the poll interval. With nothing in flight the
+        source is idle, and the interval doubles with every such poll in a row up to
+        ``poll_max_s`` (a batch with records resets it); with txids in flight it is
+        busy and only caught up for a moment, so the base interval, never backed off."""
         self.not_ready = True
+        if self.slots:
+            self.poll_at = now + self.settings.poll_interval_s
+            return
         self.poll_at = now + self.poll_interval
         self.poll_interval = min(self.settings.poll_max_s, self.poll_interval * 2)
 

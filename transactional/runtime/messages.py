@@ -67,9 +67,14 @@ class StopRequested:
     """Start nothing more (Ctrl-C, SIGTERM, ``runner.stop()``)."""
 
 
+@dataclass(frozen=True)
 class Started(OfAttempt):
     """The attempt of an ``Emit`` or ``Replay`` is out: its metadata is stored (a new
-    txid) and a worker processes it."""
+    txid) and a worker processes it. ``backlog``: the source held more than the txid
+    took (``Spout.lag`` above 0 after the decision), so the next txid may be decided
+    while this one processes."""
+
+    backlog: bool = True
 
 
 @dataclass(frozen=True)

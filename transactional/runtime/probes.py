@@ -35,14 +35,17 @@ class RunListener(Protocol):
 
 @dataclass(frozen=True)
 class TxTiming:
-    """Seconds per protocol step of one committed txid: ``store`` writes its metadata,
-    ``emit`` builds and materialises the batch (one Spark job reads, counts and keeps
-    it), ``process`` runs the bolts (Spark plans them lazily: their work is done in
-    the next step's job), ``prepare`` the committers' one collecting job and their
-    ``prepare``, ``commit`` the committers, ``advance`` the fenced store write.
-    ``latency`` is what the adaptive batch size is fed: from its metadata stored to its
-    commit done, through every attempt, less the time it sat processed, queued behind
-    earlier commits. ``jobs``: the Spark jobs its last attempt ran (None: not known)."""
+    """Seconds per protocol step of one committed txid: ``decide`` the spout's decision
+    on the coordinator thread (a replay: its rebuild), ``store`` within it the store's
+    write of its metadata, ``emit`` builds and materialises the batch (one Spark job
+    reads, counts and keeps it), ``process`` runs the bolts (Spark plans them lazily:
+    their work is done in the next step's job), ``prepare`` the committers' collecting
+    jobs and their ``prepare``, ``verify`` the determinism check, ``queued`` the time
+    it sat processed before its commit began, ``commit`` the committers, ``advance``
+    the fenced store write. ``latency`` is what the adaptive batch size is fed: from
+    its metadata stored to its commit done, through every attempt, less the time it sat
+    processed, queued behind earlier commits. ``jobs``: the Spark jobs its last attempt
+    ran (None: not known)."""
 
     txid: int
     store_s: float
@@ -53,6 +56,9 @@ class TxTiming:
     latency_s: float | None = None
     prepare_s: float = 0.0
     jobs: int | None = None
+    decide_s: float = 0.0
+    verify_s: float = 0.0
+    queued_s: float = 0.0
 
 
 @dataclass
@@ -155,6 +161,9 @@ class Timings(Probe):
                 latency,
                 steps.get("prepare", 0.0),
                 self._jobs.pop(txid, None),
+                steps.get("decide", 0.0),
+                steps.get("verify", 0.0),
+                command.queued_s,
             )
         )
         round_ = self._rounds.pop(txid, None)

@@ -17,7 +17,10 @@ Python range reader gives for the same bytes (``transactional.sources.files._lin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
+
+from transactional.columns import prebuilt
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -49,9 +52,26 @@ _SEQUENCES = f"({_WELL_FORMED}|..)"
 _LINE = "__transactional_line"
 
 
-def text_records(frame: DataFrame, column: str, keep: Sequence[str] = ()) -> DataFrame:
+def text_records(
+    frame: DataFrame,
+    column: str,
+    keep: Sequence[str] = (),
+    absent: str | None = None,
+    kept_last: bool = False,
+) -> DataFrame:
     """``frame``'s ``column`` (STRING or BINARY: one record's bytes per row, unchecked)
-    as text records ``raw, error``, after the columns named in ``keep``."""
+    as text records ``raw, error``, after the columns named in ``keep`` (``kept_last``:
+    before them). ``absent``: the ``error`` of a row whose ``column`` is null (a Kafka
+    record without a value)."""
+    key = ("text_records", column, absent)
+    line, raw, error = prebuilt(frame, key, partial(_built, column, absent))
+    records: tuple[Column | str, ...] = (raw, error, *keep) if kept_last else (*keep, raw, error)
+    return frame.select(*keep, line).select(*records)
+
+
+def _built(column: str, absent: str | None) -> tuple[Column, Column, Column]:
+    """``text_records``' columns: built once per session (``transactional.columns``),
+    they cost more round trips to the JVM than the two projections using them."""
     from pyspark.sql import functions as F
 
     # A STRING from Spark's text reader or a cast BINARY holds the bytes as they came;
@@ -61,10 +81,13 @@ def text_records(frame: DataFrame, column: str, keep: Sequence[str] = ()) -> Dat
     cut = f"substring(cast(`{column}` AS BINARY), 1, octet_length(`{column}`) - 1)"
     line = F.when(text.endswith("\r"), F.expr(cut).cast("string")).otherwise(text)
     valid = F.is_valid_utf8(F.col(_LINE))
-    return frame.select(*keep, line.alias(_LINE)).select(
-        *keep,
+    error = F.when(~valid, F.lit(INVALID_UTF8))
+    if absent is not None:
+        error = F.when(F.col(_LINE).isNull(), F.lit(absent)).otherwise(error)
+    return (
+        line.alias(_LINE),
         F.when(valid, F.col(_LINE)).otherwise(_escaped(F.col(_LINE))).alias("raw"),
-        F.when(~valid, F.lit(INVALID_UTF8)).alias("error"),
+        error.alias("error"),
     )
 
 

@@ -36,6 +36,9 @@ __all__ = [
 
 Start = Literal["earliest", "latest"] | Mapping[int, int] | datetime
 
+#: Spark's Kafka reader warns at every read given ``kafka.group.id`` (each txid).
+GROUP_LOGGER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
 #: The ``error`` of a text record whose Kafka record has no value.
 TOMBSTONE = "no value (a tombstone)"
 #: Columns of a text record batch after ``raw, error``.
@@ -135,6 +138,8 @@ class _KafkaTopic(SourceBase):
             },
             timeout_s,
         )
+        #: Options of every read: ``options`` and the topology's consumer group.
+        self._reader_options = dict(self.options)
         self._fresh = False  # no partition had a range when the current txid began
         #: Offsets each partition held beyond the last range decided, at the last look.
         self._behind: dict[int, int] = {}
@@ -153,6 +158,16 @@ class _KafkaTopic(SourceBase):
         super().open(context)
         self.start_from(lambda text: parse_start(text, type(self).__name__, key=int, value=int))
         _check_reader(self.spark, type(self).__name__)
+        # One consumer group for every read of the topology: Spark's reader keeps its
+        # consumers pooled by group and partition, so a txid's tasks take up the
+        # consumers (and the records they fetched ahead) of the txid before, where a
+        # group of its own per read (Spark's default) connects anew every txid: 125 ms
+        # against 78 ms a read of 1,000 records (benchmarks/analysis.md). Safe for a
+        # reader that assigns partitions and commits no offsets: it never joins the group.
+        if not {"kafka.group.id", "groupIdPrefix"} & self.options.keys():
+            group = f"transactional-{context.topology_id}"
+            self._reader_options = {"kafka.group.id": group, **self.options}
+            _quiet_group_warning(self.spark)
         self.offsets.count(at_open=True)
 
     def close(self) -> None:
@@ -247,18 +262,12 @@ class _KafkaTopic(SourceBase):
                 json.dumps({self.topic: {str(p): r.end for p, r in wanted.items()}}),
             )
             .option("failOnDataLoss", "true")
-            .options(**self.options)
+            .options(**self._reader_options)
             .load()
         )
         if self.value_format == "text":
-            frame = text_records(frame, "value", keep=(*TEXT_COLUMNS, "value"))
             # A record without a value (a tombstone) is not text: say so.
-            tombstone = F.col("value").isNull()
-            frame = frame.select(
-                "raw",
-                F.when(tombstone, F.lit(TOMBSTONE)).otherwise(F.col("error")).alias("error"),
-                *TEXT_COLUMNS,
-            )
+            frame = text_records(frame, "value", TEXT_COLUMNS, TOMBSTONE, kept_last=True)
         else:
             frame = frame.withColumn("error", F.lit(None).cast("string"))
         if tagged:
@@ -364,6 +373,20 @@ def _check_reader(spark: Any, who: str) -> None:
         "with the settings of transactional.sources.kafka.kafka_spark_conf() "
         "(`transactional run` adds them for a factory that takes no session)"
     )
+
+
+def _quiet_group_warning(spark: Any) -> None:
+    """Spark's reader warns at every read that a ``kafka.group.id`` is unsafe for queries
+    that subscribe (their consumers would share the group's assignments): not so for the
+    spout's reads, which assign partitions. Its logger is set to errors only, on a
+    classic session (a Spark Connect server's logs are its own)."""
+    from transactional.connect import is_connect
+
+    if is_connect(spark):
+        return
+    jvm = spark._jvm
+    level = jvm.org.apache.logging.log4j.Level.ERROR
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(GROUP_LOGGER, level)
 
 
 def _server_reads_kafka(spark: Any) -> bool:

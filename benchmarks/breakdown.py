@@ -1,0 +1,206 @@
+"""Where a txid's time goes, step by step (issue 54): the latency benchmark's topology
+(``benchmarks.latency_topology``: Kafka, a counting bolt that accounts through the
+ledger, the Redis committer, SQLite store) run in this process at ``max_pending=1``, so
+that no txid shares the cores with another, over a topic written in full beforehand:
+``TXIDS`` small txids (``SMALL`` records, one partition) and ``TXIDS`` large ones
+(``LARGE`` records over ``PARTITIONS`` partitions). Each step's median over the txids,
+as the runner's own timings (``RunStats.timings``) measured them.
+
+    python -m benchmarks.breakdown [--txids 20] [--large 125000] [--section]
+
+``make bench`` runs it as a process of its own (its Spark session needs Kafka's reader)
+and adds its section (``--section``) to benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+WORK = Path(__file__).resolve().parent / ".work" / "breakdown"
+TXIDS = 20
+SMALL = 10
+LARGE = 125_000
+PARTITIONS = 4
+
+Progress = Callable[[str], None]
+
+#: The columns of the table: (title, ``TxTiming`` field, scale to milliseconds).
+STEPS = (
+    ("decide", "decide_s"),
+    ("store", "store_s"),
+    ("read (emit)", "emit_s"),
+    ("process", "process_s"),
+    ("prepare", "prepare_s"),
+    ("verify", "verify_s"),
+    ("queued", "queued_s"),
+    ("commit", "commit_s"),
+    ("advance", "advance_s"),
+)
+
+
+@dataclass
+class Breakdown:
+    name: str
+    records: int
+    partitions: int
+    timings: list[Any]
+    wall_s: float
+
+    def median_ms(self, field: str) -> float:
+        return statistics.median(getattr(t, field) for t in self.timings) * 1000
+
+    @property
+    def per_txid_ms(self) -> float:
+        return self.wall_s / len(self.timings) * 1000
+
+
+def _produce(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
+    from benchmarks.latency import _flush, _new_topic, _producer
+
+    _new_topic(bootstrap, topic, partitions)
+    producer = _producer(bootstrap)
+    ms = int(time.time() * 1000)
+    for i in range(per_partition * partitions):
+        producer.produce(topic, str(ms + i).encode(), partition=i % partitions)
+        if i % 10_000 == 0:
+            producer.poll(0)
+            producer.flush(30)
+    _flush(producer)
+
+
+def measure_one(
+    spark: Any,
+    bootstrap: str,
+    redis_url: str,
+    name: str,
+    records: int,
+    partitions: int,
+    txids: int,
+    progress: Progress,
+) -> Breakdown:
+    from benchmarks import latency_topology
+    from coordinators import SQLiteStateStore
+    from transactional.config import RunnerConfig
+    from transactional.runner import TransactionalRunner
+
+    run = uuid.uuid4().hex[:8]
+    topic = f"breakdown-{run}"
+    per_partition = records // partitions
+    progress(f"breakdown: {name}: writing {per_partition * partitions * txids:,} events")
+    _produce(bootstrap, topic, partitions, per_partition * txids)
+    work = WORK / run
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    os.environ.update(
+        LATENCY_KAFKA=bootstrap,
+        LATENCY_TOPIC=topic,
+        LATENCY_REDIS_URL=redis_url,
+        LATENCY_KEY_PREFIX=f"breakdown:{run}:",
+    )
+    topology = latency_topology.build(batch_size=per_partition)
+    runner = TransactionalRunner(
+        topology,
+        SQLiteStateStore(work / "state.db"),
+        spark,
+        RunnerConfig(topology_id=f"breakdown-{run}", max_pending=1, poll_interval_s=0.01),
+    )
+    began = time.perf_counter()
+    stats = runner.run(until_drained=True)
+    wall = time.perf_counter() - began
+    timings = [t for t in stats.timings if t.txid > 1]  # the first: warm-up of every plan
+    result = Breakdown(name, per_partition * partitions, partitions, timings, wall)
+    progress(f"breakdown: {name}: {stats.committed_txids} txids, {stats.records:,} records")
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def measure(
+    spark: Any,
+    progress: Progress,
+    txids: int = TXIDS,
+    large: int = LARGE,
+    bootstrap_servers: str | None = None,
+    redis_url: str | None = None,
+) -> list[Breakdown]:
+    """A small and a large txid's breakdown; a Kafka broker and a Redis server started
+    for it when not given."""
+    from benchmarks.latency import servers
+
+    cases = [("small", SMALL, 1), ("large", large, PARTITIONS)]
+    with servers(bootstrap_servers, redis_url) as (kafka, redis):
+        return [
+            measure_one(spark, kafka, redis, name, n, p, txids + 1, progress)
+            for name, n, p in cases
+        ]
+
+
+def table(results: Sequence[Breakdown]) -> list[str]:
+    head = " | ".join(f"{title} ms" for title, _ in STEPS)
+    lines = [
+        f"| txid | records | txids | {head} | Spark jobs | wall per txid ms |",
+        "|---|---:|---:|" + "---:|" * (len(STEPS) + 2),
+    ]
+    for r in results:
+        jobs = [t.jobs for t in r.timings if t.jobs is not None]
+        steps = " | ".join(f"{r.median_ms(field):,.1f}" for _, field in STEPS)
+        lines.append(
+            f"| {r.name} | {r.records:,} | {len(r.timings)} | {steps} | "
+            f"{statistics.median(jobs) if jobs else '-'} | {r.per_txid_ms:,.1f} |"
+        )
+    return lines
+
+
+def section(results: Sequence[Breakdown]) -> list[str]:
+    return [
+        "## Where a txid's time goes, Kafka to Redis (max_pending=1, medians per txid)",
+        "",
+        *table(results),
+        "",
+        "The latency benchmark's topology in one process, one txid at a time, over a topic "
+        "written in full first; the runner's own timings, the first txid (every plan's "
+        "first run) left out. `decide`: the spout's decision on the coordinator thread "
+        "(Kafka's offsets asked), `store` within it: its metadata written; `read (emit)`: "
+        "the batch read, counted, digested and kept; `process`: the bolts planned; "
+        "`prepare`: the committers' frames collected and prepared; `verify`: the "
+        "determinism check; `queued`: processed until its commit began; `commit`: the "
+        "Redis script; `advance`: the store moved past it. `wall per txid`: the run's "
+        "wall time over its txids, start and close included.",
+        "",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.breakdown", description=__doc__)
+    parser.add_argument("--txids", type=int, default=TXIDS)
+    parser.add_argument("--large", type=int, default=LARGE)
+    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE for Spark")
+    parser.add_argument("--section", action="store_true", help="print RESULTS.md's section")
+    args = parser.parse_args(argv)
+    from transactional.session import create_spark_session, merged
+    from transactional.sources.kafka import kafka_spark_conf
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    extra = dict(item.split("=", 1) for item in args.conf)
+    spark = create_spark_session("local[*]", "breakdown", merged(kafka_spark_conf(), extra))
+    try:
+        results = measure(spark, progress, args.txids, args.large)
+    finally:
+        spark.stop()
+    print("\n".join(section(results) if args.section else table(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
