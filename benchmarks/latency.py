@@ -93,9 +93,10 @@ class LatencyCase:
 
 
 STRUCTURED_STREAMING = LatencyCase("structured streaming", structured_streaming=True)
-#: The rows, one after the other. More framework rows are one line each, e.g.
-#: ``LatencyCase("framework, max_pending=2", ("--max-pending", "2", *TUNED[2:]))`` or
-#: ``LatencyCase("framework, defaults")``.
+#: The rows, one after the other: the anchor; the framework with the tuned settings at
+#: 1, 2 and 4 txids in flight; and with adaptive execution off (the low-latency profile
+#: of docs/performance.md). (Its warm-up costs nothing here: the Kafka spout has no
+#: sample batch.)
 CASES: tuple[LatencyCase, ...] = (
     STRUCTURED_STREAMING,
     LatencyCase("framework, max_pending=1", TUNED),
