@@ -73,8 +73,10 @@ TUNED = (
 )
 
 Progress = Callable[[str], None]
+#: librdkafka's lines: a fresh broker's "coordinator load in progress, retrying" is no
+#: news (the delivery reports say what matters), only errors are.
 LOG = logging.getLogger("benchmarks.latency")
-LOG.addHandler(logging.NullHandler())  # the delivery reports say what matters
+LOG.setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True)
