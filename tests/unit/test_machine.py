@@ -407,3 +407,18 @@ def test_group_wait_holds_a_processed_txid_for_the_ones_still_processing_up_to_i
     assert grouped(machine, A(4, 5), now=3.0) == []  # 5 is still processing...
     assert machine.step(Tick(), 7.9) == []
     assert machine.step(Tick(), 8.0) == [Commit(A(4, 5), 1)]  # ...for 5 s at most
+
+
+def test_a_processed_txid_waiting_for_its_pinned_group_waits_for_the_retry_not_in_ticks() -> None:
+    """The group (2, 3) recorded by an earlier run is committed exactly again: txid 2,
+    processed, waits for txid 3, whose replay failed and is retried after a back-off.
+    The coordinator sleeps until that retry, instead of waking every millisecond."""
+    machine = Machine(SETTINGS)
+    assert machine.step(Opened(2, frozenset({2, 3}), (2, 3)), 0.0) == [Replay(A(2, 1), 1)]
+    assert machine.step(Started(A(2, 1)), 0.0) == [Replay(A(3, 2), 1)]
+    out = machine.step(Failed(A(3, 2), RuntimeError("replay"), Phase.START), 0.0)
+    assert [type(c) for c in out] == [Backoff] and machine.retry_at == 1.0
+    assert grouped(machine, A(2, 1), now=0.2) == []  # its group is not whole
+    assert machine.wait_time(0.2) == pytest.approx(0.8)
+    (replay,) = machine.step(Tick(), 1.0)
+    assert replay == Replay(A(3, 3), 2)

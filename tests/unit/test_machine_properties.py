@@ -201,6 +201,12 @@ class World:
             return None  # is_ready says no
         return (start, min(self.available, start + self.batch))
 
+    def behind(self) -> bool:
+        """The source holds more than the txids decided took (``Spout.lag`` above 0):
+        a caught-up source has the machine decide the next txid only once none is
+        processing."""
+        return self.available > max((end for _, end in self.store.metas.values()), default=0)
+
     def sink_position(self, txid: int) -> int:
         """Where txid starts when txid - 1's metadata was cleaned: after the sink's data
         (at_most_once: after the last txid the store moved past, committed or not)."""
@@ -236,14 +242,14 @@ class World:
                 if fail("after its metadata is stored"):
                     return [Failed(attempt, Boom("emit"), Phase.START, stored=True)]
                 self.pending.append(self.processed(attempt, meta, fail))
-                return [Started(attempt)]
+                return [Started(attempt, backlog=self.behind())]
             case Replay(attempt, _):
                 assert attempt.txid in self.store.metas, f"replay of unstored {attempt.txid}"
                 if fail("replay"):
                     return [Failed(attempt, Boom("replay"), Phase.START)]
                 meta = self.store.metas[attempt.txid]
                 self.pending.append(self.processed(attempt, meta, fail))
-                return [Started(attempt)]
+                return [Started(attempt, backlog=self.behind())]
             case Verify(attempt):
                 return [Verified(attempt)]
             case Commit(attempt, _, more):

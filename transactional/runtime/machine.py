@@ -204,7 +204,11 @@ class Machine:
             deadlines.append(now)
         head = self.slots.get(self.currtx)
         if head is not None and head.processed_at is not None and not self.commits:
-            deadlines.append(head.processed_at + self.settings.group_wait_s)
+            # Once past, the tick at it has committed what it could: a pinned group
+            # waiting for a txid to be retried waits for the retry, not in 1 ms ticks.
+            grouped_by = head.processed_at + self.settings.group_wait_s
+            if grouped_by > now:
+                deadlines.append(grouped_by)
         wait = min(deadlines, default=now + 1.0) - now
         return max(0.001, min(wait, 1.0))
 
