@@ -363,6 +363,7 @@ class ConnectEngine(SparkEngine):
         self._lock = threading.Lock()
         self._local = threading.local()
         self._processing: dict[int, int] = {}
+        self._small = True  # as ``SparkEngine``'s
         self._next = 0
         self._kept: dict[int, list[Any]] = {}  # mark -> the frames persisted since
 
