@@ -128,7 +128,7 @@ class SparkEngine:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         #: ``FIRST_POOL`` when the session defines it (None: one queue, as before).
-        self.first_pool = pool_defined(spark, FIRST_POOL)
+        self.first_pool = self._first_pool(spark)
         self._lock = threading.Lock()
         self._processing: dict[int, int] = {}  # txid -> job groups processing it
         #: The calling thread's job group: ``in_group`` and the ``txid`` it processes
@@ -137,6 +137,10 @@ class SparkEngine:
         #: The last batch of several partitions fitted a task (``ROWS_PER_TASK``): the
         #: next is taken to be small too, and its digests observed (``materialise``).
         self._small = True
+
+    @staticmethod
+    def _first_pool(spark: SparkSession) -> str | None:
+        return pool_defined(spark, FIRST_POOL)
 
     def materialise(
         self,
@@ -357,15 +361,14 @@ class ConnectEngine(SparkEngine):
 
     counts_ids = True
 
-    def __init__(self, spark: SparkSession) -> None:  # no pools to look up, no py4j
-        self.spark = spark
-        self.first_pool = None
-        self._lock = threading.Lock()
-        self._local = threading.local()
-        self._processing: dict[int, int] = {}
-        self._small = True  # as ``SparkEngine``'s
+    def __init__(self, spark: SparkSession) -> None:
+        super().__init__(spark)
         self._next = 0
         self._kept: dict[int, list[Any]] = {}  # mark -> the frames persisted since
+
+    @staticmethod
+    def _first_pool(spark: SparkSession) -> str | None:
+        return None  # a Connect client cannot set a thread's pool (no py4j)
 
     @contextmanager
     def job_group(self, group: str, txid: int | None = None) -> Iterator[None]:

@@ -7,6 +7,7 @@ from the input files (``tests.reference``)."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -133,3 +134,17 @@ def test_a_worker_killed_mid_txid_leaves_the_counts_exact(
     assert redis_txid(redis_url, "sink") > at_kill  # txids were still to come at the kill
     verdict = judge(read_redis(redis_url), expected)
     assert verdict.exact, str(verdict)
+
+
+def test_a_master_whose_ui_port_was_taken_meanwhile_is_asked_where_it_bound() -> None:
+    # Another process listens on the UI port drawn for the master (it answers nothing):
+    # Spark binds the next port, and the master's status is read there.
+    master = SparkMaster()
+    asked = master.ui_port
+    try:
+        with socket.create_server(("127.0.0.1", asked)):
+            master.start()
+            assert master.ui_port != asked
+            assert master.alive_workers() == set()  # the real master's page: no worker
+    finally:
+        master.close()

@@ -116,6 +116,16 @@ def test_a_delayed_request_is_held_in_flight_and_then_delivered(server: LineServ
     assert proxy.most_in_flight == 1
 
 
+def test_only_the_requests_holding_the_bytes_named_are_delayed(server: LineServer) -> None:
+    with TcpProxy(server.port, delay_s=60) as proxy:
+        proxy.delay_only = b"slow"
+        with connect(proxy) as fast, connect(proxy) as slow:
+            slow.sendall(b"slow\n")
+            proxy.wait_in_flight(b"slow", 10)
+            assert ask(fast, b"fast") == b"ok fast\n"  # not held behind the other
+            assert server.received == [b"fast"]  # the slow one is still held
+
+
 def test_half_open_delivers_the_request_and_loses_its_reply(server: LineServer) -> None:
     with TcpProxy(server.port) as proxy, connect(proxy) as sock:
         assert ask(sock, b"before") == b"ok before\n"

@@ -194,13 +194,7 @@ class Machine:
             deadlines.append(self.retry_at)
         if self.not_ready or self.poll_at > now:
             deadlines.append(self.poll_at)
-        if (
-            self._room()
-            and not self.not_ready
-            and self.retry_at <= now
-            and self.poll_at <= now
-            and (self.next_txid in self.stored or self._may_decide())
-        ):
+        if not self.not_ready and self._may_start(now):
             deadlines.append(now)
         head = self.slots.get(self.currtx)
         if head is not None and head.processed_at is not None and not self.commits:
@@ -405,7 +399,7 @@ class Machine:
     # ------------------------------------------------------------------ the turn
 
     def _turn(self, now: float, out: list[Command]) -> None:
-        if self.starting is None and self._start_next(now, out):
+        if self._start_next(now, out):
             return  # one start at a time: its answer continues the turn
         if self._maybe_skip(now, out):
             return  # answered at once, as a start is
@@ -415,13 +409,21 @@ class Machine:
     def _room(self) -> bool:
         return self.next_txid < self.currtx + self.window()
 
+    def _may_start(self, now: float) -> bool:
+        """The next txid may start now: none is starting, the run is not stopping, no
+        retry is pending, the window has room, and the txid is stored (a replay) or a
+        new one may be decided (its poll is due and ``_may_decide``)."""
+        if self.starting is not None or self.stopping or now < self.retry_at:
+            return False
+        if not self._room():
+            return False
+        return self.next_txid in self.stored or (now >= self.poll_at and self._may_decide())
+
     def _start_next(self, now: float, out: list[Command]) -> bool:
-        if self.stopping or now < self.retry_at or not self._room():
+        if not self._may_start(now):
             return False
         txid = self.next_txid
         replay = txid in self.stored
-        if not replay and (now < self.poll_at or not self._may_decide()):
-            return False
         self.attempts[txid] += 1
         attempt = TransactionAttempt(txid, next(self._ids))
         self.starting = txid

@@ -71,8 +71,8 @@ class StopRequested:
 class Started(OfAttempt):
     """The attempt of an ``Emit`` or ``Replay`` is out: its metadata is stored (a new
     txid) and a worker processes it. ``backlog``: the source held more than the txid
-    took (``Spout.lag`` above 0 after the decision), so the next txid may be decided
-    while this one processes."""
+    took (``Spout.lag`` above 0 after the decision) or its lag is unknown (``lag`` gave
+    None), so the next txid may be decided while this one processes."""
 
     backlog: bool = True
 

@@ -4,6 +4,7 @@ a Redis Cluster, and a Spark standalone master and workers from the PySpark inst
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import time
@@ -257,6 +258,8 @@ class SparkMaster(_Server):
     def __init__(self) -> None:
         super().__init__("spark-master-")
         self.ui_port = free_port()
+        #: Starts so far (each leaves a line in the log naming its UI's port).
+        self._starts = 0
 
     @property
     def url(self) -> str:
@@ -273,12 +276,14 @@ class SparkMaster(_Server):
 
     def start(self) -> None:
         self.env = _spark_env(self.dir)
+        self._starts += 1
         super().start()
         # The UI's port opens before its pages are served (404, or an empty page, until
         # then).
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             try:
+                self._read_ui_port()
                 self.alive_workers()
                 return
             except (OSError, ValueError) as exc:  # URLError, HTTPError; JSON not yet there
@@ -288,6 +293,18 @@ class SparkMaster(_Server):
                         f"log:\n{self.log_tail()}"
                     ) from exc
                 time.sleep(0.2)
+
+    def _read_ui_port(self) -> None:
+        """The port the UI bound, from the master's log: when the one asked for was taken
+        meanwhile, Spark binds the next one (and the one asked for answers another
+        process's requests; a CI run of 2026-12-05 polled it for a minute)."""
+        path = self.dir / f"{self.name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        # The log is appended to across restarts: the last start's line counts.
+        bound = re.findall(r"started service 'MasterUI' on port (\d+)", text)
+        if len(bound) < self._starts:
+            raise ValueError("the master's UI has not started yet")
+        self.ui_port = int(bound[-1])
 
     def alive_workers(self) -> set[tuple[str, int]]:
         """The ``(host, port)`` of each worker the master counts as alive."""

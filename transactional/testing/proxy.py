@@ -12,7 +12,9 @@ its delay to put a latency-bound commit path in front of a real Redis.
 The faults (each stays until ``heal()`` or another fault replaces it):
 
 - ``delay_s``: every chunk a client sends waits this long before it goes on (one
-  round trip costs ``delay_s`` more than on loopback); set at any time.
+  round trip costs ``delay_s`` more than on loopback); set at any time. With
+  ``delay_only`` set, only the chunks that hold those bytes wait (one client's
+  requests, by the client id in them), the rest go on at once.
 - ``drop()``: the connections open now go silent both ways (their bytes discarded);
   new connections work: a stale connection, e.g. behind a NAT that forgot it.
 - ``black_hole()``: every connection silent, new ones too (accepted, never connected
@@ -84,6 +86,8 @@ class TcpProxy:
         free one; ``port`` says which)."""
         self.target = (target_host, target_port)
         self.delay_s = delay_s
+        #: Only the chunks holding these bytes are delayed (None: every chunk).
+        self.delay_only: bytes | None = None
         self.fault = Fault.NONE
         self.most_in_flight = 0
         #: ``connections``, ``resets``, ``forwarded_up``/``down``, ``discarded_up``/``down``.
@@ -213,7 +217,8 @@ class TcpProxy:
     def _requests(self, link: _Link) -> None:
         try:
             while data := link.client.recv(65536):
-                if self.delay_s:
+                only = self.delay_only
+                if self.delay_s and (only is None or only in data):
                     with self._lock:
                         self._held.append(data)
                         self._lock.notify_all()
