@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.breakdown import TXIDS as BREAKDOWN_TXIDS
+from benchmarks.breakdown import WARM_UP as BREAKDOWN_WARM_UP
 from benchmarks.cases import (
     WEAKER,
     Case,
@@ -46,6 +47,7 @@ from benchmarks.growth import (
     measure_growth,
 )
 from benchmarks.latency import SECONDS as LATENCY_SECONDS
+from benchmarks.latency import WARM_UP_S as LATENCY_WARM_UP_S
 from benchmarks.latency import measure as measure_latency
 from benchmarks.latency import section as latency_section
 from benchmarks.object_store import SIZES as OBJECT_STORE_SIZES
@@ -239,10 +241,22 @@ def main(argv: list[str] | None = None) -> int:
         "Streaming (benchmarks.latency; 0: skip it)",
     )
     parser.add_argument(
+        "--latency-warm-up",
+        type=float,
+        default=LATENCY_WARM_UP_S,
+        help="seconds each latency case runs before its measured window (its JVM warms up)",
+    )
+    parser.add_argument(
         "--breakdown-txids",
         type=int,
         default=BREAKDOWN_TXIDS,
         help="txids of each size in the per-txid breakdown (benchmarks.breakdown; 0: skip it)",
+    )
+    parser.add_argument(
+        "--breakdown-warm-up",
+        type=int,
+        default=BREAKDOWN_WARM_UP,
+        help="small txids the breakdown runs first, unmeasured, for the JVM to warm up",
     )
     parser.add_argument(
         "--only",
@@ -268,8 +282,12 @@ def main(argv: list[str] | None = None) -> int:
             args.connect_sizes = "1000,10000"
         if args.latency_seconds == LATENCY_SECONDS:
             args.latency_seconds = 15
+        if args.latency_warm_up == LATENCY_WARM_UP_S:
+            args.latency_warm_up = 10
         if args.breakdown_txids == BREAKDOWN_TXIDS:
             args.breakdown_txids = 5
+        if args.breakdown_warm_up == BREAKDOWN_WARM_UP:
+            args.breakdown_warm_up = 5
 
     from committers import delta_spark_conf
     from transactional.session import create_spark_session, merged
@@ -290,14 +308,24 @@ def main(argv: list[str] | None = None) -> int:
         # Before the throughput cases' session starts: each consumer runs alone.
         if args.latency_seconds and args.only is None:
             latency = latency_section(
-                measure_latency(progress, args.latency_seconds, redis_url=redis_server.url),
+                measure_latency(
+                    progress,
+                    args.latency_seconds,
+                    warm_up=args.latency_warm_up,
+                    redis_url=redis_server.url,
+                ),
                 args.latency_seconds,
+                warm_up=args.latency_warm_up,
             )
             print("\n".join(latency))
         if args.breakdown_txids and args.only is None:
             progress("breakdown: a small and a large txid, step by step (its own process)")
             latency += subprocess.run(
-                [*BREAKDOWN_COMMAND, "--txids", str(args.breakdown_txids)],
+                [
+                    *BREAKDOWN_COMMAND,
+                    *("--txids", str(args.breakdown_txids)),
+                    *("--warm-up", str(args.breakdown_warm_up)),
+                ],
                 check=True,
                 capture_output=True,
                 text=True,

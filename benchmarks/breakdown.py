@@ -3,10 +3,11 @@
 ledger, the Redis committer, SQLite store) run in this process at ``max_pending=1``, so
 that no txid shares the cores with another, over a topic written in full beforehand:
 ``TXIDS`` small txids (``SMALL`` records, one partition) and ``TXIDS`` large ones
-(``LARGE`` records over ``PARTITIONS`` partitions). Each step's median over the txids,
-as the runner's own timings (``RunStats.timings``) measured them.
+(``LARGE`` records over ``PARTITIONS`` partitions), after ``WARM_UP`` small txids left
+out while the JVM compiles. Each step's median over the txids, as the runner's own
+timings (``RunStats.timings``) measured them; and the driver JVM's CPU per txid.
 
-    python -m benchmarks.breakdown [--txids 20] [--large 125000] [--section]
+    python -m benchmarks.breakdown [--txids 20] [--large 125000] [--warm-up 300] [--section]
 
 ``make bench`` runs it as a process of its own (its Spark session needs Kafka's reader)
 and adds its section (``--section``) to benchmarks/RESULTS.md.
@@ -29,6 +30,9 @@ from typing import Any
 
 WORK = Path(__file__).resolve().parent / ".work" / "breakdown"
 TXIDS = 20
+#: Small txids run first and left out, for the JVM to compile Spark's planning code:
+#: a small txid took 262 ms after 90 txids and 187 ms after 460 (analysis.md).
+WARM_UP = 300
 SMALL = 10
 LARGE = 125_000
 PARTITIONS = 4
@@ -57,6 +61,9 @@ class Breakdown:
     timings: list[Any]
     #: Seconds between one commit and the next (from the second txid's on).
     gaps_s: list[float]
+    #: The driver JVM's CPU seconds over the run, and its JIT compilers' (None: unknown).
+    jvm_cpu_s: float | None = None
+    jit_s: float | None = None
 
     def median_ms(self, field: str) -> float:
         return statistics.median(getattr(t, field) for t in self.timings) * 1000
@@ -64,6 +71,24 @@ class Breakdown:
     @property
     def per_txid_ms(self) -> float:
         return statistics.median(self.gaps_s) * 1000
+
+    def jvm_ms(self, seconds: float | None) -> str:
+        """``seconds`` of the whole run per txid, in milliseconds (``-``: unknown)."""
+        return "-" if seconds is None else f"{seconds / (len(self.timings) + 1) * 1000:,.0f}"
+
+
+def _jvm_times(spark: Any) -> tuple[float, float] | None:
+    """The driver JVM's CPU seconds so far and its JIT compilers' (None: a session with
+    no JVM in this process)."""
+    import psutil
+
+    try:
+        jvm = spark._jvm
+        times = psutil.Process(jvm.java.lang.ProcessHandle.current().pid()).cpu_times()
+        compiled = jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+        return times.user + times.system, compiled.getTotalCompilationTime() / 1000
+    except (AttributeError, psutil.Error):
+        return None
 
 
 def _produce(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
@@ -123,10 +148,14 @@ def measure_one(
         RunnerConfig(topology_id=f"breakdown-{run}", max_pending=1, poll_interval_s=0.01),
         listener=Commits(),
     )
+    before = _jvm_times(spark)
     stats = runner.run(until_drained=True)
+    after = _jvm_times(spark)
     timings = [t for t in stats.timings if t.txid > 1]  # the first: warm-up of every plan
     gaps = [b - a for a, b in itertools.pairwise(commits[1:])]  # from the second on
     result = Breakdown(name, per_partition * partitions, partitions, timings, gaps)
+    if before is not None and after is not None:
+        result.jvm_cpu_s, result.jit_s = after[0] - before[0], after[1] - before[1]
     progress(f"breakdown: {name}: {stats.committed_txids} txids, {stats.records:,} records")
     shutil.rmtree(work, ignore_errors=True)
     return result
@@ -139,13 +168,16 @@ def measure(
     large: int = LARGE,
     bootstrap_servers: str | None = None,
     redis_url: str | None = None,
+    warm_up: int = WARM_UP,
 ) -> list[Breakdown]:
-    """A small and a large txid's breakdown; a Kafka broker and a Redis server started
-    for it when not given."""
+    """A small and a large txid's breakdown, after ``warm_up`` small txids left out; a
+    Kafka broker and a Redis server started for it when not given."""
     from benchmarks.latency import servers
 
     cases = [("small", SMALL, 1), ("large", large, PARTITIONS)]
     with servers(bootstrap_servers, redis_url) as (kafka, redis):
+        if warm_up:
+            measure_one(spark, kafka, redis, "warm-up", SMALL, 1, warm_up, progress)
         return [
             measure_one(spark, kafka, redis, name, n, p, txids + 1, progress)
             for name, n, p in cases
@@ -155,34 +187,39 @@ def measure(
 def table(results: Sequence[Breakdown]) -> list[str]:
     head = " | ".join(f"{title} ms" for title, _ in STEPS)
     lines = [
-        f"| txid | records | txids | {head} | Spark jobs | commit to commit ms |",
-        "|---|---:|---:|" + "---:|" * (len(STEPS) + 2),
+        f"| txid | records | txids | {head} | Spark jobs | commit to commit ms | "
+        "JVM CPU ms | of it JIT ms |",
+        "|---|---:|---:|" + "---:|" * (len(STEPS) + 4),
     ]
     for r in results:
         jobs = [t.jobs for t in r.timings if t.jobs is not None]
         steps = " | ".join(f"{r.median_ms(field):,.1f}" for _, field in STEPS)
         lines.append(
             f"| {r.name} | {r.records:,} | {len(r.timings)} | {steps} | "
-            f"{statistics.median(jobs) if jobs else '-'} | {r.per_txid_ms:,.1f} |"
+            f"{statistics.median(jobs) if jobs else '-'} | {r.per_txid_ms:,.1f} | "
+            f"{r.jvm_ms(r.jvm_cpu_s)} | {r.jvm_ms(r.jit_s)} |"
         )
     return lines
 
 
-def section(results: Sequence[Breakdown]) -> list[str]:
+def section(results: Sequence[Breakdown], warm_up: int = WARM_UP) -> list[str]:
     return [
         "## Where a txid's time goes, Kafka to Redis (max_pending=1, medians per txid)",
         "",
         *table(results),
         "",
         "The latency benchmark's topology in one process, one txid at a time, over a topic "
-        "written in full first; the runner's own timings, the first txid (every plan's "
-        "first run) left out. `decide`: the spout's decision on the coordinator thread "
+        f"written in full first, after {warm_up:,} small txids left out (the JVM compiles "
+        "Spark's planning code for minutes); the runner's own timings, each run's first "
+        "txid (every plan's first run) left out. `decide`: the spout's decision on the coordinator thread "
         "(Kafka's offsets asked), `store` within it: its metadata written; `read (emit)`: "
         "the batch read, counted, digested and kept; `process`: the bolts planned; "
         "`prepare`: the committers' frames collected and prepared; `verify`: the "
         "determinism check; `queued`: processed until its commit began; `commit`: the "
         "Redis script; `advance`: the store moved past it. `commit to commit`: the wall "
-        "time from one txid's commit to the next's (steps run one after the other).",
+        "time from one txid's commit to the next's (steps run one after the other). "
+        "`JVM CPU`: the driver JVM's CPU time over the run per txid (every thread: "
+        "Spark's planning, the tasks, the JIT compilers); `of it JIT`: the compilers'.",
         "",
     ]
 
@@ -191,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.breakdown", description=__doc__)
     parser.add_argument("--txids", type=int, default=TXIDS)
     parser.add_argument("--large", type=int, default=LARGE)
+    parser.add_argument(
+        "--warm-up", type=int, default=WARM_UP, help="small txids run first, left out"
+    )
     parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE for Spark")
     parser.add_argument("--section", action="store_true", help="print RESULTS.md's section")
     args = parser.parse_args(argv)
@@ -203,10 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     extra = dict(item.split("=", 1) for item in args.conf)
     spark = create_spark_session("local[*]", "breakdown", merged(kafka_spark_conf(), extra))
     try:
-        results = measure(spark, progress, args.txids, args.large)
+        results = measure(spark, progress, args.txids, args.large, warm_up=args.warm_up)
     finally:
         spark.stop()
-    print("\n".join(section(results) if args.section else table(results)))
+    print("\n".join(section(results, args.warm_up) if args.section else table(results)))
     return 0
 
 
