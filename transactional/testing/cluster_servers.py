@@ -298,7 +298,7 @@ class SparkMaster(_Server):
         """The port the UI bound, from the master's log: when the one asked for was taken
         meanwhile, Spark binds the next one (and the one asked for answers another
         process's requests; a CI run of 2026-12-05 polled it for a minute)."""
-        path = self.dir / f"{self.name}.log"
+        path = self.log_path
         text = path.read_text(errors="replace") if path.exists() else ""
         # The log is appended to across restarts: the last start's line counts.
         bound = re.findall(r"started service 'MasterUI' on port (\d+)", text)

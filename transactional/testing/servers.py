@@ -146,8 +146,13 @@ class _Server:
     def command(self) -> list[str]:
         raise NotImplementedError
 
+    @property
+    def log_path(self) -> Path:
+        """The server's output, appended to across its starts."""
+        return self.dir / f"{self.name}.log"
+
     def start(self) -> None:
-        log = open(self.dir / f"{self.name}.log", "ab")  # noqa: SIM115 - kept for its life
+        log = open(self.log_path, "ab")  # noqa: SIM115 - kept for its life
         self.proc = subprocess.Popen(
             self.command(),
             stdout=log,
@@ -162,7 +167,7 @@ class _Server:
             raise RuntimeError(f"{e}; the end of its log:\n{self.log_tail()}") from e
 
     def log_tail(self, lines: int = 40) -> str:
-        path = self.dir / f"{self.name}.log"
+        path = self.log_path
         if not path.exists():
             return "(no log)"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
