@@ -63,12 +63,19 @@ TEST_WORKERS ?= 0
 test: deps venv lint typecheck
 	$(BIN)/pytest -q -ra --durations=15 -m "not slow and not cluster and not exhaustive" -n $(TEST_WORKERS) --dist loadfile
 
+# Rotated runs (tests/rotation.py): in `make test-slow` the crash chains kill at half of
+# the protocol's steps each, every step still killed in every run across the chains; in
+# `make connect-test` each test runs half of its parametrized variations. The half
+# alternates with the seed, which ROTATION sets: auto (the commit count, printed at the
+# end), a number (that run's selection again) or all (every cell).
+ROTATION ?= auto
+
 # The longest suites (the SIGKILL crash matrices of the three guarantees, user topologies
 # crashed and rerun through `transactional run`, snapshots against a running writer:
 # 51 min in CI's lanes on 2 cores, 2026-12-04); CI runs it beside `make test`, `make connect-test` and `make cluster-test`. Each suite prints its 15 slowest
 # tests, so a CI log says where its time went.
 test-slow: deps venv
-	$(BIN)/pytest -q -ra --durations=15 -m "slow and not cluster and not exhaustive"
+	$(BIN)/pytest -q -ra --durations=15 -m "slow and not cluster and not exhaustive" --rotation $(ROTATION)
 
 # The rest of the cases of kinds CI runs (marked exhaustive: the remaining value types
 # and modes of the aggregate states on Delta, the crash and rerun of a user's topology
@@ -80,10 +87,11 @@ test-exhaustive: deps venv
 # (pytest --connect: a process is either Connect's or classic, so they run apart from
 # `make test`); CI runs it after `make test`. It leaves out the cases marked
 # connect_full, variations whose Connect path another case covers (a commit mode, a
-# value type, a second Kafka crash), which `make connect-test-full` adds. The crash
-# matrix's Connect chains are in `make test-slow`.
+# value type, a second Kafka crash), which `make connect-test-full` adds, and is rotated:
+# each test runs half of its other variations (ROTATION above; `make connect-test-full`
+# runs all). The crash matrix's Connect chains are in `make test-slow`.
 connect-test: deps venv
-	$(BIN)/pytest -q -ra --durations=15 --connect -m "not slow and not cluster and not connect_full"
+	$(BIN)/pytest -q -ra --durations=15 --connect -m "not slow and not cluster and not connect_full" --rotation $(ROTATION)
 
 connect-test-full: deps venv
 	$(BIN)/pytest -q -ra --durations=15 --connect -m "not slow and not cluster"

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests import rotation
 from tests.jvm import driver_opts, made
 from transactional.errors import ConfigurationError
 from transactional.testing.servers import (
@@ -34,18 +35,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "A process is in Connect mode or classic mode, never both: PySpark's functions "
         "build Connect columns once a Connect session exists.",
     )
+    parser.addoption(
+        "--rotation",
+        default="all",
+        help="which half of the rotated cases to run (tests/rotation.py): a seed, auto "
+        "(from git: what `make test-slow` and CI give) or all (the default)",
+    )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[rotation.KEY] = rotation.parse(config.getoption("rotation"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The rotation's seed, last in the output (``-q`` shows no header), when not all."""
+    chosen = rotation.of(terminalreporter.config)
+    if chosen.seed is not None:
+        target = (
+            "make connect-test"
+            if terminalreporter.config.getoption("connect")
+            else "make test-slow"
+        )
+        terminalreporter.write_line(chosen.describe(target))
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k: the halves are of what would run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``--connect``, the tests marked ``connect`` and not ``classic`` are kept, and
-    of those none that uses the S3 stand-in: its settings reach a classic session per
-    bucket (``s3_bucket``), a Connect server only when it starts."""
-    if not config.getoption("connect"):  # the tests that need a Connect session go
-        dropped = [item for item in items if item.get_closest_marker("connect_only")]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = [item for item in items if not item.get_closest_marker("connect_only")]
-        return
+    """Which of the collected tests run. With ``--connect``, the tests marked ``connect``
+    and not ``classic``, and of those none that uses the S3 stand-in: its settings reach
+    a classic session per bucket (``s3_bucket``), a Connect server only when it starts.
+    Without it, all but those that need a Connect session (``connect_only``). In a
+    rotated run (``--rotation``: ``tests/rotation.py``), half of the variations of each
+    Connect test, or of each test marked ``rotated``."""
+    connect = config.getoption("connect")
 
     def on_connect(item: pytest.Item) -> bool:
         return (
@@ -54,10 +76,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             and "s3_bucket" not in getattr(item, "fixturenames", ())
         )
 
-    dropped = [item for item in items if not on_connect(item)]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if on_connect(item)]
+    def runs(item: pytest.Item) -> bool:
+        return on_connect(item) if connect else item.get_closest_marker("connect_only") is None
+
+    kept = [item for item in items if runs(item)]
+    chosen = rotation.of(config)
+    if chosen.seed is not None:
+        halved = kept if connect else [item for item in kept if item.get_closest_marker("rotated")]
+        out = {id(item) for item in rotation.variations(halved, chosen)[1]}
+        kept = [item for item in kept if id(item) not in out]
+    if len(kept) < len(items):
+        left = {id(item) for item in kept}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in left])
+        items[:] = kept
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -15,7 +15,8 @@ input's bytes (``tests.reference``), never from the runner's word:
   written to it; so each sink holds the input less exactly those txids' records, and
   the runs report as dropped exactly the txids that not every sink held.
 
-Under ``at_least_once`` the chain is the crash matrix's (``test_crash_matrix.CHAIN``):
+Under ``at_least_once`` the chain is the crash matrix's (``test_crash_matrix.CHAIN``;
+rotated as its chains are, the two guarantees taking opposite halves):
 each run dies after the commits of what the run before left, so "applied again by the
 next run" holds. Under ``at_most_once`` a run never emits again what the one before left
 in flight, so each run dies at the next step of the protocol for the first txid it
@@ -42,7 +43,8 @@ from typing import Any
 import pytest
 
 from examples.tweets.cli import main as demo
-from tests.e2e.test_crash_matrix import CHAIN, fresh_db
+from tests import rotation
+from tests.e2e.test_crash_matrix import fresh_db, steps
 from tests.history import Image, assert_exact, read_delta, read_redis
 from tests.processes import (
     DemoProcess,
@@ -63,6 +65,8 @@ from transactional.testing.servers import RedisServer
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 GUARANTEES = ("at_least_once", "at_most_once")
+#: Each guarantee's half of the chain's steps under a seed (``test_crash_matrix.steps``).
+PHASES = {"at_least_once": 0, "at_most_once": 1}
 SINKS = ("redis", "delta")
 DROPPED = re.compile(r"txid dropped guarantee=at_most_once txid=(\d+)")
 
@@ -156,7 +160,7 @@ def chain(
         "0",
     ]
     with adopting_orphans():
-        for k, (point, txid) in enumerate(CHAIN):
+        for k, (point, txid) in enumerate(steps(rotation.of(request.config), PHASES[guarantee])):
             if guarantee == "at_most_once":  # the first txid this run decides anew
                 txid = max(stored_metas(state), default=0) + 1
             run = DemoProcess([*args, "--crash-at", f"{point.value}:{txid}"], work / f"r{k}.log")

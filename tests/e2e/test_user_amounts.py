@@ -132,6 +132,7 @@ def run(
     )
 
 
+@pytest.mark.rotated  # CI runs one or two of its three a time, all three in two runs
 @pytest.mark.parametrize(
     ("format", "crash"),
     [  # one crash per source (the crash matrix kills at every step); CI runs files (CSV),
