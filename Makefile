@@ -72,7 +72,7 @@ ROTATION ?= auto
 
 # The longest suites (the SIGKILL crash matrices of the three guarantees, user topologies
 # crashed and rerun through `transactional run`, snapshots against a running writer:
-# 51 min in CI's lanes on 2 cores, 2026-12-04); CI runs it beside `make test`, `make connect-test` and `make cluster-test`. Each suite prints its 15 slowest
+# 42 min in CI's lanes on 2 cores, rotated, 2026-12-05); CI runs it, then `make connect-test`, beside `make test` and `make cluster-test`. Each suite prints its 15 slowest
 # tests, so a CI log says where its time went.
 test-slow: deps venv
 	$(BIN)/pytest -q -ra --durations=15 -m "slow and not cluster and not exhaustive" --rotation $(ROTATION)
@@ -85,7 +85,7 @@ test-exhaustive: deps venv
 
 # The tests marked connect on a Spark Connect session, against a server the suite starts
 # (pytest --connect: a process is either Connect's or classic, so they run apart from
-# `make test`); CI runs it after `make test`. It leaves out the cases marked
+# `make test`); CI runs it after `make test-slow`. It leaves out the cases marked
 # connect_full, variations whose Connect path another case covers (a commit mode, a
 # value type, a second Kafka crash), which `make connect-test-full` adds, and is rotated:
 # each test runs half of its other variations (ROTATION above; `make connect-test-full`
@@ -98,7 +98,8 @@ connect-test-full: deps venv
 
 # A Spark standalone master and workers, a three-server ZooKeeper ensemble and a Redis
 # Cluster (three masters, a replica each), on loopback, started by the tests from the
-# installed packages; CI runs it after `make test`, beside `make test-slow`.
+# installed packages; CI runs it after `make test`, beside `make test-slow` and `make
+# connect-test`.
 cluster-test: deps venv
 	$(BIN)/pytest -q -ra --durations=15 -m cluster
 
