@@ -44,8 +44,7 @@ class Rotation:
         return self.seed is None or (self.seed + phase + index) % SLICES == 0
 
     def describe(self, command: str) -> str:
-        if self.seed is None:
-            return "rotation: all cells"
+        """The line a rotated run ends with (``seed`` set)."""
         return (
             f"rotation: seed {self.seed} (half {self.seed % SLICES} of {SLICES}); this "
             f"selection again: {command} ROTATION={self.seed}; every cell: ROTATION=all"
