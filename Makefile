@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 APT_PACKAGES := zookeeper redis-server default-jre-headless openssl
 
-.PHONY: demo test test-slow cluster-test connect-test connect-test-full test-exhaustive deps java venv lint typecheck unit chaos soak bench docs clean
+.PHONY: demo test test-slow test-soak cluster-test connect-test connect-test-full test-exhaustive deps java venv lint typecheck unit chaos soak bench docs clean
 
 # PYTHONWARNINGS reaches pip's build backend: setuptools' notes on editable installs are
 # for packagers, not for someone running the demo.
@@ -60,48 +60,59 @@ unit: venv
 # to the other worker's broker, since fixed; a checkpoint left unreleased under load).
 TEST_WORKERS ?= 0
 
-test: deps venv lint typecheck
-	$(BIN)/pytest -q -ra --durations=15 -m "not slow and not cluster and not exhaustive" -n $(TEST_WORKERS) --dist loadfile
-
-# Rotated runs (tests/rotation.py): in `make test-slow` the crash chains kill at half of
-# the protocol's steps each, every step still killed in every run across the chains; in
-# `make connect-test` each test runs half of its parametrized variations. The half
-# alternates with the seed, which ROTATION sets: auto (the commit count, printed at the
-# end), a number (that run's selection again) or all (every cell).
+# Rotated runs (tests/rotation.py): in `make test-slow` the crash chains kill after a
+# group's sink write and at a third of the protocol's other steps each, every step still
+# killed in every run across the chains; in `make connect-test` each test, and in `make
+# test` and `make test-slow` each test marked rotated, runs half of its parametrized
+# variations. The part moves on with the seed, which ROTATION sets: auto (the number in
+# .ci/seed, one more at each submission to CI, printed at the end), a number (that run's
+# selection again) or all (every cell).
 ROTATION ?= auto
+
+test: deps venv lint typecheck
+	$(BIN)/pytest -q -ra --durations=15 -m "not slow and not cluster" -n $(TEST_WORKERS) --dist loadfile --rotation $(ROTATION)
+
 
 # The longest suites (the SIGKILL crash matrices of the three guarantees, user topologies
 # crashed and rerun through `transactional run`, snapshots against a running writer:
-# 42 min in CI's lanes on 2 cores, rotated, 2026-12-05); CI runs it, then `make connect-test`, beside `make test` and `make cluster-test`. Each suite prints its 15 slowest
-# tests, so a CI log says where its time went.
+# 40 min with the soak in CI's lanes on 2 cores, rotated, 2026-12-05); CI runs it, then
+# `make cluster-test`, beside `make test`, `make connect-test` and `make test-soak`. Each
+# suite prints its 15 slowest tests, so a CI log says where its time went.
 test-slow: deps venv
-	$(BIN)/pytest -q -ra --durations=15 -m "slow and not cluster and not exhaustive" --rotation $(ROTATION)
+	$(BIN)/pytest -q -ra --durations=15 -m "slow and not cluster and not soak" --rotation $(ROTATION)
+
+# The short soak (tests/e2e/test_soak.py: `python -m tests.soak --quick`, 200 txids with
+# ZooKeeper and Redis restarted and exceptions injected, exact and flat; 5 min beside
+# another suite), apart from `make test-slow` so that CI's two lanes end together.
+test-soak: deps venv
+	$(BIN)/pytest -q -ra -m soak
 
 # The rest of the cases of kinds CI runs (marked exhaustive: the remaining value types
 # and modes of the aggregate states on Delta, the crash and rerun of a user's topology
-# over Parquet files and a local Delta table); on demand, not in CI.
+# over Parquet files and a local Delta table): all of them, on demand; CI runs a fifth of
+# them a run (in `make test-slow`, rotated: each within five consecutive CI runs).
 test-exhaustive: deps venv
 	$(BIN)/pytest -q -ra --durations=15 -m "exhaustive and not cluster"
 
 # The tests marked connect on a Spark Connect session, against a server the suite starts
 # (pytest --connect: a process is either Connect's or classic, so they run apart from
-# `make test`); CI runs it after `make test-slow`. It leaves out the cases marked
-# connect_full, variations whose Connect path another case covers (a commit mode, a
-# value type, a second Kafka crash), which `make connect-test-full` adds, and is rotated:
-# each test runs half of its other variations (ROTATION above; `make connect-test-full`
-# runs all). The crash matrix's Connect chains are in `make test-slow`.
+# `make test`); CI runs it after `make test`. It is rotated (ROTATION above): of the
+# cases marked connect_full, variations whose Connect path another case covers (a commit
+# mode, a value type, a second Kafka crash), a fifth a run; of each other test, half of
+# its variations. `make connect-test-full` runs them all. The crash matrix's Connect
+# chains are in `make test-slow`.
 connect-test: deps venv
-	$(BIN)/pytest -q -ra --durations=15 --connect -m "not slow and not cluster and not connect_full" --rotation $(ROTATION)
+	$(BIN)/pytest -q -ra --durations=15 --connect -m "not slow and not cluster" --rotation $(ROTATION)
 
 connect-test-full: deps venv
 	$(BIN)/pytest -q -ra --durations=15 --connect -m "not slow and not cluster"
 
 # A Spark standalone master and workers, a three-server ZooKeeper ensemble and a Redis
 # Cluster (three masters, a replica each), on loopback, started by the tests from the
-# installed packages; CI runs it after `make test`, beside `make test-slow` and `make
-# connect-test`.
+# installed packages; rotated (the short chaos campaign's spout kind). CI runs it after
+# `make test-slow`, beside `make connect-test` and `make test-soak`.
 cluster-test: deps venv
-	$(BIN)/pytest -q -ra --durations=15 -m cluster
+	$(BIN)/pytest -q -ra --durations=15 -m cluster --rotation $(ROTATION)
 
 # The fault campaign at scale (python -m tests.chaos): ZooKeeper, a Redis Cluster and a
 # Spark standalone cluster on loopback, every spout kind, both sinks, SIGKILLs at every

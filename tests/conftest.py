@@ -38,8 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--rotation",
         default="all",
-        help="which half of the rotated cases to run (tests/rotation.py): a seed, auto "
-        "(from git: what `make test-slow` and CI give) or all (the default)",
+        help="which part of the rotated cases to run (tests/rotation.py): a seed, auto "
+        "(the number in .ci/seed: what the make targets and CI give) or all (the default)",
     )
 
 
@@ -51,11 +51,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The rotation's seed, last in the output (``-q`` shows no header), when not all."""
     chosen = rotation.of(terminalreporter.config)
     if chosen.seed is not None:
-        target = (
-            "make connect-test"
-            if terminalreporter.config.getoption("connect")
-            else "make test-slow"
-        )
+        config = terminalreporter.config
+        if config.getoption("connect"):
+            target = "make connect-test"
+        elif config.getoption("markexpr", "").startswith("slow"):
+            target = "make test-slow"
+        elif config.getoption("markexpr", "") == "cluster":
+            target = "make cluster-test"
+        else:
+            target = "make test"
         terminalreporter.write_line(chosen.describe(target))
 
 
@@ -65,8 +69,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     and not ``classic``, and of those none that uses the S3 stand-in: its settings reach
     a classic session per bucket (``s3_bucket``), a Connect server only when it starts.
     Without it, all but those that need a Connect session (``connect_only``). In a
-    rotated run (``--rotation``: ``tests/rotation.py``), half of the variations of each
-    Connect test, or of each test marked ``rotated``."""
+    rotated run (``--rotation``: ``tests/rotation.py``), a fifth of the occasional cases
+    (``exhaustive``, and ``connect_full`` on Connect), and half of the variations of
+    each other Connect test, or of each test marked ``rotated``."""
     connect = config.getoption("connect")
 
     def on_connect(item: pytest.Item) -> bool:
@@ -82,8 +87,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept = [item for item in items if runs(item)]
     chosen = rotation.of(config)
     if chosen.seed is not None:
-        halved = kept if connect else [item for item in kept if item.get_closest_marker("rotated")]
-        out = {id(item) for item in rotation.variations(halved, chosen)[1]}
+
+        def rare(item: pytest.Item) -> bool:
+            return item.get_closest_marker("exhaustive") is not None or (
+                connect and item.get_closest_marker("connect_full") is not None
+            )
+
+        out = {id(item) for item in rotation.occasional([i for i in kept if rare(i)], chosen)[1]}
+        rest = [item for item in kept if not rare(item)]
+        halved = rest if connect else [item for item in rest if item.get_closest_marker("rotated")]
+        out |= {id(item) for item in rotation.variations(halved, chosen)[1]}
         kept = [item for item in kept if id(item) not in out]
     if len(kept) < len(items):
         left = {id(item) for item in kept}

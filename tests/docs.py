@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from tests.jvm import short_lived
+
 ROOT = Path(__file__).resolve().parents[1]
 #: An opening fence (```python, ```sh, ``` ...) and its closing one, at a line's start.
 FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
@@ -102,7 +104,7 @@ def run_shell(
     printed. A command holding a key of ``watching`` runs until it stops by itself only
     when interrupted (``status --watch``): it is interrupted (SIGINT, as Ctrl-C) once
     it has printed that key's text, and must then exit 0."""
-    base = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
+    base = short_lived({**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)})
     printed = []
     for line in block.code.splitlines():
         command = line.split(" #", 1)[0].strip()

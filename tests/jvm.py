@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +49,17 @@ def driver_opts(*, quick: bool) -> str:
     if archive is not None:
         opts += [f"-XX:SharedArchiveFile={archive}", QUIET]
     return " ".join(opts)
+
+
+def short_lived(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a Spark driver the tests start that lives seconds (a demo or a
+    ``transactional`` command): the quick JIT and the archive in place of the options
+    of the suite's own session, which a child inherits; ``SPARK_SUBMIT_OPTS`` set from
+    outside the suite is left as it is."""
+    out = dict(env)
+    if out.get("SPARK_SUBMIT_OPTS", "") in ("", driver_opts(quick=False)):
+        out["SPARK_SUBMIT_OPTS"] = driver_opts(quick=True)
+    return out
 
 
 def made() -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from tests.jvm import driver_opts
+from tests.jvm import short_lived
 from tests.reference import Expected, expected_counts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,10 +45,8 @@ def demo_env(**extra: str) -> dict[str, str]:
     # Nor the executors' Python this process may have set for its own session: a run
     # on a cluster must get it from its own settings.
     inherited = ("TRANSACTIONAL_CRASH_AT", "PYSPARK_PYTHON")
-    env = {k: v for k, v in os.environ.items() if k not in inherited}
+    env = short_lived({k: v for k, v in os.environ.items() if k not in inherited})
     env["PYTHONPATH"] = str(ROOT)
-    if env.get("SPARK_SUBMIT_OPTS", "") in ("", driver_opts(quick=False)):  # not the user's
-        env["SPARK_SUBMIT_OPTS"] = driver_opts(quick=True)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind and advertise loopback only
     env.update(extra)
     return env

@@ -2,24 +2,32 @@
 time, the part is chosen by a seed.
 
 - The crash chains' kills (chain x protocol step, ``make test-slow``): every run keeps
-  every chain, and every protocol step on every spout kind, place and commit mode (the
-  chains take opposite halves of the steps: ``tests/e2e/test_crash_matrix.py``).
-- The Spark Connect suite's variations (``make connect-test``): every test runs, with
-  half of its parameters (``variations``).
+  every chain and the kill into a group, and a third of the other steps per chain; the
+  chains of a spout kind, a place or a commit mode take different thirds, so every run
+  kills at every step on the opaque spout, on Spark Connect and in each commit mode
+  (``tests/e2e/test_crash_matrix.py``). The weaker guarantees' chains take opposite
+  halves (``tests/e2e/test_guarantee_crashes.py``).
+- The Spark Connect suite's variations (``make connect-test``) and those of the tests
+  marked ``rotated`` (``make test``, ``make test-slow``): every test runs, with half of its
+  parameters (``variations``).
+- The occasional cases: those marked ``exhaustive`` (the remaining value types, modes
+  and formats of kinds every run covers) and, on Spark Connect, ``connect_full``
+  (variations whose Connect path another case covers): a fifth of them a run
+  (``occasional``).
 
-The halves alternate with the seed's parity, so two consecutive seeds run every cell.
-The seed is printed at the end of the run with the command that reruns its selection.
+A part is a slice of ``slices`` (2, 3 or 5) that moves on with the seed, so ``slices``
+consecutive seeds run every cell. The seed is printed at the end of the run with the
+command that reruns its selection.
 
 - ``--rotation all`` (the default of a plain ``pytest``): every cell.
-- ``--rotation N``: the half of seed N.
-- ``--rotation auto`` (``make test-slow``, which CI runs): the commit count of ``HEAD``,
-  which grows with every commit; in a shallow clone, where the count says nothing, the
-  ``HEAD`` commit's time in minutes.
+- ``--rotation N``: the selection of seed N.
+- ``--rotation auto`` (the make targets, CI): the number in ``.ci/seed``, which each
+  submission to CI raises by one, so consecutive CI runs take consecutive seeds and
+  every cell is run within three of them.
 """
 
 from __future__ import annotations
 
-import subprocess
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,8 +36,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Halves: a cell runs when its parity matches the seed's.
+#: The seed of ``auto``: the number of the submission CI runs.
+SEED_FILE = ROOT / ".ci" / "seed"
+#: Halves, unless a case says otherwise: a cell runs when its parity matches the seed's.
 SLICES = 2
+#: The part of the occasional cases a run takes (``occasional``): CI's limit of five
+#: consecutive runs to run every cell.
+RARE = 5
 
 
 @dataclass(frozen=True)
@@ -37,17 +50,17 @@ class Rotation:
     #: None: every cell.
     seed: int | None
 
-    def takes(self, phase: int, index: int) -> bool:
-        """Whether this run takes cell ``index`` of a case whose ``phase`` (0 or 1) sets
-        which half it runs under a seed: cases of one kind get opposite phases, so that
-        each seed still covers every index across them."""
-        return self.seed is None or (self.seed + phase + index) % SLICES == 0
+    def takes(self, phase: int, index: int, slices: int = SLICES) -> bool:
+        """Whether this run takes cell ``index`` of a case whose ``phase`` (0 to
+        ``slices`` - 1) sets which slice it runs under a seed: cases of one kind get
+        different phases, so that each seed still covers every index across them."""
+        return self.seed is None or (self.seed + phase + index) % slices == 0
 
     def describe(self, command: str) -> str:
         """The line a rotated run ends with (``seed`` set)."""
         return (
-            f"rotation: seed {self.seed} (half {self.seed % SLICES} of {SLICES}); this "
-            f"selection again: {command} ROTATION={self.seed}; every cell: ROTATION=all"
+            f"rotation: seed {self.seed}; this selection again: {command} "
+            f"ROTATION={self.seed}; every cell: ROTATION=all"
         )
 
 
@@ -65,22 +78,12 @@ def parse(value: str) -> Rotation:
 
 
 def auto_seed() -> int:
-    """The commit count of ``HEAD`` (the HEAD commit's time in minutes in a shallow clone)."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
-        )
-        return done.stdout.strip()
-
+    """The number in ``SEED_FILE``."""
     try:
-        if git("rev-parse", "--is-shallow-repository") == "true":
-            return int(git("log", "-1", "--format=%ct")) // 60
-        return int(git("rev-list", "--count", "HEAD"))
-    except (OSError, subprocess.CalledProcessError) as exc:
+        return int(SEED_FILE.read_text().strip())
+    except (OSError, ValueError) as exc:
         raise pytest.UsageError(
-            f"--rotation auto: no git history here to take a seed from ({exc}); "
-            "give a number or all"
+            f"--rotation auto: no seed in {SEED_FILE} ({exc}); give a number or all"
         ) from None
 
 
@@ -102,6 +105,18 @@ def variations(
         kept.extend(v for n, v in enumerate(variants) if chosen.takes(phase, n))
     keep = {id(item) for item in kept}
     return [i for i in items if id(i) in keep], [i for i in items if id(i) not in keep]
+
+
+def occasional(
+    items: Sequence[pytest.Item], chosen: Rotation
+) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """(kept, dropped): of the cases most runs leave out (``exhaustive``, and
+    ``connect_full`` on Connect), the ``RARE``-th part this seed takes, by their place in
+    the order of their ids: so consecutive cases (a test's variations) fall in different
+    runs, and ``RARE`` consecutive seeds run each once."""
+    order = sorted(items, key=lambda item: item.nodeid)
+    taken = {id(item) for n, item in enumerate(order) if chosen.takes(0, n, RARE)}
+    return [i for i in items if id(i) in taken], [i for i in items if id(i) not in taken]
 
 
 def of(config: pytest.Config) -> Rotation:

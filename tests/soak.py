@@ -1,7 +1,7 @@
 """``python -m tests.soak``: one long run of the tweet demo, thousands of small txids on
 both sinks with its state in ZooKeeper and faults at a low rate throughout, watched
 from outside for what grows (``make soak``: 10,000 txids, about two hours on 2 cores;
-``--quick`` a few minutes, run by ``make test-slow``).
+``--quick`` a few minutes, run by ``make test-soak``).
 
 The run is the demo as a user starts it (``run --sink both --zookeeper ...``), one
 record per partition per txid (three per txid), every tweet also counted under its id,

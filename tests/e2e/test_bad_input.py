@@ -148,6 +148,7 @@ def delta_dead_letters(spark: Any, path: Path) -> Counter[Any]:
     [("partitioned", "redis", {1, 2}), ("opaque", "both", {2})],
     ids=["partitioned-redis", "opaque-both"],
 )
+@pytest.mark.rotated
 def test_bad_records_are_dead_letters_exactly_once_through_replays(
     spark: Any,
     redis_url: str,

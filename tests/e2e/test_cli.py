@@ -24,7 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from coordinators import SQLiteStateStore
-from tests.jvm import driver_opts
+from tests.jvm import driver_opts, short_lived
 from tests.witness import zk_owner
 
 pytestmark = pytest.mark.e2e
@@ -48,7 +48,7 @@ def held(url: str) -> dict[str, int]:
 def env(redis_url: str, **extra: str) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")}
     clean.pop("PYTHONPATH", None)  # the factory is found from the current directory
-    return {**clean, "CLI_REDIS_URL": redis_url, **extra}
+    return short_lived({**clean, "CLI_REDIS_URL": redis_url, **extra})
 
 
 def cli(
@@ -529,6 +529,7 @@ def raw_report(state: Path, hosts: str | None) -> dict[str, object] | None:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "zookeeper"])
+@pytest.mark.rotated
 def test_status_of_a_killed_run_of_every_run_and_after_a_rewind(
     request: pytest.FixtureRequest, tmp_path: Path, kind: str
 ) -> None:

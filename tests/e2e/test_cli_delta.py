@@ -17,6 +17,7 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.parametrize("factory", ["numbers_in_delta", "numbers_in_delta_given_spark"])
+@pytest.mark.rotated
 def test_a_delta_topology_runs_and_its_table_is_exact(
     spark: Any, tmp_path: Path, factory: str
 ) -> None:

@@ -34,13 +34,16 @@ server started by the tests and alive across the chain's runs): what is SIGKILLe
 then the client alone, which has no JVM; its jobs left on the server are orphans whose
 results nobody reads.
 
-In a rotated run (``make test-slow``, CI: ``tests/rotation.py``) each chain dies at half
-of the steps, and at ``ALWAYS``; the chains of each place, of each spout kind and of each
-commit mode take opposite halves (``PHASES``), so every run still kills at every step in
-each of them, and two consecutive seeds kill every chain at every step.
+In a rotated run (``make test-slow``, CI: ``tests/rotation.py``) each chain dies at
+``ALWAYS`` and at a third of the other steps; the chains of each spout kind, place and
+commit mode take different thirds (``PHASES``), so every run kills at every step on the
+opaque spout, on Spark Connect and in both commit modes (at two thirds of the steps on
+the other spout kinds and places), and three consecutive seeds kill every chain at
+every step.
 
 Plus a randomized campaign: a longer run on the single-Redis-sink topology, killed from
-outside at random (seeded) moments, restarted each time, then drained.
+outside at random moments (seeded, by the rotation's seed in a rotated run, so that CI
+runs differ), restarted each time, then drained.
 """
 
 from __future__ import annotations
@@ -106,18 +109,24 @@ TOP = 3
 #: The kill of every chain in every run: into a group the sinks took (which the steps
 #: after it replay), and for the weaker guarantees the sink write a replay repeats.
 ALWAYS = (FaultPoint.AFTER_SINK_WRITE, 2)
-#: Each chain's half of the other steps under a seed (``rotation.Rotation.takes``).
+#: Each chain's third of the other steps under a seed (``rotation.Rotation.takes``): the
+#: opaque chains, the Connect chains and the chains of each commit mode hold every phase.
 PHASES = {
-    "partitioned": 0, "opaque": 1,
-    "transactional-s3": 0, "opaque-s3": 1,
-    "transactional-connect": 1, "partitioned-connect": 1, "opaque-connect": 0,
+    "partitioned": 2, "opaque": 0,
+    "transactional-s3": 2, "opaque-s3": 1,
+    "transactional-connect": 0, "partitioned-connect": 1, "opaque-connect": 2,
 }  # fmt: skip
+#: The slices the other steps are cut into (a chain of 7 steps dies 3 times a run).
+SLICES = 3
 
 
-def steps(chosen: rotation.Rotation, phase: int) -> list[tuple[FaultPoint, int]]:
-    """The kills of a chain of ``phase`` in this run, in ``CHAIN``'s order."""
+def steps(
+    chosen: rotation.Rotation, phase: int, slices: int = SLICES
+) -> list[tuple[FaultPoint, int]]:
+    """The kills of a chain of ``phase`` in this run, in ``CHAIN``'s order: ``ALWAYS`` and
+    the ``slices``-th part of the other steps this seed gives ``phase``."""
     rotating = [step for step in CHAIN if step != ALWAYS]
-    return [s for s in CHAIN if s == ALWAYS or chosen.takes(phase, rotating.index(s))]
+    return [s for s in CHAIN if s == ALWAYS or chosen.takes(phase, rotating.index(s), slices)]
 
 
 @dataclass
@@ -405,7 +414,10 @@ def assert_show_both(chain: Chain, spark: Any) -> None:
 
 @pytest.mark.timeout(1200)
 def test_random_sigkills_then_drain_count_exactly(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+    redis_server: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
 ) -> None:
     path = tmp_path_factory.mktemp("campaign-input") / "tweets"
     assert (
@@ -456,7 +468,8 @@ def test_random_sigkills_then_drain_count_exactly(
         "0",
         "--record-ids",
     ]
-    rng = random.Random(20261122)
+    # The kills' moments: new in each rotated run (its seed), else always the same ones.
+    rng = random.Random(20261122 + (rotation.of(pytestconfig).seed or 0))
     with adopting_orphans():
         killed_runs(args, url, tmp_path, rng)
     final = DemoProcess(args, tmp_path / "final.log")

@@ -17,6 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from committers.delta._committer import MAX_DRIVER_ROWS
+from tests.jvm import short_lived
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: two Spark processes
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ TOTAL, BATCH = 200, 50  # four txids
 
 def run(tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     environ = {
-        **os.environ,
+        **short_lived(os.environ),
         "TWO_TABLES_DELTA": str(tmp_path / "delta"),
         "TWO_TABLES_TOTAL": str(TOTAL),
         "TWO_TABLES_BATCH": str(BATCH),

@@ -18,6 +18,7 @@ import redis
 
 from examples.tweets.cli import main as demo
 from tests.history import assert_exact, judge, read_delta, read_redis
+from tests.jvm import short_lived
 from tests.processes import run_summary
 from tests.reference import Expected, expected_counts
 from tests.runner_logs import FailedTxids
@@ -70,6 +71,7 @@ def faulty_seed(txids: int, faults: int = 2) -> int:
 
 @pytest.mark.parametrize("spout", ["transactional", "partitioned", "opaque"])
 @pytest.mark.parametrize("sink", ["redis", "delta"])
+@pytest.mark.rotated
 def test_demo_with_injected_failures_counts_exactly(
     spark: Any,
     redis_url: str,
@@ -200,7 +202,7 @@ def test_a_killed_run_resumes_with_the_same_arguments_and_counts_exactly(
         "--record-ids",  # judged record by record
     ]
     client = redis.Redis.from_url(redis_url)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = short_lived({**os.environ, "PYTHONPATH": str(ROOT)})
     log = (tmp_path / "first.log").open("wb")
     first = subprocess.Popen(
         args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

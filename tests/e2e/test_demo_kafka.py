@@ -19,6 +19,7 @@ import redis
 
 from examples.tweets.cli import main as demo
 from tests.history import assert_exact, read_redis
+from tests.jvm import short_lived
 from tests.processes import generated_tweets, run_summary
 from tests.reference import Expected, input_files, lines_of
 from transactional.testing.servers import KafkaServer
@@ -88,6 +89,7 @@ def test_load_refuses_a_topic_that_holds_messages(
 
 
 @pytest.mark.parametrize("spout", ["partitioned", "opaque"])
+@pytest.mark.rotated
 def test_demo_counts_a_topic_exactly_through_injected_failures(
     spark: Any,
     kafka: KafkaServer,
@@ -122,7 +124,7 @@ def test_a_kafka_run_killed_mid_way_resumes_exactly(
         "--max-group",  # each txid its own sink write: the crash leaves exactly txid 3
         "1",
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = short_lived({**os.environ, "PYTHONPATH": str(ROOT)})
     with (tmp_path / "first.log").open("wb") as log:
         first = subprocess.Popen(
             [*args, "--crash-at", "after_sink_write:3"],

@@ -22,6 +22,7 @@ import redis
 
 from committers import decode_key
 from examples.tweets.cli import main as demo
+from tests.jvm import short_lived
 from tests.reference import Expected, expected_counts
 from tests.witness import zk_owner
 
@@ -63,7 +64,7 @@ class Runner:
 
     def __init__(self, args: list[str], log: Path) -> None:
         self.log = log
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = short_lived({**os.environ, "PYTHONPATH": str(ROOT)})
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 args,

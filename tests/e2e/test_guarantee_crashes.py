@@ -16,7 +16,8 @@ input's bytes (``tests.reference``), never from the runner's word:
   the runs report as dropped exactly the txids that not every sink held.
 
 Under ``at_least_once`` the chain is the crash matrix's (``test_crash_matrix.CHAIN``;
-rotated as its chains are, the two guarantees taking opposite halves):
+rotated as its chains are, but by halves, the two guarantees taking opposite ones, so
+that every run kills each guarantee at every step):
 each run dies after the commits of what the run before left, so "applied again by the
 next run" holds. Under ``at_most_once`` a run never emits again what the one before left
 in flight, so each run dies at the next step of the protocol for the first txid it
@@ -28,7 +29,8 @@ so that commits wait on the network and overlap: a later txid's commit may land 
 an earlier one's (it did in the runs that made this test), or be cut by the kill. What
 each run applied is read from the sink itself, as the difference of the per-tweet counts
 before and after it, so the count needs no assumption about which commits a kill let
-land.
+land. In a rotated run it dies after the write of txid 2 (a written batch to replay) and
+at a third of its other steps.
 """
 
 from __future__ import annotations
@@ -160,7 +162,8 @@ def chain(
         "0",
     ]
     with adopting_orphans():
-        for k, (point, txid) in enumerate(steps(rotation.of(request.config), PHASES[guarantee])):
+        kills = steps(rotation.of(request.config), PHASES[guarantee], slices=2)
+        for k, (point, txid) in enumerate(kills):
             if guarantee == "at_most_once":  # the first txid this run decides anew
                 txid = max(stored_metas(state), default=0) + 1
             run = DemoProcess([*args, "--crash-at", f"{point.value}:{txid}"], work / f"r{k}.log")
@@ -250,6 +253,21 @@ OVERLAP_CHAIN = [
     (FaultPoint.BEFORE_SINK_WRITE, 4),
     (FaultPoint.AFTER_ADVANCE, 4),
 ]
+#: The overlapping chain's kill in every run: a written batch the next run replays.
+OVERLAP_ALWAYS = (FaultPoint.AFTER_SINK_WRITE, 2)
+
+
+def overlap_steps(chosen: rotation.Rotation) -> list[tuple[FaultPoint, int]]:
+    """The overlapping chain's kills in this run: ``OVERLAP_ALWAYS`` and a third of the
+    others, in ``OVERLAP_CHAIN``'s order."""
+    rotating = [step for step in OVERLAP_CHAIN if step != OVERLAP_ALWAYS]
+    return [
+        s
+        for s in OVERLAP_CHAIN
+        if s == OVERLAP_ALWAYS or chosen.takes(0, rotating.index(s), slices=3)
+    ]
+
+
 #: Each request to Redis waits this long: a commit takes longer than processing a batch.
 REDIS_DELAY_S = 0.4
 
@@ -266,7 +284,11 @@ class Overlapped:
 
 
 @pytest.fixture(scope="module")
-def overlapped(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Overlapped:
+def overlapped(
+    redis_server: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
+) -> Overlapped:
     work = tmp_path_factory.mktemp("overlapped")
     path, expected = tweets(work, 150)
     result = Overlapped(path, expected)
@@ -301,7 +323,7 @@ def overlapped(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFacto
             "--top",
             "0",
         ]
-        for k, (point, txid) in enumerate(OVERLAP_CHAIN):
+        for k, (point, txid) in enumerate(overlap_steps(rotation.of(pytestconfig))):
             run = DemoProcess([*args, "--crash-at", f"{point.value}:{txid}"], work / f"r{k}.log")
             code = run.wait()
             exits = reap_session(run.pid)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.jvm import short_lived
 from tests.processes import ROOT, store_state
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: a kill and a rerun
@@ -46,7 +47,7 @@ def test_a_runner_killed_between_commit_and_ack_loses_nothing_and_counts_nothing
         for s, n in zip(STREAMS, (10, 6), strict=True)
     }
     environ = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")},
+        **short_lived({k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")}),
         "STREAMS_REDIS_URL": redis_url,
         "STREAMS_KEYS": ",".join(STREAMS),
         "STREAMS_BATCH": str(BATCH),

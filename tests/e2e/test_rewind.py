@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_user_amounts import Record, latest, run, write_input
+from tests.jvm import short_lived
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # several runs of a topology
 BATCH = 4
@@ -85,7 +86,7 @@ def test_rewind_then_rerun_is_exact_and_a_killed_rewind_is_finished_by_running_i
     txids = math.ceil(max(len(p) for p in partitions) / BATCH)
     assert txids >= 4
     environ = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")},
+        **short_lived({k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")}),
         "AMOUNTS_INPUT": str(tmp_path / "input"),
         "AMOUNTS_REDIS_URL": redis_url,
         "AMOUNTS_DELTA": str(tmp_path / "delta"),

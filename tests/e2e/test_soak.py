@@ -1,5 +1,5 @@
-"""The soak's short version (``python -m tests.soak --quick``; ``make soak`` runs the
-full one): a run of small txids on both sinks with ZooKeeper, ZooKeeper and Redis
+"""The soak's short version (``python -m tests.soak --quick``, ``make test-soak``, which CI
+runs; ``make soak`` runs the full one): a run of small txids on both sinks with ZooKeeper, ZooKeeper and Redis
 restarted in turn and exceptions injected throughout, exact on both sinks, every
 planned fault seen to fire, and the driver's threads, open files and the store's nodes
 flat after the warm-up, delta-rs's threads under their ceiling (memory is shown, judged
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow, pytest.mark.soak]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import redis
 
+from tests.jvm import short_lived
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow: a crash and a rerun
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,7 +138,8 @@ def run(
 @pytest.mark.parametrize(
     ("format", "crash"),
     [  # one crash per source (the crash matrix kills at every step); CI runs files (CSV),
-        # Redis Streams and a Delta table in S3, make test-exhaustive Parquet and local Delta
+        # Redis Streams and a Delta table in S3, and Parquet and local Delta in one run of
+        # five each (exhaustive: tests/rotation.py; all in make test-exhaustive)
         ("csv", "after_sink_write:3"),
         pytest.param("parquet", "after_sink_write:2", marks=pytest.mark.exhaustive),
         ("stream", "before_sink_write:3"),
@@ -171,7 +174,7 @@ def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
     expected_double = {a: math.fsum(v) for a, v in doubles.items()}
 
     environ = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")},
+        **short_lived({k: v for k, v in os.environ.items() if not k.startswith("TRANSACTIONAL_")}),
         "AMOUNTS_INPUT": table if format == "delta" else str(tmp_path / "input"),
         "AMOUNTS_FORMAT": format,
         "AMOUNTS_REDIS_URL": redis_url,

@@ -184,14 +184,16 @@ def check(sink: Sink, value_type: str, mode: CommitMode) -> None:
 #: Every value type and mode on Redis; on Delta, a long and a double in ``make test``,
 #: a decimal in ``make test-slow`` and the rest of them (delta-spark's MERGE among them:
 #: ``make test`` commits through it in the undefined-value test) in ``make
-#: test-exhaustive`` (each Delta case commits six tables six times; through
-#: delta-spark's MERGE, three to four minutes each on 2 cores beside another suite).
+#: test-exhaustive`` and a fifth of them in each rotated ``make test-slow`` (each Delta
+#: case commits six tables six times; through delta-spark's MERGE, three to four minutes
+#: each on 2 cores beside another suite).
 FAST = {
     ("delta-rs", "long", CommitMode.TRANSACTIONAL),
     ("delta-rs", "double", CommitMode.OPAQUE),
 }
 SLOW = {("delta-rs", "decimal(20,4)", CommitMode.OPAQUE)}
-#: On Connect, make connect-test keeps these and FAST; the rest in make connect-test-full.
+#: On Connect, make connect-test keeps these and FAST; the rest in make connect-test-full
+#: (and a fifth of them in each rotated make connect-test).
 LEAN = {("redis", "decimal(20,4)", CommitMode.OPAQUE)}
 
 
@@ -219,6 +221,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("where", "value_type", "mode"), CASES)
+@pytest.mark.rotated
 def test_every_aggregate_is_exact_across_replays_and_groups(
     spark: Any, redis_url: str, tmp_path: Path, where: str, value_type: str, mode: CommitMode
 ) -> None:
@@ -247,6 +250,7 @@ def test_the_fold_itself() -> None:
 @pytest.mark.parametrize(
     "where", ["redis", "delta-rs", pytest.param("delta-spark", marks=pytest.mark.connect_full)]
 )
+@pytest.mark.rotated
 def test_an_undefined_last_value_or_a_nan_is_refused_with_nothing_written(
     spark: Any, redis_url: str, tmp_path: Path, where: str
 ) -> None:

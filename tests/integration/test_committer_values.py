@@ -354,6 +354,7 @@ def test_delta_stores_a_quarter_plus_a_half_as_three_quarters(spark: Any, tmp_pa
         ("decimal(20,4)", CommitMode.TRANSACTIONAL, "delta-spark"),
     ],
 )
+@pytest.mark.rotated
 def test_delta_sums_keep_their_type_across_replays_and_undo(
     spark: Any, tmp_path: Path, value_type: str, mode: CommitMode, commit_path: str
 ) -> None:
@@ -393,6 +394,7 @@ def test_delta_decimal_38_keeps_every_digit_and_overflow_names_the_key(
 
 
 @pytest.mark.parametrize("commit_path", PATHS)
+@pytest.mark.rotated
 def test_delta_overflow_is_refused_with_nothing_of_the_table_written(
     spark: Any, tmp_path: Path, commit_path: str
 ) -> None:

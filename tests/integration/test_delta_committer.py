@@ -86,6 +86,7 @@ B2: Pairs = [("@y", "#b"), ("@z", "#c")]
 B3: Pairs = [("@x", "#a"), (None, "#a")]
 
 
+@pytest.mark.rotated
 def test_transactional_skips_replays_and_resumes_after_a_partial_commit(
     spark: Any, tmp_path: Path, driver_rows: int
 ) -> None:
@@ -168,6 +169,7 @@ def _opened(
     return committer
 
 
+@pytest.mark.rotated
 def test_opaque_replay_undoes_the_earlier_attempt(
     spark: Any, tmp_path: Path, driver_rows: int
 ) -> None:
@@ -207,6 +209,7 @@ def test_opaque_replay_undoes_the_earlier_attempt(
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.rotated
 def test_a_group_is_one_merge_per_table_and_its_replay_exact(
     spark: Any, tmp_path: Path, driver_rows: int, mode: CommitMode
 ) -> None:
@@ -302,6 +305,7 @@ def test_open_creates_plain_delta_tables_that_delta_spark_reads_with_the_declare
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.rotated
 def test_a_table_of_many_small_commits_is_compacted_and_stays_exact(
     spark: Any, tmp_path: Path, mode: CommitMode
 ) -> None:
@@ -360,6 +364,7 @@ def test_compact_files_must_be_a_count(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.rotated
 def test_a_deposed_leader_never_applies_a_txid_twice(
     spark: Any, tmp_path: Path, driver_rows: int, mode: CommitMode, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -69,6 +69,7 @@ def made_by(txids: range) -> tuple[dict[str, int], list[str]]:
 
 
 @pytest.mark.parametrize("mode", list(CommitMode))
+@pytest.mark.rotated
 def test_a_rollback_restores_every_table_and_its_marker(
     spark: Any, root: str, mode: CommitMode
 ) -> None:

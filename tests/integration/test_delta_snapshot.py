@@ -162,6 +162,7 @@ def test_a_commit_cut_short_between_tables_is_not_in_the_snapshot(
     assert snap.txid == 3 and snapshot_contents(snap) == upto3
 
 
+@pytest.mark.rotated
 def test_opaque_snapshots_read_only_final_txids_unless_asked(spark: Any, root: str) -> None:
     sink = opened(spark, root, CommitMode.OPAQUE)
     commit(sink, spark, 1)

@@ -51,6 +51,7 @@ def _append(path: Path | str, ids: range, **settings: Any) -> list[tuple[Any, ..
     return rows
 
 
+@pytest.mark.rotated
 def test_appends_are_read_once_in_version_order_and_replay_exactly(
     spark: Any, table_at: str
 ) -> None:

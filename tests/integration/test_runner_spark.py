@@ -16,6 +16,7 @@ import redis
 
 from coordinators import SQLiteStateStore
 from tests.integration.topologies import BATCH, TOTAL, RangeSpout, build, expected_counts
+from tests.jvm import short_lived
 from tests.processes import redis_txid
 from tests.witness import spark_settled
 from transactional import RunnerConfig, TransactionalRunner
@@ -103,11 +104,12 @@ def test_spark_jobs_say_which_txid_attempt_and_step_they_belong_to(
 
 
 @pytest.mark.parametrize("spark_at", ["local", "connect"])
+@pytest.mark.rotated
 def test_the_transactional_command_runs_a_factory_and_reports_status(
     redis_url: str, tmp_path: Path, spark_at: str, request: pytest.FixtureRequest
 ) -> None:
     """On a local master, and on a Spark Connect server (``--remote``)."""
-    env = {**os.environ, "BUCKETS_REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
+    env = short_lived({**os.environ, "BUCKETS_REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)})
     where = ["--master", "local[2]"]
     if spark_at == "connect":
         where = ["--remote", request.getfixturevalue("spark_connect").remote]

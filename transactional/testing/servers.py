@@ -443,6 +443,13 @@ class SparkConnectServer(_Server):
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_LOG_DIR": str(self.dir),
             "SPARK_LOCAL_DIRS": str(self.dir / "local"),
+            # Its temporary files (the artifact directories of its sessions, which a
+            # killed server cannot remove) in its own directory, removed by ``close``.
+            "SPARK_SUBMIT_OPTS": " ".join(
+                o
+                for o in (os.environ.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={self.dir}")
+                if o
+            ),
         }
         if python_path:
             self.env["PYTHONPATH"] = os.pathsep.join(
