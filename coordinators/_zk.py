@@ -22,6 +22,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
 
 from coordinators._fenced import decode, decode_group
 from transactional.errors import (
@@ -91,6 +92,18 @@ class Credentials:
         }
 
 
+#: The longest pause between two attempts to reach ZooKeeper again (give or take kazoo's
+#: jitter of 40%). kazoo's own policy doubles the pause up to an hour, so a runner cut
+#: off for a few minutes went on waiting a minute or more once the servers were back.
+RECONNECT_MAX_S = 2.0
+
+
+def _reconnecting() -> KazooRetry:
+    """The policy by which a client reaches ZooKeeper again after losing it: forever,
+    from 0.1 s apart, doubling up to ``RECONNECT_MAX_S``."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4, max_delay=RECONNECT_MAX_S)
+
+
 def connect(
     hosts: str,
     session_timeout: float,
@@ -101,7 +114,9 @@ def connect(
     """A started client, or ``StoreUnavailableError`` naming what to check."""
     options = {} if credentials is None else credentials.client_options()
     try:
-        client = KazooClient(hosts=hosts, timeout=session_timeout, **options)
+        client = KazooClient(
+            hosts=hosts, timeout=session_timeout, connection_retry=_reconnecting(), **options
+        )
     except ValueError as exc:
         raise ConfigurationError(
             f"bad ZooKeeper connection string {hosts!r}: {exc}; "

@@ -32,6 +32,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -85,6 +86,18 @@ def auto_seed() -> int:
         raise pytest.UsageError(
             f"--rotation auto: no seed in {SEED_FILE} ({exc}); give a number or all"
         ) from None
+
+
+Step = TypeVar("Step")
+
+
+def kills(
+    chosen: Rotation, chain: Sequence[Step], always: Step, phase: int, slices: int
+) -> list[Step]:
+    """The steps of a crash ``chain`` a run kills at, in the chain's order: ``always``
+    and the ``slices``-th part of the others this seed gives ``phase``."""
+    rotating = [step for step in chain if step != always]
+    return [s for s in chain if s == always or chosen.takes(phase, rotating.index(s), slices)]
 
 
 def variations(

@@ -125,8 +125,7 @@ def steps(
 ) -> list[tuple[FaultPoint, int]]:
     """The kills of a chain of ``phase`` in this run, in ``CHAIN``'s order: ``ALWAYS`` and
     the ``slices``-th part of the other steps this seed gives ``phase``."""
-    rotating = [step for step in CHAIN if step != ALWAYS]
-    return [s for s in CHAIN if s == ALWAYS or chosen.takes(phase, rotating.index(s), slices)]
+    return rotation.kills(chosen, CHAIN, ALWAYS, phase, slices)
 
 
 @dataclass

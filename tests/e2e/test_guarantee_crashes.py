@@ -260,12 +260,7 @@ OVERLAP_ALWAYS = (FaultPoint.AFTER_SINK_WRITE, 2)
 def overlap_steps(chosen: rotation.Rotation) -> list[tuple[FaultPoint, int]]:
     """The overlapping chain's kills in this run: ``OVERLAP_ALWAYS`` and a third of the
     others, in ``OVERLAP_CHAIN``'s order."""
-    rotating = [step for step in OVERLAP_CHAIN if step != OVERLAP_ALWAYS]
-    return [
-        s
-        for s in OVERLAP_CHAIN
-        if s == OVERLAP_ALWAYS or chosen.takes(0, rotating.index(s), slices=3)
-    ]
+    return rotation.kills(chosen, OVERLAP_CHAIN, OVERLAP_ALWAYS, phase=0, slices=3)
 
 
 #: Each request to Redis waits this long: a commit takes longer than processing a batch.
