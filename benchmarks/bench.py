@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.breakdown import FLOOR_WARM_UP
 from benchmarks.breakdown import TXIDS as BREAKDOWN_TXIDS
 from benchmarks.breakdown import WARM_UP as BREAKDOWN_WARM_UP
 from benchmarks.cases import (
@@ -325,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
                     *BREAKDOWN_COMMAND,
                     *("--txids", str(args.breakdown_txids)),
                     *("--warm-up", str(args.breakdown_warm_up)),
+                    # The floor's own warm-up: as short as the txids' in a quick run.
+                    *("--floor-warm-up", str(min(args.breakdown_warm_up, FLOOR_WARM_UP))),
                 ],
                 check=True,
                 capture_output=True,

@@ -7,7 +7,15 @@ that no txid shares the cores with another, over a topic written in full beforeh
 out while the JVM compiles. Each step's median over the txids, as the runner's own
 timings (``RunStats.timings``) measured them; and the driver JVM's CPU per txid.
 
-    python -m benchmarks.breakdown [--txids 20] [--large 125000] [--warm-up 300] [--section]
+Then the floor of a ``SMALL``-record batch in the same warmed JVM (``measure_floor``),
+each after ``FLOOR_WARM_UP`` rounds of its own: Structured Streaming's micro-batch
+(``maxOffsetsPerTrigger``, the same count in ``foreachBatch``, its own
+``triggerExecution``), the least any engine that runs a Spark job per batch pays (the
+records read by Spark's Kafka reader and collected: one query planned, one job), and a
+Spark job of nothing (``spark.range``).
+
+    python -m benchmarks.breakdown [--txids 20] [--large 125000] [--warm-up 300]
+        [--floor-warm-up 200] [--section]
 
 ``make bench`` runs it as a process of its own (its Spark session needs Kafka's reader)
 and adds its section (``--section``) to benchmarks/RESULTS.md.
@@ -36,6 +44,8 @@ WARM_UP = 300
 SMALL = 10
 LARGE = 125_000
 PARTITIONS = 4
+#: Rounds of each floor case run first and left out (the JVM has run ``WARM_UP`` txids).
+FLOOR_WARM_UP = 200
 
 Progress = Callable[[str], None]
 
@@ -75,6 +85,98 @@ class Breakdown:
     def jvm_ms(self, seconds: float | None) -> str:
         """``seconds`` of the whole run per txid, in milliseconds (``-``: unknown)."""
         return "-" if seconds is None else f"{seconds / (len(self.timings) + 1) * 1000:,.0f}"
+
+
+@dataclass
+class Floor:
+    """One floor case's seconds per ``SMALL``-record batch."""
+
+    name: str
+    samples_s: list[float]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_s) * 1000
+
+
+def _timed(rounds: int, warm_up: int, one: Callable[[int], object]) -> list[float]:
+    """Seconds of each of ``rounds`` calls of ``one(k)``, after ``warm_up`` left out."""
+    samples = []
+    for k in range(warm_up + rounds):
+        began = time.perf_counter()
+        one(k)
+        if k >= warm_up:
+            samples.append(time.perf_counter() - began)
+    return samples
+
+
+def measure_floor(
+    spark: Any, bootstrap: str, rounds: int, progress: Progress, warm_up: int = FLOOR_WARM_UP
+) -> list[Floor]:
+    """What a ``SMALL``-record batch costs below the framework, in this (warmed) JVM: a
+    Structured Streaming micro-batch doing the latency topology's count, one Spark job
+    that reads the batch from Kafka and collects it, one Spark job of nothing."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    from benchmarks.latency_topology import bucket_of
+
+    batches = warm_up + rounds
+    topic = f"floor-{uuid.uuid4().hex[:8]}"
+    progress(f"breakdown: floor: writing {SMALL * batches:,} events")
+    _produce(bootstrap, topic, 1, SMALL * batches)
+    count = bucket_of(F.col("value").cast("string")).alias("bucket")
+
+    def kafka_read(k: int) -> Any:
+        start, end = ({topic: {"0": SMALL * k + d}} for d in (0, SMALL))
+        return (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("assign", json.dumps({topic: [0]}))
+            .option("startingOffsets", json.dumps(start))
+            .option("endingOffsets", json.dumps(end))
+            .option("kafka.group.id", f"transactional-{topic}")
+            .load()
+            .select("value")
+        )
+
+    progress("breakdown: floor: a Spark job reading a batch from Kafka")
+    read = Floor("one Spark job: the batch read from Kafka and collected", [])
+    read.samples_s = _timed(rounds, warm_up, lambda k: kafka_read(k).toArrow())
+    planned = Floor("of it: the read planned (Spark's Kafka relation asks the broker)", [])
+    planned.samples_s = _timed(
+        rounds,
+        warm_up,
+        lambda k: kafka_read(warm_up + rounds - 1 - k)._jdf.queryExecution().executedPlan(),
+    )
+    progress("breakdown: floor: a Spark job of nothing")
+    nothing = Floor("one Spark job of nothing (`spark.range(10)` collected)", [])
+    nothing.samples_s = _timed(rounds, warm_up, lambda k: spark.range(SMALL).toArrow())
+    progress(f"breakdown: floor: Structured Streaming, {batches} micro-batches")
+    checkpoint = WORK / f"floor-{topic}"
+    query = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", SMALL)
+        .load()
+        .writeStream.foreachBatch(
+            lambda batch, _: batch.select(count).groupBy("bucket").count().collect()
+        )
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        done = [p for p in query.recentProgress if p["numInputRows"] == SMALL]
+    finally:
+        query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    micro = Floor("Structured Streaming: a micro-batch (`triggerExecution`)", [])
+    micro.samples_s = [p["durationMs"]["triggerExecution"] / 1000 for p in done[-rounds:]]
+    return [micro, read, planned, nothing]
 
 
 def _jvm_times(spark: Any) -> tuple[float, float] | None:
@@ -169,19 +271,23 @@ def measure(
     bootstrap_servers: str | None = None,
     redis_url: str | None = None,
     warm_up: int = WARM_UP,
-) -> list[Breakdown]:
-    """A small and a large txid's breakdown, after ``warm_up`` small txids left out; a
-    Kafka broker and a Redis server started for it when not given."""
+    floor_warm_up: int = FLOOR_WARM_UP,
+) -> tuple[list[Breakdown], list[Floor]]:
+    """A small and a large txid's breakdown, after ``warm_up`` small txids left out,
+    then the floor of a small batch (``measure_floor``); a Kafka broker and a Redis
+    server started for it when not given."""
     from benchmarks.latency import servers
 
     cases = [("small", SMALL, 1), ("large", large, PARTITIONS)]
     with servers(bootstrap_servers, redis_url) as (kafka, redis):
         if warm_up:
             measure_one(spark, kafka, redis, "warm-up", SMALL, 1, warm_up, progress)
-        return [
+        results = [
             measure_one(spark, kafka, redis, name, n, p, txids + 1, progress)
             for name, n, p in cases
         ]
+        floor = measure_floor(spark, kafka, txids, progress, floor_warm_up)
+    return results, floor
 
 
 def table(results: Sequence[Breakdown]) -> list[str]:
@@ -202,7 +308,28 @@ def table(results: Sequence[Breakdown]) -> list[str]:
     return lines
 
 
-def section(results: Sequence[Breakdown], warm_up: int = WARM_UP) -> list[str]:
+def floor_table(small: Breakdown, floor: Sequence[Floor]) -> list[str]:
+    """A small txid beside the floor of a batch its size, as medians and as ratios."""
+    lines = [
+        f"| a {SMALL}-record batch | batches | ms | x the framework's txid |",
+        "|---|---:|---:|---:|",
+        f"| the framework: a txid, commit to commit | {len(small.gaps_s)} | "
+        f"{small.per_txid_ms:,.1f} | 1.00 |",
+    ]
+    for case in floor:
+        ratio = case.median_ms / small.per_txid_ms
+        lines.append(
+            f"| {case.name} | {len(case.samples_s)} | {case.median_ms:,.1f} | {ratio:.2f} |"
+        )
+    return lines
+
+
+def section(
+    results: Sequence[Breakdown],
+    floor: Sequence[Floor] = (),
+    warm_up: int = WARM_UP,
+    floor_warm_up: int = FLOOR_WARM_UP,
+) -> list[str]:
     return [
         "## Where a txid's time goes, Kafka to Redis (max_pending=1, medians per txid)",
         "",
@@ -221,6 +348,30 @@ def section(results: Sequence[Breakdown], warm_up: int = WARM_UP) -> list[str]:
         "`JVM CPU`: the driver JVM's CPU time over the run per txid (every thread: "
         "Spark's planning, the tasks, the JIT compilers); `of it JIT`: the compilers'.",
         "",
+        *_floor_section(results, floor, floor_warm_up),
+    ]
+
+
+def _floor_section(results: Sequence[Breakdown], floor: Sequence[Floor], warm_up: int) -> list[str]:
+    small = next((r for r in results if r.name == "small"), None)
+    if small is None or not floor:
+        return []
+    return [
+        f"### The floor of a {SMALL}-record batch (same JVM, medians)",
+        "",
+        *floor_table(small, floor),
+        "",
+        f"Measured after the txids above, each case after {warm_up:,} rounds of its own "
+        "left out. Structured Streaming reads the same kind of topic "
+        f"(`maxOffsetsPerTrigger` {SMALL}) and counts it in `foreachBatch` as the "
+        "latency benchmark's anchor does; `triggerExecution` is its whole micro-batch "
+        "(offsets logged, planned, run, committed). The Spark jobs are what any engine "
+        "that runs one Spark job per batch pays at the least: the batch's records "
+        "read by Spark's Kafka reader and collected (one query planned, one job), of it "
+        "the planning alone (the physical plan, where Spark's Kafka relation opens a "
+        "client of its own and asks the broker for the partitions), and a job with no "
+        "input at all.",
+        "",
     ]
 
 
@@ -231,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warm-up", type=int, default=WARM_UP, help="small txids run first, left out"
     )
+    parser.add_argument(
+        "--floor-warm-up", type=int, default=FLOOR_WARM_UP,
+        help="rounds of each floor case run first, left out",
+    )  # fmt: skip
     parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE for Spark")
     parser.add_argument("--section", action="store_true", help="print RESULTS.md's section")
     args = parser.parse_args(argv)
@@ -243,10 +398,17 @@ def main(argv: list[str] | None = None) -> int:
     extra = dict(item.split("=", 1) for item in args.conf)
     spark = create_spark_session("local[*]", "breakdown", merged(kafka_spark_conf(), extra))
     try:
-        results = measure(spark, progress, args.txids, args.large, warm_up=args.warm_up)
+        results, floor = measure(
+            spark, progress, args.txids, args.large, warm_up=args.warm_up,
+            floor_warm_up=args.floor_warm_up,
+        )  # fmt: skip
     finally:
         spark.stop()
-    print("\n".join(section(results, args.warm_up) if args.section else table(results)))
+    if args.section:
+        print("\n".join(section(results, floor, args.warm_up, args.floor_warm_up)))
+    else:
+        small = [r for r in results if r.name == "small"]
+        print("\n".join([*table(results), "", *floor_table(small[0], floor)]))
     return 0
 
 

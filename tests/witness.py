@@ -187,8 +187,13 @@ def spark_settled(spark: Any) -> Any:
     return spark
 
 
+#: How long a driver's REST API may take to answer: its first request starts the API's
+#: servlet, which took over 5 s on a Connect server while CI's other lane ran.
+REST_TIMEOUT_S = 60
+
+
 def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as reply:
+    with urllib.request.urlopen(url, timeout=REST_TIMEOUT_S) as reply:
         return json.load(reply)
 
 
