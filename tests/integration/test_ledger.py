@@ -611,3 +611,24 @@ def test_the_docs_ledger_example_balances(spark: Any, tmp_path: Path) -> None:
     for r in sink.rows["default"]:
         got[r["word"]] += r["count"]
     assert got == Counter(f"w{n % 3}" for n in range(TOTAL) if n % 7 != 0)
+
+
+def test_a_streams_tally_is_built_once_per_session_and_counts_each_frame_its_own(
+    spark: Any,
+) -> None:
+    """The tally's aggregates are the same columns for every stream of the same columns
+    (built once: ``columns.prebuilt``), and each stream's tally is still its own rows',
+    computed here from the ids."""
+    from functools import reduce
+    from operator import xor
+
+    from transactional.ledger import DROPPED, Tally, Tap
+
+    first = spark.range(3).withColumn(ID, F.col("id") + 7)
+    second = spark.range(5).withColumn(ID, F.col("id") * 11)
+    columns = tuple(first.columns)
+    a, b = Tap(first, columns, []), Tap(second, columns, [])
+    assert a._metrics(columns) is b._metrics(columns)
+    assert a._metrics((*columns, DROPPED)) is not a._metrics(columns)
+    assert a.exact()[0] == Tally(3, reduce(xor, [7, 8, 9]))
+    assert b.exact()[0] == Tally(5, reduce(xor, [0, 11, 22, 33, 44]))
