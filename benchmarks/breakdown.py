@@ -142,17 +142,23 @@ def measure_floor(
         )
 
     progress("breakdown: floor: a Spark job reading a batch from Kafka")
-    read = Floor("one Spark job: the batch read from Kafka and collected", [])
-    read.samples_s = _timed(rounds, warm_up, lambda k: kafka_read(k).toArrow())
-    planned = Floor("of it: the read planned (Spark's Kafka relation asks the broker)", [])
-    planned.samples_s = _timed(
-        rounds,
-        warm_up,
-        lambda k: kafka_read(warm_up + rounds - 1 - k)._jdf.queryExecution().executedPlan(),
+    read = Floor(
+        "one Spark job: the batch read from Kafka and collected",
+        _timed(rounds, warm_up, lambda k: kafka_read(k).toArrow()),
+    )
+    planned = Floor(
+        "of it: the read planned (Spark's Kafka relation asks the broker)",
+        _timed(
+            rounds,
+            warm_up,
+            lambda k: kafka_read(batches - 1 - k)._jdf.queryExecution().executedPlan(),
+        ),
     )
     progress("breakdown: floor: a Spark job of nothing")
-    nothing = Floor("one Spark job of nothing (`spark.range(10)` collected)", [])
-    nothing.samples_s = _timed(rounds, warm_up, lambda k: spark.range(SMALL).toArrow())
+    nothing = Floor(
+        "one Spark job of nothing (`spark.range(10)` collected)",
+        _timed(rounds, warm_up, lambda k: spark.range(SMALL).toArrow()),
+    )
     progress(f"breakdown: floor: Structured Streaming, {batches} micro-batches")
     checkpoint = WORK / f"floor-{topic}"
     query = (
@@ -174,8 +180,10 @@ def measure_floor(
     finally:
         query.stop()
         shutil.rmtree(checkpoint, ignore_errors=True)
-    micro = Floor("Structured Streaming: a micro-batch (`triggerExecution`)", [])
-    micro.samples_s = [p["durationMs"]["triggerExecution"] / 1000 for p in done[-rounds:]]
+    micro = Floor(
+        "Structured Streaming: a micro-batch (`triggerExecution`)",
+        [p["durationMs"]["triggerExecution"] / 1000 for p in done[-rounds:]],
+    )
     return [micro, read, planned, nothing]
 
 

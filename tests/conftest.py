@@ -52,11 +52,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     chosen = rotation.of(terminalreporter.config)
     if chosen.seed is not None:
         config = terminalreporter.config
+        marks = config.getoption("markexpr", "")
         if config.getoption("connect"):
             target = "make connect-test"
-        elif config.getoption("markexpr", "").startswith("slow"):
+        elif marks.startswith("slow"):
             target = "make test-slow"
-        elif config.getoption("markexpr", "") == "cluster":
+        elif marks == "cluster":
             target = "make cluster-test"
         else:
             target = "make test"

@@ -116,8 +116,7 @@ def variations(
             kept.extend(variants)
             continue
         kept.extend(v for n, v in enumerate(variants) if chosen.takes(phase, n))
-    keep = {id(item) for item in kept}
-    return [i for i in items if id(i) in keep], [i for i in items if id(i) not in keep]
+    return _split(items, {id(item) for item in kept})
 
 
 def occasional(
@@ -128,7 +127,13 @@ def occasional(
     the order of their ids: so consecutive cases (a test's variations) fall in different
     runs, and ``RARE`` consecutive seeds run each once."""
     order = sorted(items, key=lambda item: item.nodeid)
-    taken = {id(item) for n, item in enumerate(order) if chosen.takes(0, n, RARE)}
+    return _split(items, {id(item) for n, item in enumerate(order) if chosen.takes(0, n, RARE)})
+
+
+def _split(
+    items: Sequence[pytest.Item], taken: set[int]
+) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """(kept, dropped) of ``items`` in their order: kept those whose ``id`` is taken."""
     return [i for i in items if id(i) in taken], [i for i in items if id(i) not in taken]
 
 

@@ -407,7 +407,7 @@ def _account(columns: Sequence[str]) -> tuple[Column, Column]:
     return n, x
 
 
-def _metrics(columns: Sequence[str]) -> list[Column]:
+def _tally_metrics(columns: Sequence[str]) -> list[Column]:
     """A tally's aggregates over a stream of ``columns``: ``n`` and ``x``, and with
     ``DROPPED`` the dropped rows' ``dn`` and ``dx`` apart."""
     from pyspark.sql import functions as F
@@ -461,7 +461,7 @@ class Tap:
         """The tally's aggregates over a stream of ``columns``: built once per session
         for each set of columns (``columns.prebuilt``), for they are the same in every
         txid and cost some 80 round trips to the JVM to build."""
-        return prebuilt(self.frame, ("ledger.metrics", columns), partial(_metrics, columns))
+        return prebuilt(self.frame, ("ledger.metrics", columns), partial(_tally_metrics, columns))
 
     def rows(self) -> Any:
         """The stream's rows and the drops' (``DROPPED``: their reason), observed."""

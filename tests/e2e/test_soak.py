@@ -1,9 +1,9 @@
-"""The soak's short version (``python -m tests.soak --quick``, ``make test-soak``, which CI
-runs; ``make soak`` runs the full one): a run of small txids on both sinks with ZooKeeper, ZooKeeper and Redis
-restarted in turn and exceptions injected throughout, exact on both sinks, every
-planned fault seen to fire, and the driver's threads, open files and the store's nodes
-flat after the warm-up, delta-rs's threads under their ceiling (memory is shown, judged
-by the full soak only)."""
+"""The soak's short version (``python -m tests.soak --quick``, ``make test-soak``, which
+CI runs; ``make soak`` runs the full one): a run of small txids on both sinks with
+ZooKeeper, ZooKeeper and Redis restarted in turn and exceptions injected throughout,
+exact on both sinks, every planned fault seen to fire, and the driver's threads, open
+files and the store's nodes flat after the warm-up, delta-rs's threads under their
+ceiling (memory is shown, judged by the full soak only)."""
 
 from __future__ import annotations
 
