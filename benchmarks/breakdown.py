@@ -2,9 +2,10 @@
 (``benchmarks.latency_topology``: Kafka, a counting bolt that accounts through the
 ledger, the Redis committer, SQLite store) run in this process at ``max_pending=1``, so
 that no txid shares the cores with another, over a topic written in full beforehand:
-``TXIDS`` small txids (``SMALL`` records, one partition) and ``TXIDS`` large ones
-(``LARGE`` records over ``PARTITIONS`` partitions), after ``WARM_UP`` small txids left
-out while the JVM compiles. Each step's median over the txids, as the runner's own
+``TXIDS`` small txids (``SMALL`` records, one partition), as many with the bolt's plan
+built in every txid (``EACH_TXID``), and ``TXIDS`` large ones (``LARGE`` records over
+``PARTITIONS`` partitions), after ``WARM_UP`` small txids left out while the JVM
+compiles. Each step's median over the txids, as the runner's own
 timings (``RunStats.timings``) measured them; and the driver JVM's CPU per txid.
 
 Then the floor of a ``SMALL``-record batch in the same warmed JVM (``measure_floor``),
@@ -44,6 +45,8 @@ WARM_UP = 300
 SMALL = 10
 LARGE = 125_000
 PARTITIONS = 4
+#: The small case with its bolt's plan built in every txid (``Bolt.plan_once`` off).
+EACH_TXID = "small, plans built each txid"
 #: Rounds of each floor case run first and left out (the JVM has run ``WARM_UP`` txids).
 FLOOR_WARM_UP = 200
 
@@ -224,6 +227,7 @@ def measure_one(
     partitions: int,
     txids: int,
     progress: Progress,
+    plan_once: bool = True,
 ) -> Breakdown:
     from benchmarks import latency_topology
     from coordinators import SQLiteStateStore
@@ -244,7 +248,7 @@ def measure_one(
         LATENCY_REDIS_URL=redis_url,
         LATENCY_KEY_PREFIX=f"breakdown:{run}:",
     )
-    topology = latency_topology.build(batch_size=per_partition)
+    topology = latency_topology.build(batch_size=per_partition, plan_once=plan_once)
     commits: list[float] = []
 
     class Commits:
@@ -286,13 +290,17 @@ def measure(
     server started for it when not given."""
     from benchmarks.latency import servers
 
-    cases = [("small", SMALL, 1), ("large", large, PARTITIONS)]
+    cases = [
+        ("small", SMALL, 1, True),
+        (EACH_TXID, SMALL, 1, False),
+        ("large", large, PARTITIONS, True),
+    ]
     with servers(bootstrap_servers, redis_url) as (kafka, redis):
         if warm_up:
             measure_one(spark, kafka, redis, "warm-up", SMALL, 1, warm_up, progress)
         results = [
-            measure_one(spark, kafka, redis, name, n, p, txids + 1, progress)
-            for name, n, p in cases
+            measure_one(spark, kafka, redis, name, n, p, txids + 1, progress, plan_once=once)
+            for name, n, p, once in cases
         ]
         floor = measure_floor(spark, kafka, txids, progress, floor_warm_up)
     return results, floor
@@ -348,7 +356,9 @@ def section(
         "Spark's planning code for minutes); the runner's own timings, each run's first "
         "txid (every plan's first run) left out. `decide`: the spout's decision on the coordinator thread "
         "(Kafka's offsets asked), `store` within it: its metadata written; `read (emit)`: "
-        "the batch read, counted, digested and kept; `process`: the bolts planned; "
+        "the batch read, counted, digested and kept; `process`: the bolts' and the "
+        "committers' plans, built once and re-pointed at the batch (the bolt plans once: "
+        f"`Bolt.plan_once`), or built anew in every txid (`{EACH_TXID}`); "
         "`prepare`: the committers' frames collected and prepared; `verify`: the "
         "determinism check; `queued`: processed until its commit began; `commit`: the "
         "Redis script; `advance`: the store moved past it. `commit to commit`: the wall "

@@ -39,6 +39,7 @@ def bucket_of(text: Column) -> Column:
 class CountBuckets(Bolt):
     outputs = ("default", "dead_letters")
     accounts = True  # each event counted, or a dead letter: checked by the ledger
+    plan_once = True  # the same plan for every txid: built once, re-pointed at each batch
 
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> dict[str, DataFrame]:
         parsed = batch.withColumn("bucket", bucket_of(F.col("raw")))
@@ -52,8 +53,15 @@ class CountBuckets(Bolt):
         }
 
 
-def build(batch_size: int = 10_000) -> Topology:
-    """``batch_size``: offsets per partition per txid (``--batch-size`` wins over it)."""
+class CountBucketsEachTxid(CountBuckets):
+    """``CountBuckets`` with its plan built in every txid (the breakdown's comparison)."""
+
+    plan_once = False
+
+
+def build(batch_size: int = 10_000, plan_once: bool = True) -> Topology:
+    """``batch_size``: offsets per partition per txid (``--batch-size`` wins over it).
+    ``plan_once`` False: the bolt's plan built in every txid."""
     spout = KafkaPartitionedSpout(
         os.environ.get("LATENCY_KAFKA", "127.0.0.1:9092"),
         os.environ.get("LATENCY_TOPIC", "latency"),
@@ -69,7 +77,7 @@ def build(batch_size: int = 10_000) -> Topology:
     return (
         TopologyBuilder()
         .set_spout(spout)
-        .set_bolt("count", CountBuckets())
+        .set_bolt("count", CountBuckets() if plan_once else CountBucketsEachTxid())
         .set_committer("sink", sink, inputs={TABLE: "count:default", "bad": "count:dead_letters"})
         .build()
     )

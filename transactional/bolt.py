@@ -42,6 +42,15 @@ class Bolt(ABC):
     #: letters). A bolt that sends each record to several streams lists one group per
     #: stream, e.g. ``(("hashtags",), ("users",))``.
     routes: ClassVar[tuple[tuple[str, ...], ...] | None] = None
+    #: ``process`` and ``finish_batch`` build the same plan for every batch of one
+    #: schema: they use neither ``attempt`` nor anything else that changes between txids
+    #: (the time, a random number, a table re-read on the driver). The runner may then
+    #: call them once and run their plan again over each later batch, as Structured
+    #: Streaming re-plans one query per micro-batch, instead of building it through
+    #: py4j every txid (about 30 ms less a small txid: "Plans built once" in
+    #: docs/concepts/topologies.md). Only when every bolt and committer of the topology
+    #: says so, on a classic session, and with no bolt accounting through the ledger.
+    plan_once: ClassVar[bool] = False
 
     @abstractmethod
     def process(self, attempt: TransactionAttempt, batch: DataFrame) -> Any:

@@ -105,6 +105,9 @@ class Committer(ABC):
     #: says ``frozenset({Guarantee.AT_LEAST_ONCE, Guarantee.AT_MOST_ONCE})``, and a run
     #: asking it for ``exactly_once`` is refused before it starts.
     guarantees: ClassVar[frozenset[Guarantee]] = frozenset(Guarantee)
+    #: ``collect_plan`` builds the same plans for every attempt whose inputs have the
+    #: same schemas (it does not use ``attempt``): see ``Bolt.plan_once``.
+    plan_once: ClassVar[bool] = False
 
     def input_names(self) -> frozenset[str] | None:
         """The input names this committer reads, as ``TopologyBuilder.set_committer``

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+from transactional._replan import Replan
 from transactional.checkpoints import KEPT as _KEPT
 from transactional.checkpoints import checkpoint
 from transactional.columns import prebuilt
@@ -66,6 +67,8 @@ class Engine(Protocol):
     def collect(self, frames: Mapping[Any, Any]) -> dict[Any, Any]: ...
 
     def jobs(self, group: str) -> int | None: ...
+
+    def replan(self, frames: Sequence[Any], was: Any, observed: Sequence[Any] = ()) -> Any: ...
 
     def mark(self) -> int: ...
 
@@ -294,6 +297,15 @@ class SparkEngine:
         in its pool as it starts."""
         return collect_arrow(frames, self._place)
 
+    def replan(
+        self, frames: Sequence[DataFrame], was: DataFrame, observed: Sequence[DataFrame] = ()
+    ) -> Replan | None:
+        """``frames``, built over ``was`` (a batch ``materialise`` returned), ready to be
+        re-pointed at later batches (``Replan``); ``observed``: those of them whose
+        observation each later attempt makes its own. None where Spark would not
+        re-point them all."""
+        return Replan.of(self.spark, frames, was, observed)
+
     def jobs(self, group: str) -> int | None:
         """How many Spark jobs ran in ``group`` (None: Spark no longer knows), as far as
         Spark's status store has heard: its listener bus may not yet have delivered the
@@ -369,6 +381,13 @@ class ConnectEngine(SparkEngine):
     @staticmethod
     def _first_pool(spark: SparkSession) -> str | None:
         return None  # a Connect client cannot set a thread's pool (no py4j)
+
+    def replan(
+        self, frames: Sequence[DataFrame], was: DataFrame, observed: Sequence[DataFrame] = ()
+    ) -> Replan | None:
+        """None: a Connect client holds no plan to re-point (its plans are built on
+        the client without round trips to Spark, and analysed on the server anyway)."""
+        return None
 
     @contextmanager
     def job_group(self, group: str, txid: int | None = None) -> Iterator[None]:

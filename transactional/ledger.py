@@ -104,6 +104,7 @@ from transactional.errors import ConfigurationError, ContractError, LedgerError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+    from transactional._replan import Repointed
     from transactional.topology import BoltNode, Topology
 
 __all__ = [
@@ -511,6 +512,25 @@ class Tap:
     def _split(got: Mapping[str, Any]) -> tuple[Tally, Tally]:
         return Tally.of(got["n"], got["x"]), Tally.of(got.get("dn"), got.get("dx"))
 
+    def frames(self) -> list[Any]:
+        """Every frame the tap holds."""
+        held = [self.frame, *(f for f, _ in self.drops), self._rows, self._given]
+        return [f for f in held if f is not None]
+
+    def replanned(self, repointed: Repointed) -> Tap:
+        """The tap of a later attempt whose plans are this one's re-pointed: its frames
+        re-pointed when first used, its observation its own."""
+        later = repointed.later
+        return Tap(
+            later(self.frame),
+            self.columns,
+            [(later(f), reason) for f, reason in self.drops],
+            _rows=None if self._rows is None else later(self._rows),
+            _observation=None if self._rows is None else repointed.observation(self._rows),
+            _given=None if self._given is None else later(self._given),
+            _metric_columns=self._metric_columns,
+        )
+
     def ids(self, kept: bool) -> Any | None:
         """The ``ID`` of each record the stream's rows and drops carry (``kept``: only
         those a reader is given); None: it folds records, which have no id of their own."""
@@ -594,6 +614,44 @@ class AttemptLedger:
     @property
     def counting(self) -> bool:
         return self.batch is not None
+
+    def frames(self) -> list[Any]:
+        """Every frame the books hold (``Replan.of`` checks each can be re-pointed)."""
+        drops = [f for by in self._drops.values() for d in by.values() for f, _ in d]
+        taps = [f for tap in self._taps.values() for f in tap.frames()]
+        return [*self._frames.values(), *drops, *taps, *self._given.values()]
+
+    def observed(self) -> list[Any]:
+        """The observed frames: each tap's rows."""
+        return [tap._rows for tap in self._taps.values() if tap._rows is not None]
+
+    def replanned(
+        self,
+        txid: int,
+        batch: Tally | None,
+        records: Any,
+        locate: Locate | None,
+        repointed: Repointed,
+    ) -> AttemptLedger:
+        """The books of a later attempt whose plans are this one's re-pointed
+        (``Bolt.plan_once``): the same streams, columns and drops, every frame re-pointed
+        when first used (a passing check uses none: only the observations, each the
+        attempt's own), and the attempt's own batch, tally and records."""
+        later = repointed.later
+        books = AttemptLedger(
+            self.plan, txid, batch, records=records, locate=locate, terminal=self.terminal
+        )
+        books._columns = dict(self._columns)
+        books._frames = {ref: later(f) for ref, f in self._frames.items()}
+        books._drops = {
+            name: {i: [(later(f), reason) for f, reason in d] for i, d in by.items()}
+            for name, by in self._drops.items()
+        }
+        books._taps = {ref: tap.replanned(repointed) for ref, tap in self._taps.items()}
+        books._given = {ref: later(f) for ref, f in self._given.items()}
+        books._readers = {ref: list(nodes) for ref, nodes in self._readers.items()}
+        books._nodes = list(self._nodes)
+        return books
 
     # -------------------------------------------------------------- the bolts
 

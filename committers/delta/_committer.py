@@ -119,6 +119,8 @@ class DeltaCommitter(CounterCommitter):
     """
 
     sink = "delta"
+    #: ``collect_plan`` depends only on its inputs' schemas (``Committer.plan_once``).
+    plan_once = True
 
     def __init__(
         self,
@@ -248,17 +250,17 @@ class DeltaCommitter(CounterCommitter):
             flagged = sums.select(*table.keys, "inc", bad.alias(BAD_COLUMN))
             plan[table.name] = flagged.limit(limit)
         if self.dead_letters is not None and self._driver.writes(DEAD_LETTERS_TABLE):
-            plan[DEAD_LETTERS_TABLE] = self._dead_rows(attempt, inputs).limit(limit)
+            plan[DEAD_LETTERS_TABLE] = self._dead_rows(inputs).limit(limit)
         return plan
 
-    def _dead_rows(self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]) -> DataFrame:
+    def _dead_rows(self, inputs: Mapping[str, DataFrame]) -> DataFrame:
+        """The dead letters' rows, without their txid: the plan is the same for every
+        txid (``plan_once``), and the txid is added where they are written."""
         from pyspark.sql import functions as F
 
         assert self.dead_letters is not None
         return inputs[self.dead_letters].select(
-            F.col("raw").cast("string"),
-            F.col("reason").cast("string"),
-            F.lit(attempt.txid).cast("long").alias("txid"),
+            F.col("raw").cast("string"), F.col("reason").cast("string")
         )
 
     def prepare_collected(
@@ -286,10 +288,19 @@ class DeltaCommitter(CounterCommitter):
                 raise batch_overflow_error(who, attempt.txid, input_name, table, rows)
             batch.counters[table.name] = sums.drop_columns([BAD_COLUMN])
         if self.dead_letters is not None:
-            dead: pa.Table | DataFrame | None = collected.get(DEAD_LETTERS_TABLE)
-            if dead is None or dead.num_rows > self.max_driver_rows:
-                self._check_executors_may_write(attempt.txid, DEAD_LETTERS_TABLE)
-                dead = checkpoint(self._dead_rows(attempt, inputs), eager=True)
+            import pyarrow
+            from pyspark.sql import functions as F
+
+            txid = attempt.txid
+            letters: pa.Table | None = collected.get(DEAD_LETTERS_TABLE)
+            dead: pa.Table | DataFrame
+            if letters is None or letters.num_rows > self.max_driver_rows:
+                self._check_executors_may_write(txid, DEAD_LETTERS_TABLE)
+                with_txid = self._dead_rows(inputs).withColumn("txid", F.lit(txid).cast("long"))
+                dead = checkpoint(with_txid, eager=True)
+            else:
+                txids = pyarrow.array([txid] * letters.num_rows, pyarrow.int64())
+                dead = letters.append_column("txid", txids)
             batch = DeltaBatch(batch.txid, batch.counters, dead)
         return batch
 

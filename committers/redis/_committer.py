@@ -9,6 +9,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
+from functools import partial
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +108,8 @@ class RedisCommitter(CounterCommitter):
     """
 
     sink = "redis"
+    #: ``collect_plan`` depends only on its inputs' schemas (``Committer.plan_once``).
+    plan_once = True
 
     def __init__(
         self,
@@ -238,7 +241,7 @@ class RedisCommitter(CounterCommitter):
         ``ContractError`` here, before anything is committed."""
         batch = RedisBatch(attempt.txid)
         for input_name, table in self.counters.items():
-            frame = inputs[input_name]
+            frame = partial(inputs.__getitem__, input_name)
             sums, refused = collected_fields(collected[table.name], frame, table)
             if refused:
                 raise ContractError(

@@ -11,7 +11,7 @@ machine's time that Spark needs.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -54,12 +54,13 @@ def encode_fields(data: pa.Table, keys: Sequence[str]) -> pa.ChunkedArray:
 
 
 def collected_fields(
-    sums: pa.Table, frame: DataFrame, table: CounterTable
+    sums: pa.Table, frame: Callable[[], DataFrame], table: CounterTable
 ) -> tuple[pa.Table, list[str]]:
     """``committers.counters.key_sums``'s rows, collected, as one hash's fields: the
     table ``(field, inc)`` of exact sums (keys with no non-null value left out), and the
     keys whose sum cannot be stored, each with why. A sum Spark found unstorable is
-    explained by ``per_key_sums`` (a second job, on that failure path only)."""
+    explained by ``per_key_sums`` over ``frame()``, the input (a second job, on that
+    failure path only, the only one that asks for the frame)."""
     import pyarrow.compute as pc
 
     declared = table.declared
@@ -72,7 +73,7 @@ def collected_fields(
             return _table([], []), [f"{key} {unstorable(table)}" for key in keys]
         return _table(encode_fields(sums, table.keys), sums.column("inc")), []
     if pc.any(sums.column(BAD_COLUMN)).as_py():
-        found, refused = per_key_sums(frame, table)
+        found, refused = per_key_sums(frame(), table)
         return fields_table({encode_key(k): v for k, v in found.items()}, declared), refused
     kept = sums.filter(pc.greater(sums.column(COUNT_COLUMN), 0))
     return _table(encode_fields(kept, table.keys), kept.column("inc")), []

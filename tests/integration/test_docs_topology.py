@@ -48,3 +48,30 @@ def test_the_prebuilt_columns_bolt_splits_every_batch_with_the_same_columns(
         assert sorted(carried.values()) == [1] * len(lines)
         built.append(bolt._columns(batch))
     assert built[0] is built[1]  # the second batch reused the first one's columns
+
+
+@pytest.mark.integration
+def test_the_bolt_planned_once_is_called_once_and_counts_every_batch(
+    spark: object, tmp_path: object
+) -> None:
+    from tests.integration.test_plan_once import PlannedRows, harness
+    from tests.integration.topologies import RangeSpout
+
+    namespace: dict[str, object] = {"__name__": "docs_plan_once"}
+    exec(example(PAGE, "plan_once = True  # the same plan").compiled(), namespace)
+    bolt_class = namespace["Hundreds"]
+    calls: list[int] = []
+
+    class Counted(bolt_class):  # type: ignore[misc, valid-type]
+        def process(self, attempt: object, batch: object) -> object:
+            calls.append(1)
+            return super().process(attempt, batch)
+
+    sink = PlannedRows()
+    run = harness(spark, tmp_path, Counted(), sink, spout=lambda: RangeSpout(500, 100))
+    run.run_until_drained(max_pending=1, warm_up=False)
+    counts: Counter[int] = Counter()
+    for row in sink.rows["default"]:
+        counts[row["hundred"]] += row["count"]
+    assert counts == Counter(n // 100 for n in range(500)) and sink.last_txid == 5
+    assert len(calls) == 1

@@ -241,6 +241,19 @@ def recounts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def assert_balanced(sink: RowsCommitter, total: int) -> None:
+    """``Balanced``'s streams of the numbers below ``total``, as Python computes them."""
+    evens = sorted((n, n / 2) for n in range(total) if n % 2 == 0)
+    assert sorted((r["id"], r["half"]) for r in sink.rows["evens"]) == evens
+    sums: Counter[int] = Counter()
+    for n in range(31, total, 2):
+        sums[n % 3] += n
+    got: Counter[int] = Counter()
+    for r in sink.rows["sums"]:
+        got[r["r"]] += r["s"]
+    assert got == sums
+
+
 def test_carried_folded_and_dropped_records_balance(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,15 +261,7 @@ def test_carried_folded_and_dropped_records_balance(
     sink = RowsCommitter()
     run = harness(spark, tmp_path, Balanced(), sink).run_until_drained()
     assert run.stats.failures == 0 and sink.last_txid == TOTAL // BATCH
-    evens = sorted((n, n / 2) for n in range(TOTAL) if n % 2 == 0)
-    assert sorted((r["id"], r["half"]) for r in sink.rows["evens"]) == evens
-    sums: Counter[int] = Counter()
-    for n in range(31, TOTAL, 2):
-        sums[n % 3] += n
-    got: Counter[int] = Counter()
-    for r in sink.rows["sums"]:
-        got[r["r"]] += r["s"]
-    assert got == sums
+    assert_balanced(sink, TOTAL)
     assert not sink.columns & set(COLUMNS)  # no ledger column reached the committer
     assert recounted == []
 

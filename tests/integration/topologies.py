@@ -96,3 +96,17 @@ def build_from_env(spark: SparkSession) -> Topology:
     import os
 
     return build(spark, os.environ["BUCKETS_REDIS_URL"])
+
+
+class PlannedOnceBolt(BucketBolt):
+    """``BucketBolt`` whose plan the runner may build once (``plan_once``); it counts
+    its calls, so a test sees how many times it was asked to build."""
+
+    plan_once = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        self.calls += 1
+        return super().process(attempt, batch)

@@ -18,24 +18,29 @@ records fails the attempt (``LedgerError``), so nothing of it is committed.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from transactional import contracts
+from transactional._replan import LazyInputs
 from transactional.bolt import DEFAULT_STREAM
 from transactional.engine import Digest, Engine, Materialised
 from transactional.errors import SparkAnalysisError
 from transactional.faults import FaultPoint
 from transactional.ledger import ID, AttemptLedger, LedgerPlan
+from transactional.logfmt import kv
 from transactional.runtime.drivers import Batch, SpoutDriver
 from transactional.runtime.kept import Kept
 from transactional.runtime.messages import Processed
 from transactional.runtime.probes import Faults
 from transactional.topology import SPOUT, Topology
 from transactional.types import TransactionAttempt
+
+log = logging.getLogger("transactional.runner")
 
 #: The warm-up's attempt: txids start at 1, so txid 0 is never stored or committed.
 WARM_UP = TransactionAttempt(0, 0)
@@ -144,6 +149,21 @@ def _refusal(maker: Maker, exc: Any) -> SparkAnalysisError:
     return SparkAnalysisError(maker.who, error_class, " ".join(text.split()), fix)
 
 
+#: A committer's frames by name: its inputs, or its ``collect_plan``.
+Inputs = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Template:
+    """The plans an attempt built (``Pipeline.plans_once``): each committer's inputs
+    and collect plan, and the books, re-pointed at later batches by ``replan``."""
+
+    replan: Any
+    inputs: list[Inputs]
+    collects: list[Inputs]
+    books: AttemptLedger | None
+
+
 @dataclass(frozen=True)
 class Result:
     """A processed attempt: the event, each committer's prepared value, the digest of
@@ -178,6 +198,12 @@ class Pipeline:
         )
         #: The ledger's part needs Spark frames: none when no bolt accounts.
         self.keeps_books = bool(self.books.accounting) and getattr(self.engine, "counts_ids", False)
+        #: Every bolt's and committer's plans are built once and re-pointed at each
+        #: later batch (``Bolt.plan_once``; ``Engine.replan`` says where it can).
+        self.plans_once = all(
+            getattr(node.bolt, "plan_once", False) for node in self.topology.bolts
+        ) and all(getattr(n.committer, "plan_once", False) for n in self.topology.committers)
+        self._template: _Template | None = None
 
     def _ledger(
         self, attempt: TransactionAttempt, read: Materialised, batch: Batch | None = None
@@ -185,20 +211,24 @@ class Pipeline:
         """The attempt's books; ``batch`` None: the warm-up's sample."""
         if not self.keeps_books:
             return None
+        return AttemptLedger(
+            self.books,
+            attempt.txid,
+            read.ids,
+            records=read.batch,
+            locate=self._locate(attempt, batch),
+            terminal=self.terminal,
+        )
+
+    def _locate(self, attempt: TransactionAttempt, batch: Batch | None) -> Any:
+        """The spout's ``locate`` for the attempt's batch (None: the warm-up's sample)."""
         driver, txid = self.driver, attempt.txid
 
         def locate(rows: Sequence[Any]) -> Any:
             meta = None if batch is None else driver.public_meta(batch)
             return driver.spout.locate(txid, meta, rows)
 
-        return AttemptLedger(
-            self.books,
-            txid,
-            read.ids,
-            records=read.batch,
-            locate=locate,
-            terminal=self.terminal,
-        )
+        return locate
 
     def run(self, batch: Batch) -> Result:
         """The attempt's steps. What it kept in Spark is released here if a step fails,
@@ -237,16 +267,24 @@ class Pipeline:
             return Result(empty, nothing, read.digests)
         began = time.perf_counter()
         step("process")
-        books = self._ledger(attempt, read, batch)
-        streams = self._bolts(attempt, read.batch, made, plans, books)
+        built = self._replanned(attempt, read, batch)
+        template = built is None and self.plans_once
+        if built is None:
+            books = self._ledger(attempt, read, batch)
+            streams = self._bolts(attempt, read.batch, made, plans, books)
+            inputs, collects = self._plans(attempt, streams, plans, books)
+        else:
+            inputs, collects, books = built
         self.faults.check(FaultPoint.PROCESS, attempt, batch.number)
         self.measure(attempt, "process", began)
         began = time.perf_counter()
         step("prepare")
-        prepared = self._prepare(attempt, streams, made, plans, books)
+        prepared = self._prepared(attempt, inputs, collects, made, plans)
         if books is not None:
             step("ledger")  # jobs only for what no committer read, or a recount
             books.check()
+        if template:
+            self._keep(read.batch, inputs, collects, books)
         self.measure(attempt, "prepare", began)
         groupable = all(
             node.committer.groupable(p)
@@ -275,39 +313,93 @@ class Pipeline:
                 if read.records:
                     books = self._ledger(WARM_UP, read)
                     streams = self._bolts(WARM_UP, read.batch, made, plans, books)
-                    self._prepare(WARM_UP, streams, made, plans, books)
+                    inputs, collects = self._plans(WARM_UP, streams, plans, books)
+                    self._prepared(WARM_UP, inputs, collects, made, plans)
                     if books is not None:
                         books.check()
                 return read.records
         finally:
             Kept(tuple(made), since).release(self.engine)
 
-    def _prepare(
+    def _replanned(
+        self, attempt: TransactionAttempt, read: Materialised, batch: Batch
+    ) -> tuple[list[Any], list[Inputs], AttemptLedger | None] | None:
+        """The template's committer inputs, collect plans and books re-pointed at the
+        attempt's batch (``Engine.replan``); None: there is none, or it does not fit the
+        batch, and the attempt builds its plans (``_bolts``, ``_plans``)."""
+        template = self._template
+        if template is None:
+            return None
+        repointed = template.replan.over(read.batch)
+        if repointed is None:
+            return None
+        inputs = [LazyInputs(given, repointed) for given in template.inputs]
+        collects = [{n: repointed.frame(f) for n, f in plan.items()} for plan in template.collects]
+        books = None
+        if template.books is not None:
+            books = template.books.replanned(
+                attempt.txid, read.ids, read.batch, self._locate(attempt, batch), repointed
+            )
+        return inputs, collects, books
+
+    def _keep(
+        self,
+        batch: Any,
+        inputs: list[Inputs],
+        collects: list[Inputs],
+        books: AttemptLedger | None,
+    ) -> None:
+        """The attempt's plans kept as the template later attempts re-point; if Spark
+        would not re-point them all (``Engine.replan``), every attempt builds its own."""
+        frames = [f for part in (*inputs, *collects) for f in part.values()]
+        if books is not None:
+            frames += books.frames()
+        observed = books.observed() if books is not None else []
+        replan = self.engine.replan(frames, batch, observed)
+        if replan is None:
+            self.plans_once = False
+            log.info(kv("plans_built_each_txid", reason="Spark cannot re-point them"))
+            return
+        self._template = _Template(replan, inputs, collects, books)
+
+    def _plans(
         self,
         attempt: TransactionAttempt,
         streams: dict[tuple[str, str], Any],
-        made: list[Any],
         plans: Plans,
         books: AttemptLedger | None = None,
-    ) -> list[Any]:
-        """Every committer's ``collect_plan`` collected together, then each one's
-        ``prepare_collected``; ``prepare`` for a committer that collects nothing."""
+    ) -> tuple[list[Inputs], list[Inputs]]:
+        """Each committer's inputs, and its ``collect_plan`` (checked)."""
         nodes = self.topology.committers
         if books is not None:
             read = {ref: books.committer_input(ref, streams[ref]) for ref in self.terminal}
             streams = {**streams, **read}
         inputs = [{k: streams[ref] for k, ref in node.inputs.items()} for node in nodes]
-        makers = [
-            Maker("committer", contracts.component("committer", node.name, node.committer))
-            for node in nodes
-        ]
         collects = []
-        for node, given, maker in zip(nodes, inputs, makers, strict=True):
+        for node, given in zip(nodes, inputs, strict=True):
+            maker = self._maker(node)
             with plans.calling(maker):
                 plan = node.committer.collect_plan(attempt, given)
                 plan = contracts.collect_plan(plan, self.engine.is_frame, maker.who, attempt.txid)
             plans.add(maker, plan.values())
-            collects.append(plan)
+            collects.append(dict(plan))
+        return inputs, collects
+
+    @staticmethod
+    def _maker(node: Any) -> Maker:
+        return Maker("committer", contracts.component("committer", node.name, node.committer))
+
+    def _prepared(
+        self,
+        attempt: TransactionAttempt,
+        inputs: Sequence[Mapping[str, Any]],
+        collects: list[Inputs],
+        made: list[Any],
+        plans: Plans,
+    ) -> list[Any]:
+        """Every committer's ``collect_plan`` collected together, then each one's
+        ``prepare_collected``; ``prepare`` for a committer that collects nothing."""
+        nodes = self.topology.committers
         fused = {
             (n, name): frame for n, plan in enumerate(collects) for name, frame in plan.items()
         }
@@ -315,7 +407,7 @@ class Pipeline:
         collected = self.engine.collect(fused) if fused else {}
         prepared = []
         for n, (node, given, plan) in enumerate(zip(nodes, inputs, collects, strict=True)):
-            with plans.calling(makers[n]):
+            with plans.calling(self._maker(node)):
                 if not plan:
                     prepared.append(node.committer.prepare(attempt, given))
                     continue

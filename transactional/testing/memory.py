@@ -96,6 +96,10 @@ class InMemoryEngine:
     def jobs(self, group: str) -> int | None:
         return None
 
+    def replan(self, frames: Sequence[Any], was: Any, observed: Sequence[Any] = ()) -> None:
+        """None: lists hold rows, not plans; every attempt builds its own."""
+        return None
+
     def mark(self) -> int:
         return 0
 
