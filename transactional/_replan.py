@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, Observation, SparkSession
 
 #: The leaf of a batch ``materialise`` returns: the lazy checkpoint's relation.
@@ -59,14 +60,31 @@ class Replan:
         #: analyser gives one side of a union (or a join) of the batch with itself
         #: attributes of its own, so there may be several.
         self.leaves = leaves
-        #: The observations to rename: the template's ``CollectMetrics`` nodes, each
-        #: with its fields as ``makeCopy`` takes them (the first, its name, set anew).
+        #: The observations to rename: the template's ``CollectMetrics`` nodes.
         self.observed = [frame._jdf.logicalPlan() for frame in observed]
         #: Each observed frame's place in ``observed``, by the frame (which it keeps).
         self._places = {id(frame): place for place, frame in enumerate(observed)}
         self._frames = list(observed)
-        self._fields = [self._array(_fields(node)) for node in self.observed]
         self._ids = [int(node.dataframeId()) for node in self.observed]
+        #: Every form of each observation the frames hold (the analyser rewrites one
+        #: side of a union of frames that share attributes, its observations with it),
+        #: with its place in ``observed`` and its fields as ``makeCopy`` takes them
+        #: (the first, its name, set anew for each attempt).
+        self.variants: list[tuple[int, Any, Any]] = []
+
+    def _find_variants(self, plans: Sequence[Any]) -> None:
+        places = {str(node.name()): place for place, node in enumerate(self.observed)}
+        found: dict[str, list[Any]] = {}
+        for plan in plans:
+            for node in _observations_in(plan, places):
+                same = found.setdefault(str(node.name()), [])
+                if not any(node.equals(other) for other in same):
+                    same.append(node)
+        self.variants = [
+            (places[name], node, self._array(_fields(node)))
+            for name, nodes in found.items()
+            for node in nodes
+        ]
 
     @classmethod
     def of(
@@ -100,11 +118,17 @@ class Replan:
                     return None
                 leaves.setdefault(str(leaf.output().toString()), leaf)
         replan = cls(spark, chain, list(leaves.values()), observed)
+        replan._find_variants([*plans, *replan.observed])
         try:
             stand_in = spark.range(0)._jdf.queryExecution().toRdd()
-            rule = replan._rule(stand_in, ())
+            trial = [f"trial-{uuid.uuid4().hex}" for _ in replan.observed]
+            rule = replan._rule(stand_in, trial)
+            olds = [str(node.name()) for node in replan.observed]
             for plan in plans:
-                if any(rdd == gone for _, rdd in _relations(plan.transformDown(rule))):
+                tried = plan.transformDown(rule)
+                if any(rdd == gone for _, rdd in _relations(tried)):
+                    return None
+                if _observations_in(tried, olds):  # an observation it did not rename
                     return None
         except Py4JError:
             return None
@@ -130,8 +154,8 @@ class Replan:
 
     def _rule(self, rdd: Any, names: Sequence[str]) -> Any:
         """The map ``transformDown`` applies: each of ``leaves`` to a relation of the
-        same attributes over ``rdd``; each observation to one named as ``names`` says
-        (none: the observations are left as they are).
+        same attributes over ``rdd``; each form of each observation to one named as
+        ``names`` says (by its place in ``observed``).
 
         The new relation claims no partitioning, ordering, statistics or constraints:
         the template's describe the template's rows (the coalesce above it sets the
@@ -143,9 +167,9 @@ class Replan:
             leaf: self._relation(leaf.output(), rdd, unknown, nil, False, none, session, none, none)
             for leaf in self.leaves
         }
-        for node, fields, name in zip(self.observed, self._fields, names, strict=False):
+        for place, node, fields in self.variants:
             with self._lock:  # the fields are shared by the attempts in flight
-                fields[0] = name  # CollectMetrics' first field: its name
+                fields[0] = names[place]  # CollectMetrics' first field: its name
                 rules[node] = node.makeCopy(fields)
         return jvm.PythonUtils.toScalaMap(rules)
 
@@ -246,6 +270,20 @@ class LazyInputs(Mapping[str, Any]):
         return len(self._templates)
 
 
+def _observations_in(plan: Any, names: Container[str]) -> list[Any]:
+    """The ``CollectMetrics`` nodes of ``plan`` whose name is in ``names`` (every node
+    visited: a few round trips each, once per template)."""
+    found = []
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        if str(node.nodeName()) == "CollectMetrics" and str(node.name()) in names:
+            found.append(node)
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return found
+
+
 def _fields(node: Any) -> list[Any]:
     """A plan node's fields, as ``makeCopy`` takes them."""
     return [node.productElement(i) for i in range(node.productArity())]
@@ -289,3 +327,64 @@ def _relations(plan: Any) -> list[tuple[Any, int]]:
         if str(leaf.nodeName()) == KEPT_LEAF:
             found.append((leaf, int(leaf.rdd().id())))
     return found
+
+
+#: The column of a fused frame that says which frame a row is of.
+TAG = "__transactional_frame"
+
+
+class Fused:
+    """Frames collected by one Spark job instead of one each (``frames``, by key): the
+    union of them, each row tagged with its frame's place and holding its columns under
+    names of its own, the other frames' null. Built once, over a template's frames, and
+    re-pointed with them: only for batches of one task, where a job costs more than the
+    rows (a large batch's union of shuffled frames took three times as long as its
+    frames one by one: benchmarks/analysis.md)."""
+
+    def __init__(self, frames: Mapping[Any, DataFrame]) -> None:
+        from pyspark.sql import functions as F
+
+        self.keys = list(frames)
+        fields = [
+            (place, column, field)
+            for place, frame in enumerate(frames.values())
+            for column, field in enumerate(frame.schema.fields)
+        ]
+        self.names = {
+            place: [(f"c{place}_{column}", field.name) for p, column, field in fields if p == place]
+            for place in range(len(self.keys))
+        }
+        parts = []
+        for place, frame in enumerate(frames.values()):
+            columns = [F.lit(place).alias(TAG)]
+            for p, column, field in fields:
+                name = f"c{p}_{column}"
+                if p == place:
+                    columns.append(F.col(f"`{field.name}`").alias(name))
+                else:
+                    columns.append(F.lit(None).cast(field.dataType).alias(name))
+            parts.append(frame.select(*columns))
+        union = parts[0]
+        for part in parts[1:]:
+            union = union.union(part)
+        self.frame = union
+
+    def split(self, table: pa.Table, schemas: Mapping[Any, pa.Schema]) -> dict[Any, pa.Table]:
+        """The fused frame's collected ``table`` as each frame's own, in the schema its
+        own collect gave it (``schemas``: a union makes every column nullable)."""
+        import pyarrow.compute as pc
+
+        tags = table.column(TAG)
+        split = {}
+        for place, key in enumerate(self.keys):
+            own = table.filter(pc.equal(tags, place))
+            names = self.names[place]
+            own = own.select([name for name, _ in names]).rename_columns([n for _, n in names])
+            split[key] = own.cast(schemas[key])
+        return split
+
+
+def one_task(batch: DataFrame) -> bool:
+    """Whether ``batch`` (``materialise``'s) is coalesced to one task."""
+    chain = _chain(batch._jdf.logicalPlan())
+    return chain is not None and (COALESCE, 1) in _shape(chain)

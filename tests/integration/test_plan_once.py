@@ -4,6 +4,7 @@ while every batch is still counted from its own rows."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from tests.integration.test_ledger import (
     harness,
     recounts,
 )
+from tests.integration.test_runner_spark import spark_jobs
 from tests.integration.topologies import TOTAL, PlannedOnceBolt, RangeSpout, expected_counts
 from transactional import (
     BatchConfigurationError,
@@ -31,7 +33,9 @@ from transactional import (
     TopologyBuilder,
     TransactionalRunner,
 )
+from transactional._replan import Fused
 from transactional.engine import SparkEngine
+from transactional.ledger import Tap
 from transactional.testing import Range
 from transactional.types import TransactionAttempt
 
@@ -192,6 +196,9 @@ def test_an_accounting_bolt_planned_once_balances_every_txid_from_its_own_rows(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     recounted = recounts(monkeypatch)
+    counted: list[Any] = []
+    exact = Tap.exact
+    monkeypatch.setattr(Tap, "exact", lambda tap: counted.append(tap) or exact(tap))
     BalancedOnce.calls = 0
     sink = PlannedRows()
     run = ledger_run(spark, tmp_path, BalancedOnce(), sink)
@@ -199,7 +206,10 @@ def test_an_accounting_bolt_planned_once_balances_every_txid_from_its_own_rows(
     assert run.stats.failures == 0 and sink.last_txid == LEDGER_TOTAL // LEDGER_BATCH
     assert BalancedOnce.calls == 1
     assert_balanced(sink, LEDGER_TOTAL)
-    assert recounted == []  # every txid balanced from its own observations
+    # Every txid balanced from its own observations, each completed by the job that
+    # collected its stream (the two streams by one job: a union, whose analysis
+    # rewrites one side's observation), none counted by a job of its own.
+    assert recounted == [] and counted == []
 
 
 def test_a_record_lost_by_a_bolt_planned_once_fails_the_txid_that_held_it(
@@ -226,3 +236,77 @@ def test_a_plan_over_a_checkpoint_of_its_own_is_built_anew(spark: Any) -> None:
     was = kept(engine, [1, 2, 3])
     own = was.where(F.col("n") > 1).localCheckpoint()
     assert engine.replan([own.select("n")], was) is None
+
+
+def test_fused_frames_split_back_to_what_their_own_jobs_collect(spark: Any) -> None:
+    engine = SparkEngine(spark)
+    batch = kept(engine, [1, 2, 2, 7])
+    frames = {
+        (0, "sums"): batch.groupBy("n").agg(F.count("*").alias("c")),  # c: not nullable
+        (0, "names"): batch.select(F.concat(F.lit("n"), F.col("n").cast("string")).alias("s")),
+        (1, "none"): batch.where(F.col("n") > 100).select("n"),
+    }
+    own = engine.collect(frames)
+    fused = Fused(frames)
+    table = engine.collect({None: fused.frame})[None]
+    split = fused.split(table, {key: got.schema for key, got in own.items()})
+
+    assert set(split) == set(own)
+    for key, got in own.items():
+        assert split[key].schema == got.schema
+        assert sorted(split[key].to_pylist(), key=str) == sorted(got.to_pylist(), key=str)
+    assert sorted(r["c"] for r in split[(0, "sums")].to_pylist()) == [1, 1, 2]
+
+
+class CountsAndBad(Bolt):
+    """Numbers counted by remainder mod 7, multiples of 13 sent to dead letters; plans
+    once."""
+
+    outputs = ("default", "bad")
+    plan_once = True
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> dict[str, DataFrame]:
+        bad = F.col("id") % 13 == 0
+        key = F.concat(F.lit("k"), (F.col("id") % 7).cast("string")).alias("key")
+        return {
+            "default": batch.where(~bad)
+            .select(key)
+            .groupBy("key")
+            .agg(F.count("*").alias("count")),
+            "bad": batch.where(bad).select(
+                F.col("id").cast("string").alias("raw"), F.lit("thirteen").alias("reason")
+            ),
+        }
+
+
+def test_a_small_batchs_collects_are_one_spark_job_and_exact(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    committer = RedisCommitter(
+        redis_url, {"default": CounterTable("counts", ("key",))}, dead_letters="bad"
+    )
+    topology = (
+        TopologyBuilder()
+        .set_spout(RangeSpout())
+        .set_bolt("count", CountsAndBad())
+        .set_committer("sink", committer, {"default": "count:default", "bad": "count:bad"})
+        .build()
+    )
+    config = RunnerConfig(topology_id="fused", max_pending=1)
+    store = SQLiteStateStore(tmp_path / "state.db")
+    stats = TransactionalRunner(topology, store, spark, config).run(until_drained=True)
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    expected = Counter(f"k{n % 7}" for n in range(TOTAL) if n % 13)
+    assert {k: int(v) for k, v in client.hgetall("counts").items()} == expected
+    letters = [json.loads(x) for x in client.lrange("dead_letters", 0, -1)]
+    assert sorted(int(x["raw"]) for x in letters) == [n for n in range(TOTAL) if n % 13 == 0]
+    # Spark's own record of each txid's jobs (its status store, settled): the first
+    # materialises and collects its two frames by a job each; the later ones, their
+    # plans re-pointed, collect both by one.
+    jobs: Counter[int] = Counter()
+    for _, description in spark_jobs(spark):
+        if description is not None and description.startswith("fused "):
+            jobs[int(description.split(" ")[1].removeprefix("txid="))] += 1
+    assert stats.committed_txids == TOTAL // 100
+    assert jobs == {1: 3, **{txid: 2 for txid in range(2, TOTAL // 100 + 1)}}

@@ -8,6 +8,11 @@ dead letters) come to the driver as Arrow (``Engine.collect``: a job each, readi
 kept batch, not the source). Every value a bolt or a
 committer hands back is checked against its contract (``transactional.contracts``).
 
+When every bolt and committer plans once (``Bolt.plan_once``), the first attempt's
+plans are kept (``_Template``) and later attempts re-point them instead of calling
+the components (``transactional._replan``; a small batch's collect frames then by one
+job): docs/architecture.md, "Plans built once".
+
 With the ledger on (``transactional.ledger``), the batch's records get their ids in
 the materialise job, each bolt is given what it may see (its input with the ids if it
 accounts, without the ledger's columns if not), each committer a checked bolt's stream
@@ -26,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from transactional import contracts
-from transactional._replan import LazyInputs
+from transactional._replan import Fused, LazyInputs, one_task
 from transactional.bolt import DEFAULT_STREAM
 from transactional.engine import Digest, Engine, Materialised
 from transactional.errors import SparkAnalysisError
@@ -112,6 +117,11 @@ class Plans:
         return refusal(exc, maker)
 
 
+def _collect_frames(collects: Sequence[Inputs]) -> dict[tuple[int, str], Any]:
+    """Every committer's collect plans, by ``(committer, name)``."""
+    return {(n, name): frame for n, plan in enumerate(collects) for name, frame in plan.items()}
+
+
 def refusal(exc: Exception, maker: Maker | None) -> Exception:
     """``exc`` as ``maker``'s ``SparkAnalysisError`` if it is an analysis error
     (``SparkAnalysisError.classify``) and ``maker`` a component; else ``exc`` itself:
@@ -162,6 +172,9 @@ class _Template:
     inputs: list[Inputs]
     collects: list[Inputs]
     books: AttemptLedger | None
+    #: The collect plans as one frame, and each one's Arrow schema (None: one job each).
+    fused: Fused | None = None
+    schemas: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -269,22 +282,23 @@ class Pipeline:
         step("process")
         built = self._replanned(attempt, read, batch)
         template = built is None and self.plans_once
+        fused = None
         if built is None:
             books = self._ledger(attempt, read, batch)
             streams = self._bolts(attempt, read.batch, made, plans, books)
             inputs, collects = self._plans(attempt, streams, plans, books)
         else:
-            inputs, collects, books = built
+            inputs, collects, books, fused = built
         self.faults.check(FaultPoint.PROCESS, attempt, batch.number)
         self.measure(attempt, "process", began)
         began = time.perf_counter()
         step("prepare")
-        prepared = self._prepared(attempt, inputs, collects, made, plans)
+        prepared, collected = self._prepared(attempt, inputs, collects, made, plans, fused)
         if books is not None:
             step("ledger")  # jobs only for what no committer read, or a recount
             books.check()
         if template:
-            self._keep(read.batch, inputs, collects, books)
+            self._keep(read.batch, inputs, collects, books, collected)
         self.measure(attempt, "prepare", began)
         groupable = all(
             node.committer.groupable(p)
@@ -323,10 +337,11 @@ class Pipeline:
 
     def _replanned(
         self, attempt: TransactionAttempt, read: Materialised, batch: Batch
-    ) -> tuple[list[Any], list[Inputs], AttemptLedger | None] | None:
+    ) -> tuple[list[Any], list[Inputs], AttemptLedger | None, Any] | None:
         """The template's committer inputs, collect plans and books re-pointed at the
-        attempt's batch (``Engine.replan``); None: there is none, or it does not fit the
-        batch, and the attempt builds its plans (``_bolts``, ``_plans``)."""
+        attempt's batch (``Engine.replan``), and its fused collect plans (None: one job
+        each); None: there is no template, or it does not fit the batch, and the attempt
+        builds its plans (``_bolts``, ``_plans``)."""
         template = self._template
         if template is None:
             return None
@@ -340,7 +355,10 @@ class Pipeline:
             books = template.books.replanned(
                 attempt.txid, read.ids, read.batch, self._locate(attempt, batch), repointed
             )
-        return inputs, collects, books
+        fused = None
+        if template.fused is not None:
+            fused = (repointed.frame(template.fused.frame), template.fused, template.schemas)
+        return inputs, collects, books, fused
 
     def _keep(
         self,
@@ -348,19 +366,28 @@ class Pipeline:
         inputs: list[Inputs],
         collects: list[Inputs],
         books: AttemptLedger | None,
+        collected: Mapping[Any, Any],
     ) -> None:
         """The attempt's plans kept as the template later attempts re-point; if Spark
-        would not re-point them all (``Engine.replan``), every attempt builds its own."""
+        would not re-point them all (``Engine.replan``), every attempt builds its own.
+        The collect plans of a batch of one task are also kept as one frame (``Fused``):
+        one job for all of them, in the schemas their own jobs gave (``collected``)."""
         frames = [f for part in (*inputs, *collects) for f in part.values()]
         if books is not None:
             frames += books.frames()
+        fused = None
+        plans = _collect_frames(collects)
+        if len(plans) > 1 and one_task(batch):
+            fused = Fused(plans)
+            frames.append(fused.frame)
         observed = books.observed() if books is not None else []
         replan = self.engine.replan(frames, batch, observed)
         if replan is None:
             self.plans_once = False
             log.info(kv("plans_built_each_txid", reason="Spark cannot re-point them"))
             return
-        self._template = _Template(replan, inputs, collects, books)
+        schemas = {key: collected[key].schema for key in plans} if fused is not None else {}
+        self._template = _Template(replan, inputs, collects, books, fused, schemas)
 
     def _plans(
         self,
@@ -396,15 +423,21 @@ class Pipeline:
         collects: list[Inputs],
         made: list[Any],
         plans: Plans,
-    ) -> list[Any]:
-        """Every committer's ``collect_plan`` collected together, then each one's
-        ``prepare_collected``; ``prepare`` for a committer that collects nothing."""
+        fused: tuple[Any, Fused, dict[Any, Any]] | None = None,
+    ) -> tuple[list[Any], dict[Any, Any]]:
+        """Every committer's ``collect_plan`` collected together (by one job when
+        ``fused``: the frame, how to split it, each part's schema), then each one's
+        ``prepare_collected``; ``prepare`` for a committer that collects nothing. Also
+        what was collected, by ``(committer, name)``."""
         nodes = self.topology.committers
-        fused = {
-            (n, name): frame for n, plan in enumerate(collects) for name, frame in plan.items()
-        }
-        made.extend(fused.values())
-        collected = self.engine.collect(fused) if fused else {}
+        frames = _collect_frames(collects)
+        if fused is not None:
+            frame, split, schemas = fused
+            made.append(frame)
+            collected = split.split(self.engine.collect({None: frame})[None], schemas)
+        else:
+            made.extend(frames.values())
+            collected = self.engine.collect(frames) if frames else {}
         prepared = []
         for n, (node, given, plan) in enumerate(zip(nodes, inputs, collects, strict=True)):
             with plans.calling(self._maker(node)):
@@ -413,7 +446,7 @@ class Pipeline:
                     continue
                 own = {name: collected[(n, name)] for name in plan}
                 prepared.append(node.committer.prepare_collected(attempt, given, own))
-        return prepared
+        return prepared, collected
 
     def _bolts(
         self,
