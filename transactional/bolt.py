@@ -47,9 +47,9 @@ class Bolt(ABC):
     #: (the time, a random number, a table re-read on the driver). The runner may then
     #: call them once and run their plan again over each later batch, as Structured
     #: Streaming re-plans one query per micro-batch, instead of building it through
-    #: py4j every txid (about 30 ms less a small txid: "Plans built once" in
+    #: py4j every txid (about 50 ms less a small txid: "Plans built once" in
     #: docs/concepts/topologies.md). Only when every bolt and committer of the topology
-    #: says so, on a classic session, and with no bolt accounting through the ledger.
+    #: says so, on a classic session; the ledger checks every txid either way.
     plan_once: ClassVar[bool] = False
 
     @abstractmethod

@@ -349,7 +349,12 @@ class Pipeline:
         if repointed is None:
             return None
         inputs = [LazyInputs(given, repointed) for given in template.inputs]
-        collects = [{n: repointed.frame(f) for n, f in plan.items()} for plan in template.collects]
+        if template.fused is None:
+            collects = [
+                {n: repointed.frame(f) for n, f in plan.items()} for plan in template.collects
+            ]
+        else:  # only the fused frame is collected: the plans' names are what is used
+            collects = [dict.fromkeys(plan) for plan in template.collects]
         books = None
         if template.books is not None:
             books = template.books.replanned(
@@ -430,12 +435,12 @@ class Pipeline:
         ``prepare_collected``; ``prepare`` for a committer that collects nothing. Also
         what was collected, by ``(committer, name)``."""
         nodes = self.topology.committers
-        frames = _collect_frames(collects)
         if fused is not None:
             frame, split, schemas = fused
             made.append(frame)
             collected = split.split(self.engine.collect({None: frame})[None], schemas)
         else:
+            frames = _collect_frames(collects)
             made.extend(frames.values())
             collected = self.engine.collect(frames) if frames else {}
         prepared = []
