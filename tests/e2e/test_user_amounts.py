@@ -1,7 +1,8 @@
 """A user's topology with fractional sums and aggregate states (``tests/e2e/amounts.py``),
 over the library's sources (CSV or Parquet files, Redis Streams, a Delta table), through
 ``transactional run`` into Redis and Delta: killed at a crash point, run again, and the
-sums, counts, minimums, maximums and last values are exact, against answers computed
+sums, counts, minimums, maximums and last values are exact (its bolt plans once, so
+each run re-points the plans it kept at its later batches, a replay's too), against answers computed
 here with ``math.fsum`` and ``decimal``; every record that does not fit the schema is in
 the dead letters once; ``transactional query`` reads the states back."""
 
@@ -180,6 +181,7 @@ def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
         "AMOUNTS_REDIS_URL": redis_url,
         "AMOUNTS_DELTA": str(tmp_path / "delta"),
         "AMOUNTS_BATCH": "4",
+        "AMOUNTS_CALLS": str(tmp_path / "calls"),
         **settings,
     }
     args = [
@@ -195,9 +197,21 @@ def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert f"crash_at point={crash.split(':')[0]} txid={crash.split(':')[1]}" in killed.stderr
 
-    done = run(args, environ)
+    # The bolt plans once. The killed run, two txids in flight (the default), asked it
+    # for the warm-up's sample (a source that has one) and txids 1 and 2, which began
+    # before any plans were kept, and re-pointed those at every later txid. The rerun,
+    # one in flight, asks for its first txid, the one the crash cut, and re-points the
+    # plans at the txids the input holds past it.
+    before = calls(tmp_path / "calls")
+    done = run([*args, "--max-pending", "1"], environ)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("committed ")
+    crashed = int(crash.split(":")[1])
+    txids = 3 if format == "delta" else -(-max(len(p) for p in partitions) // 4)
+    assert txids > crashed
+    warm = [] if format == "stream" else [0]
+    assert sorted(before) == [*warm, 1, 2]
+    assert calls(tmp_path / "calls")[len(before) :] == [*warm, crashed]
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     stored = {k: float(v) for k, v in client.hgetall("balances").items()}
@@ -254,6 +268,11 @@ def test_fractional_sums_are_exact_through_a_crash_and_a_rerun(
             *[([a], format_decimal(last[a])) for a in accounts],
             (["acct-404"], None),
         ]
+
+
+def calls(path: Path) -> list[int]:
+    """The txids the topology's bolt was called for, in order (``AMOUNTS_CALLS``)."""
+    return [int(line) for line in path.read_text().split()]
 
 
 def format_decimal(value: Decimal) -> str:

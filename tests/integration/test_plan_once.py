@@ -35,6 +35,8 @@ from transactional import (
 )
 from transactional._replan import Fused
 from transactional.engine import SparkEngine
+from transactional.errors import InjectedFault
+from transactional.faults import FaultPoint
 from transactional.ledger import Tap
 from transactional.testing import Range
 from transactional.types import TransactionAttempt
@@ -115,7 +117,14 @@ class LateIntSpout(RangeSpout):
         return frame.select(F.col("id").cast("int")) if attempt.txid >= self.switch else frame
 
 
-def run(spark: Any, redis_url: str, tmp_path: Path, spout: RangeSpout) -> tuple[Any, int]:
+def run(
+    spark: Any,
+    redis_url: str,
+    tmp_path: Path,
+    spout: RangeSpout,
+    faults: Any = None,
+    expected: dict[str, int] | None = None,
+) -> tuple[Any, int]:
     bolt = PlannedOnceBolt()
     committer = RedisCommitter(redis_url, {"default": CounterTable("buckets", ("key",))})
     topology = (
@@ -127,9 +136,11 @@ def run(spark: Any, redis_url: str, tmp_path: Path, spout: RangeSpout) -> tuple[
     )
     store = SQLiteStateStore(tmp_path / "state.db")
     config = RunnerConfig(topology_id="once", max_pending=1)  # one attempt builds the plans
-    stats = TransactionalRunner(topology, store, spark, config).run(until_drained=True)
+    runner = TransactionalRunner(topology, store, spark, config, faults=faults)
+    stats = runner.run(until_drained=True)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    assert {k: int(v) for k, v in client.hgetall("buckets").items()} == expected_counts()
+    stored = {k: int(v) for k, v in client.hgetall("buckets").items()}
+    assert stored == (expected or expected_counts())
     return stats, bolt.calls
 
 
@@ -145,6 +156,41 @@ def test_a_batch_of_another_schema_has_its_plans_built_anew_and_kept(
 ) -> None:
     stats, calls = run(spark, redis_url, tmp_path, LateIntSpout(switch=3))
     assert stats.committed_txids == TOTAL // 100 and calls == 2
+
+
+#: The protocol's steps in the order an attempt meets them, but the one between two
+#: committers: these topologies have one.
+STEPS = [point for point in FaultPoint if point is not FaultPoint.BETWEEN_COMMITTERS]
+
+
+class FailsAtEachStep:
+    """An exception on the first attempt of txids 2 to 7, each at another step of
+    ``STEPS``; each raise recorded here."""
+
+    def __init__(self) -> None:
+        self.fired: list[tuple[FaultPoint, int]] = []
+
+    def check(self, point: FaultPoint, attempt: TransactionAttempt, number: int) -> None:
+        planned = STEPS[attempt.txid - 2] if 2 <= attempt.txid < 2 + len(STEPS) else None
+        if number == 1 and point is planned:
+            self.fired.append((point, attempt.txid))
+            raise InjectedFault(f"injected at {point.value} of txid {attempt.txid}")
+
+
+def test_attempts_failed_at_every_step_are_retried_over_re_pointed_plans_exactly(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """After a failure at any step, the txid's next attempt reads its batch anew and
+    re-points the plans kept by txid 1: the bolt is still asked once, and the sink holds
+    every number once (a failure after the sink's write is a replay it skips)."""
+    total = 100 * (len(STEPS) + 2)  # txid 1 keeps the plans; 2..7 fail; 8 runs clean
+    faults = FailsAtEachStep()
+    expected = dict(Counter(f"k{n % 7}" for n in range(total)))
+    stats, calls = run(spark, redis_url, tmp_path, RangeSpout(total), faults, expected)
+    assert faults.fired == [(point, txid) for txid, point in enumerate(STEPS, start=2)]
+    # A failure after the store's advance fails the txid's cleanup, not the txid.
+    assert stats.committed_txids == total // 100 and stats.failures == len(STEPS) - 1
+    assert calls == 1
 
 
 # The record ledger over plans built once: the books of a later attempt are the first
