@@ -48,13 +48,15 @@ class Replan:
         self.spark = spark
         self.schema = chain[0].schema()
         self.shape = _shape(chain)
+        #: The kept relation's schema, and whether the batch observes it (``Pending``):
+        #: a later batch of that schema may then be given as its kept relation alone.
+        self.kept_schema = chain[-1].schema()
+        self.observes = any(kind == "CollectMetrics" for kind, _ in self.shape)
         jvm: Any = spark._jvm
         self._relation = getattr(jvm, "org.apache.spark.sql.execution.LogicalRDD")
         self._unknown = getattr(jvm, f"{_PHYSICAL}.UnknownPartitioning")
         self._nil = getattr(getattr(jvm, "scala.collection.immutable.Nil$"), "MODULE$")
         self._none = getattr(getattr(jvm, "scala.None$"), "MODULE$")
-        self._observation_class = getattr(jvm, "org.apache.spark.sql.Observation")
-        self._observations = spark._jsparkSession.observationManager()
         self._lock = threading.Lock()
         #: Every relation over the template batch's rows, as the frames hold it: the
         #: analyser gives one side of a union (or a join) of the batch with itself
@@ -134,22 +136,30 @@ class Replan:
             return None
         return replan
 
-    def over(self, now: DataFrame) -> Repointed | None:
+    def over(self, now: DataFrame, kept: bool = False) -> Repointed | None:
         """The frames re-pointed at ``now`` (as each is asked for); None: ``now`` is not
         a batch of the same schema and shape (its coalesce's partition count among it),
-        and the attempt builds its plans anew."""
+        and the attempt builds its plans anew. ``kept``: ``now`` is a kept relation
+        alone (``Pending.kept``), to stand where the template's observed, one-task batch
+        stood on its own."""
         plan = now._jdf.logicalPlan()
-        if not self.schema.equals(plan.schema()):
-            return None
-        chain = _chain(plan)
-        if chain is None or _shape(chain) != self.shape or not _kept_leaf(chain[-1]):
-            return None
+        if kept:
+            if not (self.observes and _kept_leaf(plan) and self.kept_schema.equals(plan.schema())):
+                return None
+            leaf = plan
+        else:
+            if not self.schema.equals(plan.schema()):
+                return None
+            chain = _chain(plan)
+            if chain is None or _shape(chain) != self.shape or not _kept_leaf(chain[-1]):
+                return None
+            leaf = chain[-1]
         names = [f"ledger-{uuid.uuid4().hex}" for _ in self.observed]
         observations = {
             place: self._observation(name, dataframe)
             for place, (name, dataframe) in enumerate(zip(names, self._ids, strict=True))
         }
-        rule = self._rule(chain[-1].rdd(), names)
+        rule = self._rule(leaf.rdd(), names)
         return Repointed(self.spark, rule, observations, self._places)
 
     def _rule(self, rdd: Any, names: Sequence[str]) -> Any:
@@ -182,16 +192,21 @@ class Replan:
         return array
 
     def _observation(self, name: str, dataframe: int) -> Observation:
-        """A PySpark ``Observation`` of ``name`` that the session completes when a query
-        holding the ``CollectMetrics`` of that name and ``dataframe`` id ends, as
-        ``DataFrame.observe`` would have registered it."""
-        from pyspark.sql import Observation
+        return observation_of(self.spark, name, dataframe)
 
-        observation = Observation(name)
-        observation._jvm = self.spark._jvm
-        observation._jo = self._observation_class(name)
-        self._observations.register(observation._jo, dataframe)
-        return observation
+
+def observation_of(spark: SparkSession, name: str, dataframe: int) -> Observation:
+    """A PySpark ``Observation`` of ``name`` that the session completes when a query
+    holding the ``CollectMetrics`` of that name and ``dataframe`` id ends, as
+    ``DataFrame.observe`` would have registered it."""
+    from pyspark.sql import Observation
+
+    jvm: Any = spark._jvm
+    observation = Observation(name)
+    observation._jvm = jvm
+    observation._jo = getattr(jvm, "org.apache.spark.sql.Observation")(name)
+    spark._jsparkSession.observationManager().register(observation._jo, dataframe)
+    return observation
 
 
 class Repointed:
@@ -388,3 +403,18 @@ def one_task(batch: DataFrame) -> bool:
     """Whether ``batch`` (``materialise``'s) is coalesced to one task."""
     chain = _chain(batch._jdf.logicalPlan())
     return chain is not None and (COALESCE, 1) in _shape(chain)
+
+
+def one_stage(frame: DataFrame) -> bool:
+    """Whether ``frame``'s job is one stage: no exchange (a shuffle or a broadcast) in its
+    physical plan, so that every observation in it is made by the result stage, whose
+    tasks' updates Spark applies once each."""
+    plan = frame._jdf.queryExecution().executedPlan()
+    return "Exchange" not in str(plan.toString())
+
+
+def holds(frame: DataFrame, observed: DataFrame) -> bool:
+    """Whether ``frame``'s plan holds ``observed``'s observation (``observed``'s root is
+    a ``CollectMetrics``)."""
+    name = str(observed._jdf.logicalPlan().name())
+    return bool(_observations_in(frame._jdf.logicalPlan(), {name}))

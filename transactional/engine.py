@@ -4,6 +4,7 @@ machine can be unit-tested with in-memory frames and run on Spark in production.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -12,19 +13,22 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from transactional._replan import Replan
+from transactional._replan import Replan, observation_of
 from transactional.checkpoints import KEPT as _KEPT
 from transactional.checkpoints import checkpoint
 from transactional.columns import prebuilt
 from transactional.connect import is_connect, reopen_if_lost
 from transactional.errors import ContractError
 from transactional.ledger import ID, RecordIds, Tally, check_positions, id_column, id_sums
+from transactional.logfmt import kv
 from transactional.spout import PARTITION_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructField
+
+log = logging.getLogger("transactional.runner")
 
 #: A partition's record count and order-independent content checksum (a decimal string).
 Digest = tuple[int, str]
@@ -41,6 +45,105 @@ class Materialised:
     records: int
     digests: dict[int, Digest] | None = None
     ids: Tally | None = None
+    #: Not yet counted (``materialise``'s ``defer``): ``records``, ``digests`` and
+    #: ``ids`` are known once a job has read the batch (``Pending``), ``batch`` is the
+    #: kept relation and the bolts see ``pending.batch``; None: known.
+    pending: Pending | None = None
+
+
+class Pending:
+    """A batch whose count, digests and tally the first job that reads it observes:
+    the observation sits on the kept batch's relation, in every plan built over the
+    batch, so a plan whose job reads the batch in its result stage (the committers'
+    collects of a small batch, fused: ``transactional._replan.Fused``) needs no job of
+    its own to count it. ``settle`` runs that job where nothing else will.
+
+    The observed batch (``root``, ``batch``) is built when first asked for: an attempt
+    whose plans are re-pointed needs the kept relation alone (``kept``)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        kept: DataFrame,
+        metrics: Callable[[], list[Column]],
+        tagged: bool,
+        decode: Callable[[Any], tuple[int, dict[int, Digest] | None, Tally | None]],
+        done: Callable[[int], None],
+    ) -> None:
+        self.spark = spark
+        #: The batch kept (a lazy checkpoint, not yet stored), unobserved.
+        self.kept = kept
+        #: The tasks that read it (its relation's partitions): a job of one task that
+        #: reads it reads them one after the other, where ``settle``'s job reads them
+        #: side by side.
+        self.tasks = int(kept._jdf.logicalPlan().rdd().getNumPartitions())
+        self._metrics = metrics
+        self._tagged = tagged
+        self._decode = decode
+        self._done = done
+        self._root: DataFrame | None = None
+
+    @property
+    def root(self) -> DataFrame:
+        """The observed kept batch (its plan's root: the ``CollectMetrics``)."""
+        if self._root is None:
+            self._root = self.kept.observe(f"read-{uuid.uuid4().hex}", *self._metrics())
+        return self._root
+
+    @property
+    def batch(self) -> DataFrame:
+        """What the bolts see: ``root``, coalesced to one task (made once)."""
+        if not hasattr(self, "_batch"):
+            root = self.root
+            self._batch = (root.drop(_PARTITION) if self._tagged else root).coalesce(1)
+        return self._batch
+
+    def observation(self) -> Any:
+        """The session's ``Observation`` of ``root``, registered now: a query holding
+        it completes it (one registered for a plan never run would stay registered)."""
+        plan = self.root._jdf.logicalPlan()
+        return observation_of(self.spark, str(plan.name()), int(plan.dataframeId()))
+
+    def settle(self) -> Materialised:
+        """Counted by a job of its own, which reads the batch (and stores it) to the
+        ``noop`` sink, as ``materialise`` does when not deferred."""
+        observation = self.observation()
+        self.root.write.format("noop").mode("overwrite").save()
+        return self.resolve(observation, self.batch)  # root is read whole: always made
+
+    def resolve(self, observation: Any, batch: Any = None) -> Materialised:
+        """The batch counted from ``observation``, which a job that read it completes;
+        ``batch``: what the attempt's plans read (None: ``kept``). Should no query
+        complete it within ``OBSERVED_WAIT_S`` of the job, or complete it empty (Spark
+        drops an observation under a filter it knows keeps nothing), a job of its own
+        counts the batch (``settle``)."""
+        got = _observed_now(self.spark, observation)
+        if got is None:
+            if batch is not None:
+                raise RuntimeError("a batch's own counting job left its observation empty")
+            log.info(kv("batch_counted_apart", reason="the committers' job did not count it"))
+            return self.settle()
+        records, digests, tally = self._decode(got)
+        self._done(records)
+        return Materialised(self.kept if batch is None else batch, records, digests, tally)
+
+
+#: How long ``Pending.resolve`` waits for Spark to complete an observation after the
+#: job that makes it (its listener bus delivers the query's end).
+OBSERVED_WAIT_S = 30.0
+
+
+def _observed_now(spark: SparkSession, observation: Any) -> dict[str, Any] | None:
+    """``observation``'s metrics, once its query has ended (within ``OBSERVED_WAIT_S``);
+    None if it was not completed, or completed without them."""
+    jvm: Any = spark._jvm
+    wait = jvm.scala.concurrent.duration.Duration.apply(int(OBSERVED_WAIT_S * 1000), "ms")
+    try:
+        jvm.scala.concurrent.Await.ready(observation._jo.future(), wait)
+        got = dict(observation.get)
+    except Exception:  # not completed in time, or completed with an empty row
+        return None
+    return got or None
 
 
 class Engine(Protocol):
@@ -52,6 +155,7 @@ class Engine(Protocol):
         digest: bool,
         partitions: int | None = None,
         ids: RecordIds | None = None,
+        defer: bool = False,
     ) -> Materialised: ...
 
     def job_group(self, group: str, txid: int | None = None) -> Any: ...
@@ -123,6 +227,10 @@ class SparkEngine:
     XOR are observed or aggregated beside the count and the digests; the digests leave
     the id column out, so a txid digested with the ledger on and replayed with it off
     (or the reverse) still compares equal.
+
+    Deferred (``defer``, with plans built once), a small batch is returned kept but not
+    read, the same observations ``Pending``: made by the first job that reads it
+    (docs/architecture.md, "Plans built once").
     """
 
     #: The ledger can count this engine's batches (``transactional.ledger``).
@@ -145,21 +253,32 @@ class SparkEngine:
     def _first_pool(spark: SparkSession) -> str | None:
         return pool_defined(spark, FIRST_POOL)
 
+    #: ``materialise`` may defer the count (``Pending``): a classic session's observations
+    #: can be registered for a plan after it is built.
+    defers = True
+
     def materialise(
         self,
         frames: Sequence[DataFrame],
         digest: bool,
         partitions: int | None = None,
         ids: RecordIds | None = None,
+        defer: bool = False,
     ) -> Materialised:
         """``frames``: one frame per partition; or, with ``partitions``, one frame of
         that many partitions, each row tagged with its own in ``PARTITION_COLUMN``.
-        ``ids``: give each record its ledger id (``ledger.ID``) and tally them."""
+        ``ids``: give each record its ledger id (``ledger.ID``) and tally them.
+        ``defer``: a batch expected to be small (the last one was) is returned not yet
+        read, as one task, its count ``Pending``; no job runs here."""
 
         self._place()
         counted = id_sums() if ids is not None else []
         kept: list[DataFrame] = []  # the checkpoint, once made
         try:
+            if defer and self.defers and self._small:
+                pending = self._pending(frames, digest, partitions, ids)
+                if pending is not None:
+                    return Materialised(pending.kept, -1, pending=pending)
             return self._materialise(frames, digest, partitions, ids, counted, kept)
         except BaseException:
             # Its job failed or was cancelled (the attempt superseded or timed out): the
@@ -169,6 +288,80 @@ class SparkEngine:
             with contextlib.suppress(Exception):
                 self.release(kept, -1)
             raise
+
+    def _pending(
+        self,
+        frames: Sequence[DataFrame],
+        digest: bool,
+        partitions: int | None,
+        ids: RecordIds | None,
+    ) -> Pending | None:
+        """The batch kept, to be observed and coalesced to one task, counted by the first
+        job that reads it: the same observations ``_materialise`` makes of a small
+        batch (their columns built once per schema and session), decoded the same way.
+        None: a batch of more partitions than a small batch observes
+        (``OBSERVED_PARTITIONS``)."""
+        from pyspark.sql import functions as F
+
+        decode: Callable[[Any], tuple[int, dict[int, Digest] | None, Tally | None]]
+        tagged = False
+        if not digest:
+            union = _union(frames)
+            if partitions is not None:
+                union = union.drop(_PARTITION)
+            kept = checkpoint(_with_ids(union, ids))
+            form: tuple[Any, ...] = ("count",)
+
+            def build(h: Column | None) -> list[Column]:
+                return [F.count(F.lit(1)).alias("n")]
+
+            def decode(got: Any) -> tuple[int, dict[int, Digest] | None, Tally | None]:
+                return int(got["n"]), None, _tally(got, ids)
+
+        elif partitions is None and len(frames) == 1:
+            kept = checkpoint(_with_ids(frames[0], ids))
+            form = ("one frame",)
+
+            def build(h: Column | None) -> list[Column]:
+                assert h is not None
+                return _digest_sums(h)
+
+            def decode(got: Any) -> tuple[int, dict[int, Digest] | None, Tally | None]:
+                digest_of = _digest(got)
+                return digest_of[0], {0: digest_of}, _tally(got, ids)
+
+        else:
+            if partitions is None:
+                partitions = len(frames)
+                union = _union([f.withColumn(_PARTITION, F.lit(p)) for p, f in enumerate(frames)])
+            else:
+                union = frames[0].withColumn(_PARTITION, F.col(_PARTITION).cast("int"))
+            if partitions > OBSERVED_PARTITIONS:
+                return None
+            kept = checkpoint(_with_ids(union, ids))
+            tagged, count = True, partitions
+            form = ("tagged", count)
+
+            def build(h: Column | None) -> list[Column]:
+                assert h is not None
+                return _digest_metrics(h, count)
+
+            def decode(got: Any) -> tuple[int, dict[int, Digest] | None, Tally | None]:
+                found = _digests_observed(got, count)
+                digests = {p: found.get(p, (0, "0")) for p in range(count)}
+                return sum(n for n, _ in digests.values()), digests, _tally(got, ids)
+
+        def metrics() -> list[Column]:
+            fields = tuple((f.name, f.dataType.simpleString()) for f in kept.schema.fields)
+            key = ("read_metrics", *form, ids is not None, fields)
+            # The row hash is built (and kept) first: ``prebuilt`` does not nest.
+            h = _row_hash(kept.drop(_PARTITION) if tagged else kept) if digest else None
+            return prebuilt(kept, key, lambda: [*build(h), *(id_sums() if ids else [])])
+
+        def done(records: int) -> None:
+            self._small = records <= ROWS_PER_TASK
+
+        return Pending(self.spark, kept, metrics, tagged, decode, done)
 
     def _materialise(
         self,
@@ -189,12 +382,14 @@ class SparkEngine:
             kept.append(batch)
             got = _observed(batch, [F.count(F.lit(1)).alias("n"), *counted])
             records = int(got["n"])
+            self._small = records <= ROWS_PER_TASK
             return Materialised(_few_tasks(batch, records), records, None, _tally(got, ids))
         if partitions is None and len(frames) == 1:
             batch = checkpoint(_with_ids(frames[0], ids))
             kept.append(batch)
             got = _observed(batch, [*_digest_sums(_row_hash(batch)), *counted])
             digest_of = _digest(got)
+            self._small = digest_of[0] <= ROWS_PER_TASK
             return Materialised(
                 _few_tasks(batch, digest_of[0]), digest_of[0], {0: digest_of}, _tally(got, ids)
             )
@@ -382,6 +577,9 @@ class ConnectEngine(SparkEngine):
     def _first_pool(spark: SparkSession) -> str | None:
         return None  # a Connect client cannot set a thread's pool (no py4j)
 
+    #: No deferred count: a Connect client registers no observation for a plan built.
+    defers = False
+
     def replan(
         self, frames: Sequence[DataFrame], was: DataFrame, observed: Sequence[DataFrame] = ()
     ) -> Replan | None:
@@ -529,6 +727,14 @@ def _observed_digests(
     """Each partition's digest (of those with rows), observed while one job writes the
     tagged batch to the ``noop`` sink (``_observed``), with ``extra`` aggregates, and
     what was observed; the same stray tags refused as ``_grouped_digests`` refuses."""
+
+    got = _observed(tagged, [*_digest_metrics(h, partitions), *extra])
+    return _digests_observed(got, partitions), got
+
+
+def _digest_metrics(h: Column, partitions: int) -> list[Column]:
+    """Each partition's ``_digest_sums`` as conditional aggregates on the tag, and the
+    rows tagged with none of them (``strays``, the least such tag ``stray``)."""
     from pyspark.sql import functions as F
 
     tag = F.col(_PARTITION)
@@ -541,19 +747,23 @@ def _observed_digests(
             F.sum(F.when(on, h.bitwiseAND(F.lit(_LOW32)))).alias(f"lo{p}"),
         ]
     stray = tag.isNull() | (tag < 0) | (tag >= partitions)
-    metrics += [
+    return [
+        *metrics,
         F.count(F.when(stray, 1)).alias("strays"),
         F.min(F.when(stray, tag)).alias("stray"),
     ]
-    got = _observed(tagged, [*metrics, *extra])
+
+
+def _digests_observed(got: Any, partitions: int) -> dict[int, Digest]:
+    """The digests of the partitions with rows, from ``_digest_metrics`` observed;
+    stray tags refused."""
     if got["strays"]:
         _refuse_strays([got["stray"]], partitions)
-    found = {
+    return {
         p: _digest({"n": got[f"n{p}"], "hi": got[f"hi{p}"], "lo": got[f"lo{p}"]})
         for p in range(partitions)
         if got[f"n{p}"]
     }
-    return found, got
 
 
 def _digest(got: Any) -> Digest:

@@ -44,8 +44,8 @@ assumption broken costs nothing but the ids' stability across replays; they are
 computed once, in the job that reads and keeps the batch.
 
 **Where it runs, and what it costs.** No Spark job of its own on the way of a txid
-that balances. The batch's ids are counted and XORed in the materialise job
-(``Engine.materialise``). Each stream an accounting bolt hands a committer is observed
+that balances. The batch's ids are counted and XORed in the job that reads the batch
+(``Engine.materialise``'s, or, with plans built once, the committers' one job). Each stream an accounting bolt hands a committer is observed
 (``DataFrame.observe``) where the committer reads it, so its count and XOR, and those
 of the rows dropped on its route (marked in it, or ``drop``'s), come out of the
 committers' own collect jobs. A
@@ -593,7 +593,8 @@ class AttemptLedger:
 
     plan: LedgerPlan
     txid: int
-    #: The batch's tally from the materialise job (None: no ids were given).
+    #: The batch's tally from the job that read it (None: no ids were given, or not yet
+    #: read: the runner sets it before ``check``).
     batch: Tally | None
     #: The materialised batch, with ``ID`` and the spout's position columns: where a
     #: failed check finds what it names.

@@ -187,3 +187,52 @@ def test_a_batch_is_read_once_and_by_one_task_per_rows_per_task(spark: Any) -> N
     assert read.batch.agg(F.sum("r")).collect()[0][0] == first
     big = engine.materialise([spark.range(0, ROWS_PER_TASK + 1, numPartitions=5)], digest=True)
     assert big.batch.rdd.getNumPartitions() == 2
+
+
+@pytest.mark.parametrize("form", ["count", "one frame", "tagged"])
+def test_a_deferred_batch_is_counted_by_the_first_job_that_reads_it(spark: Any, form: str) -> None:
+    """``materialise(defer=True)`` runs no job: the batch comes back observed and as
+    one task, and the first job that reads it (here the committers' collect would)
+    counts and digests it exactly as the materialising job does; ``settle`` is that
+    job, for when nothing else reads it."""
+    first, second = ROWS[:200], ROWS[200:]
+    frames = [spark.createDataFrame(first, SCHEMA)]
+    if form == "tagged":
+        frames.append(spark.createDataFrame(second, SCHEMA))
+    want_records = len(first) + (len(second) if form == "tagged" else 0)
+    want = {0: python_sum(spark, first)}
+    if form == "tagged":
+        want[1] = python_sum(spark, second)
+    digest = form != "count"
+    engine = SparkEngine(spark)
+    with engine.job_group(f"deferred-materialise-{form}"):
+        read = engine.materialise(frames, digest=digest, defer=True)
+    assert read.pending is not None
+    observation = read.pending.observation()
+    with engine.job_group(f"deferred-read-{form}"):
+        rows = read.pending.batch.groupBy("name").count().collect()
+    spark_settled(spark)
+    assert engine.jobs(f"deferred-materialise-{form}") is None
+    assert engine.jobs(f"deferred-read-{form}") == 1
+    assert sum(r["count"] for r in rows) == want_records
+    done = read.pending.resolve(observation)
+    assert done.records == want_records and done.pending is None
+    assert done.digests == (want if digest else None)
+    assert read.pending.batch.rdd.getNumPartitions() == 1
+
+    again = engine.materialise(frames, digest=digest, defer=True)
+    assert again.pending is not None
+    settled = again.pending.settle()
+    assert (settled.records, settled.digests) == (done.records, done.digests)
+    classic = SparkEngine(spark).materialise(frames, digest=digest)
+    assert (classic.records, classic.digests) == (done.records, done.digests)
+
+
+def test_a_batch_is_not_deferred_after_a_large_one_nor_over_many_partitions(spark: Any) -> None:
+    engine = SparkEngine(spark)
+    many = [spark.range(2) for _ in range(17)]  # more than a small batch observes
+    assert engine.materialise(many, digest=True, defer=True).pending is None
+    engine.materialise([spark.range(ROWS_PER_TASK + 1)], digest=False)
+    after = engine.materialise([spark.range(5)], digest=False, defer=True)
+    assert after.pending is None and after.records == 5
+    assert engine.materialise([spark.range(5)], digest=False, defer=True).pending is not None

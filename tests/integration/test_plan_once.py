@@ -5,6 +5,7 @@ while every batch is still counted from its own rows."""
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from pyspark.sql import functions as F
 
 from committers import CounterTable, RedisCommitter
 from coordinators import SQLiteStateStore
+from tests.integration.test_kept_blocks import FailOnce
 from tests.integration.test_ledger import (
     Balanced,
     RowsCommitter,
@@ -34,8 +36,8 @@ from transactional import (
     TransactionalRunner,
 )
 from transactional._replan import Fused
-from transactional.engine import SparkEngine
-from transactional.errors import InjectedFault
+from transactional.engine import ROWS_PER_TASK, SparkEngine
+from transactional.errors import InjectedFault, NondeterministicSpoutError
 from transactional.faults import FaultPoint
 from transactional.ledger import Tap
 from transactional.testing import Range
@@ -124,8 +126,28 @@ def run(
     spout: RangeSpout,
     faults: Any = None,
     expected: dict[str, int] | None = None,
+    bolt: PlannedOnceBolt | None = None,
+    topology_id: str = "once",
 ) -> tuple[Any, int]:
-    bolt = PlannedOnceBolt()
+    bolt = bolt or PlannedOnceBolt()
+    stats = runner_of(spark, redis_url, tmp_path, spout, bolt, faults, topology_id).run(
+        until_drained=True
+    )
+    assert buckets(redis_url) == (expected_counts() if expected is None else expected)
+    return stats, bolt.calls
+
+
+def runner_of(
+    spark: Any,
+    redis_url: str,
+    tmp_path: Path,
+    spout: RangeSpout,
+    bolt: Bolt,
+    faults: Any = None,
+    topology_id: str = "once",
+) -> TransactionalRunner:
+    """``spout`` into ``bolt`` into Redis's ``buckets``, one txid in flight (so one
+    attempt builds the plans)."""
     committer = RedisCommitter(redis_url, {"default": CounterTable("buckets", ("key",))})
     topology = (
         TopologyBuilder()
@@ -135,13 +157,13 @@ def run(
         .build()
     )
     store = SQLiteStateStore(tmp_path / "state.db")
-    config = RunnerConfig(topology_id="once", max_pending=1)  # one attempt builds the plans
-    runner = TransactionalRunner(topology, store, spark, config, faults=faults)
-    stats = runner.run(until_drained=True)
+    config = RunnerConfig(topology_id=topology_id, max_pending=1)
+    return TransactionalRunner(topology, store, spark, config, faults=faults)
+
+
+def buckets(redis_url: str) -> dict[str, int]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    stored = {k: int(v) for k, v in client.hgetall("buckets").items()}
-    assert stored == (expected or expected_counts())
-    return stats, bolt.calls
+    return {k: int(v) for k, v in client.hgetall("buckets").items()}
 
 
 def test_a_bolt_that_plans_once_is_called_once_and_every_batch_counted(
@@ -186,7 +208,7 @@ def test_attempts_failed_at_every_step_are_retried_over_re_pointed_plans_exactly
     total = 100 * (len(STEPS) + 2)  # txid 1 keeps the plans; 2..7 fail; 8 runs clean
     faults = FailsAtEachStep()
     expected = dict(Counter(f"k{n % 7}" for n in range(total)))
-    stats, calls = run(spark, redis_url, tmp_path, RangeSpout(total), faults, expected)
+    stats, calls = run(spark, redis_url, tmp_path, OnePartition(total), faults, expected)
     assert faults.fired == [(point, txid) for txid, point in enumerate(STEPS, start=2)]
     # A failure after the store's advance fails the txid's cleanup, not the txid.
     assert stats.committed_txids == total // 100 and stats.failures == len(STEPS) - 1
@@ -325,20 +347,24 @@ class CountsAndBad(Bolt):
         }
 
 
+@pytest.mark.parametrize("partitions", [1, 2])
 def test_a_small_batchs_collects_are_one_spark_job_and_exact(
-    spark: Any, redis_url: str, tmp_path: Path
+    spark: Any, redis_url: str, tmp_path: Path, partitions: int
 ) -> None:
+    """A batch of one partition is read, counted and collected by one job; one of
+    two is read by a job of its own (its partitions side by side), then collected by
+    one job."""
     committer = RedisCommitter(
         redis_url, {"default": CounterTable("counts", ("key",))}, dead_letters="bad"
     )
     topology = (
         TopologyBuilder()
-        .set_spout(RangeSpout())
+        .set_spout(OnePartition() if partitions == 1 else RangeSpout())
         .set_bolt("count", CountsAndBad())
         .set_committer("sink", committer, {"default": "count:default", "bad": "count:bad"})
         .build()
     )
-    config = RunnerConfig(topology_id="fused", max_pending=1)
+    config = RunnerConfig(topology_id=f"fused{partitions}", max_pending=1)
     store = SQLiteStateStore(tmp_path / "state.db")
     stats = TransactionalRunner(topology, store, spark, config).run(until_drained=True)
 
@@ -349,10 +375,158 @@ def test_a_small_batchs_collects_are_one_spark_job_and_exact(
     assert sorted(int(x["raw"]) for x in letters) == [n for n in range(TOTAL) if n % 13 == 0]
     # Spark's own record of each txid's jobs (its status store, settled): the first
     # materialises and collects its two frames by a job each; the later ones, their
-    # plans re-pointed, collect both by one.
+    # plans re-pointed, read, count and collect the batch by one (two partitions: one
+    # job reads and counts, one collects).
+    jobs = jobs_by_txid(spark, f"fused{partitions}")
+    assert stats.committed_txids == TOTAL // 100
+    assert jobs == {1: 3, **{txid: partitions for txid in range(2, TOTAL // 100 + 1)}}
+
+
+# The batch counted by the committers' one job (``materialise``'s ``defer``): a later
+# attempt whose plans are re-pointed runs one Spark job, which reads the batch, counts
+# and digests it, and collects what the committers need.
+
+
+class OnePartition(RangeSpout):
+    """``RangeSpout`` whose batches are one partition: read by one task either way."""
+
+    def emit_batch(self, attempt: TransactionAttempt, meta: Range) -> DataFrame:
+        return super().emit_batch(attempt, meta).coalesce(1)
+
+
+class SizedSpout(OnePartition):
+    """``RangeSpout`` whose txids hold ``sizes`` numbers each, in order."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        super().__init__(total=sum(sizes))
+        self.sizes = sizes
+
+    def initialize_transaction(self, txid: int, prev_meta: Range | None) -> Range:
+        start = prev_meta.end if prev_meta else 0
+        return Range(start=start, count=self.sizes[txid - 1])
+
+
+class EmptyAt(OnePartition):
+    """``RangeSpout`` whose txid ``empty`` emits no rows the first time (its numbers
+    not there yet): the runner retracts it and decides it again."""
+
+    def __init__(self, empty: int) -> None:
+        super().__init__()
+        self.empty = empty
+        self.emptied = 0
+
+    def emit_batch(self, attempt: TransactionAttempt, meta: Range) -> DataFrame:
+        frame = super().emit_batch(attempt, meta)
+        if attempt.txid != self.empty or self.emptied:
+            return frame
+        self.emptied += 1
+        return frame.where(F.lit(False))
+
+
+def jobs_by_txid(spark: Any, topology_id: str) -> Counter[int]:
+    """Each txid's Spark jobs, from Spark's own record (its status store, settled)."""
     jobs: Counter[int] = Counter()
     for _, description in spark_jobs(spark):
-        if description is not None and description.startswith("fused "):
+        if description is not None and description.startswith(f"{topology_id} "):
             jobs[int(description.split(" ")[1].removeprefix("txid="))] += 1
-    assert stats.committed_txids == TOTAL // 100
-    assert jobs == {1: 3, **{txid: 2 for txid in range(2, TOTAL // 100 + 1)}}
+    return jobs
+
+
+def test_a_batch_larger_than_a_task_counted_in_one_task_is_exact_and_the_next_read_apart(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """Txid 3 is taken to be small, as txid 2 was: read as one task by the committers'
+    job, which counts it. Txid 4, after a large one, is read and counted by a job of its
+    own, in tasks of ``ROWS_PER_TASK``: another shape, so its plans are built anew, and
+    again for txid 5, small once more."""
+    sizes = [100, 100, ROWS_PER_TASK + 5, 100, 100, 100]
+    expected = dict(Counter(f"k{n % 7}" for n in range(sum(sizes))))
+    stats, calls = run(spark, redis_url, tmp_path, SizedSpout(sizes), None, expected)
+    assert stats.committed_txids == len(sizes) and stats.failures == 0
+    assert calls == 3  # txids 1, 4 and 5
+
+
+def test_an_empty_batch_counted_by_the_committers_job_is_retracted_then_read_again(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """Txid 3's first batch is empty: known once the committers' job has read it, then
+    retracted, not committed, and the run, drained, ends; the next run commits it."""
+    spout = EmptyAt(3)
+    before = dict(Counter(f"k{n % 7}" for n in range(200)))
+    stats, calls = run(spark, redis_url, tmp_path, spout, None, before)
+    assert spout.emptied == 1 and stats.empty_polls == 1
+    assert stats.committed_txids == 2 and calls == 1
+    stats, calls = run(spark, redis_url, tmp_path, spout)
+    assert stats.committed_txids == TOTAL // 100 - 2 and calls == 1
+
+
+class ShuffledBolt(PlannedOnceBolt):
+    """``PlannedOnceBolt`` over the batch spread to three partitions: its job has a
+    shuffle, whose map stage reads the batch."""
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        return super().process(attempt, batch.repartition(3))
+
+
+def test_a_plan_with_a_shuffle_has_its_batch_counted_by_a_job_of_its_own(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """An observation in a map stage would be added twice by a task run again, so a
+    batch read under a shuffle is counted by the materialising job, as before."""
+    stats, calls = run(
+        spark, redis_url, tmp_path, OnePartition(), bolt=ShuffledBolt(), topology_id="shuffled"
+    )
+    assert stats.committed_txids == TOTAL // 100 and calls == 1
+    jobs = jobs_by_txid(spark, "shuffled")
+    assert all(jobs[txid] >= 2 for txid in range(2, TOTAL // 100 + 1)), jobs
+
+
+class KeepsNothing(PlannedOnceBolt):
+    """``PlannedOnceBolt`` over none of the batch (a filter Spark knows keeps nothing,
+    so its optimiser drops the batch's observation from the committers' job)."""
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        return super().process(attempt, batch.where(F.lit(False)))
+
+
+def test_a_batch_the_committers_job_leaves_uncounted_is_counted_by_a_job_of_its_own(
+    spark: Any, redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="transactional.runner")
+    spout = OnePartition()
+    stats, calls = run(spark, redis_url, tmp_path, spout, None, {}, KeepsNothing(), "none")
+    assert stats.committed_txids == TOTAL // 100 and calls == 1
+    assert stats.records == TOTAL  # each batch counted, by a job of its own
+    apart = [r for r in caplog.records if "batch_counted_apart" in r.getMessage()]
+    assert len(apart) == TOTAL // 100 - 1  # every txid whose plans were re-pointed
+    jobs = jobs_by_txid(spark, "none")
+    assert all(jobs[txid] == 2 for txid in range(2, TOTAL // 100 + 1)), jobs
+
+
+class ChangesOnReplay(OnePartition):
+    """``RangeSpout`` whose replay of txid 3 gives other numbers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emitted = 0
+
+    def emit_batch(self, attempt: TransactionAttempt, meta: Range) -> DataFrame:
+        frame = super().emit_batch(attempt, meta)
+        if attempt.txid != 3:
+            return frame
+        self.emitted += 1
+        return frame if self.emitted == 1 else frame.select((F.col("id") + 1).alias("id"))
+
+
+def test_a_replay_that_differs_is_caught_when_the_committers_job_digests_it(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    bolt, spout = PlannedOnceBolt(), ChangesOnReplay()
+    faults = FailOnce(FaultPoint.BEFORE_SINK_WRITE, 3)
+    runner = runner_of(spark, redis_url, tmp_path, spout, bolt, faults, "changes")
+    with pytest.raises(BatchConfigurationError) as caught:
+        runner.run(until_drained=True)
+    assert caught.value.txid == 3
+    assert isinstance(caught.value.cause, NondeterministicSpoutError), caught.value.cause
+    assert faults.failed == 1 and spout.emitted == 2 and bolt.calls == 1
+    assert buckets(redis_url) == dict(Counter(f"k{n % 7}" for n in range(200)))  # txids 1, 2

@@ -11,7 +11,8 @@ committer hands back is checked against its contract (``transactional.contracts`
 When every bolt and committer plans once (``Bolt.plan_once``), the first attempt's
 plans are kept (``_Template``) and later attempts re-point them instead of calling
 the components (``transactional._replan``; a small batch's collect frames then by one
-job): docs/architecture.md, "Plans built once".
+job, which also reads and counts the batch: ``Pending``): docs/architecture.md, "Plans
+built once".
 
 With the ledger on (``transactional.ledger``), the batch's records get their ids in
 the materialise job, each bolt is given what it may see (its input with the ids if it
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from transactional import contracts
-from transactional._replan import Fused, LazyInputs, one_task
+from transactional._replan import Fused, LazyInputs, holds, one_stage, one_task
 from transactional.bolt import DEFAULT_STREAM
 from transactional.engine import Digest, Engine, Materialised
 from transactional.errors import SparkAnalysisError
@@ -175,6 +176,29 @@ class _Template:
     #: The collect plans as one frame, and each one's Arrow schema (None: one job each).
     fused: Fused | None = None
     schemas: dict[Any, Any] = field(default_factory=dict)
+    #: The batch's own observation (its count, digests, tally: ``Pending``), which each
+    #: later attempt's plans observe under a name of its own; None: the batch was
+    #: counted by the materialise job.
+    read: Any = None
+    #: The committers' collects are one job whose result stage reads the batch: it
+    #: counts a later batch too, and the attempt runs no job of its own to count it.
+    one_job: bool = False
+    #: The batch the plans were built over.
+    batch: Any = None
+
+
+@dataclass(frozen=True)
+class _Replanned:
+    """An attempt's plans, re-pointed from the template's."""
+
+    inputs: list[Any]
+    collects: list[Inputs]
+    books: AttemptLedger | None
+    #: The fused collect frame, how to split it and each part's schema (None: one job
+    #: each).
+    fused: tuple[Any, Fused, dict[Any, Any]] | None
+    #: The attempt's observation of its batch (None: the batch was counted already).
+    read: Any = None
 
 
 @dataclass(frozen=True)
@@ -267,20 +291,29 @@ class Pipeline:
             frames, partitions = self.driver.frames(batch)
         plans.add(spout, frames)
         ids = self.books.record_ids(attempt.txid)
+        # Plans built once may count the batch in the committers' one job (``Pending``).
+        defer = self.plans_once
         if ids is None:
-            read = self.engine.materialise(frames, self.driver.digests, partitions)
+            read = self.engine.materialise(frames, self.driver.digests, partitions, defer=defer)
         else:
-            read = self.engine.materialise(frames, self.driver.digests, partitions, ids=ids)
+            read = self.engine.materialise(
+                frames, self.driver.digests, partitions, ids=ids, defer=defer
+            )
         made.append(read.batch)
+        root = None
+        built = self._replanned(attempt, read, batch) if read.pending is not None else None
+        if read.pending is not None and (built is None or built.read is None):
+            root = read.pending.root
+            read = read.pending.settle()  # no one job to count it: a job of its own
+            if built is not None and built.books is not None:
+                built.books.batch = read.ids
         self.measure(attempt, "emit", began)
-        if read.records == 0 and not self.driver.spout.commit_empty_batches:
-            # Committed only inside a recorded group: as ``None`` to every committer.
-            empty = Processed(attempt, 0, empty=True, groupable=True)
-            nothing = [None] * len(self.topology.committers)
-            return Result(empty, nothing, read.digests)
+        if read.pending is None and self._empty(read):
+            return self._nothing(attempt, read)
         began = time.perf_counter()
         step("process")
-        built = self._replanned(attempt, read, batch)
+        if built is None:
+            built = self._replanned(attempt, read, batch)
         template = built is None and self.plans_once
         fused = None
         if built is None:
@@ -288,17 +321,24 @@ class Pipeline:
             streams = self._bolts(attempt, read.batch, made, plans, books)
             inputs, collects = self._plans(attempt, streams, plans, books)
         else:
-            inputs, collects, books, fused = built
+            inputs, collects, books, fused = built.inputs, built.collects, built.books, built.fused
         self.faults.check(FaultPoint.PROCESS, attempt, batch.number)
         self.measure(attempt, "process", began)
         began = time.perf_counter()
         step("prepare")
         prepared, collected = self._prepared(attempt, inputs, collects, made, plans, fused)
+        if read.pending is not None:  # counted by the committers' job
+            assert built is not None
+            read = read.pending.resolve(built.read)
+            if books is not None:
+                books.batch = read.ids
+            if self._empty(read):
+                return self._nothing(attempt, read)
         if books is not None:
             step("ledger")  # jobs only for what no committer read, or a recount
             books.check()
         if template:
-            self._keep(read.batch, inputs, collects, books, collected)
+            self._keep(read.batch, inputs, collects, books, collected, root)
         self.measure(attempt, "prepare", began)
         groupable = all(
             node.committer.groupable(p)
@@ -306,6 +346,16 @@ class Pipeline:
         )
         processed = Processed(attempt, read.records, empty=False, groupable=groupable)
         return Result(processed, prepared, read.digests)
+
+    def _empty(self, read: Materialised) -> bool:
+        """An empty batch of a spout that does not commit them: not processed."""
+        return read.records == 0 and not self.driver.spout.commit_empty_batches
+
+    def _nothing(self, attempt: TransactionAttempt, read: Materialised) -> Result:
+        """An empty batch, committed only inside a recorded group: as ``None`` to every
+        committer."""
+        empty = Processed(attempt, 0, empty=True, groupable=True)
+        return Result(empty, [None] * len(self.topology.committers), read.digests)
 
     def warm_up(self, frame: Any) -> int:
         """Run the spout's sample ``frame`` through the attempt's steps (materialise, as
@@ -337,15 +387,19 @@ class Pipeline:
 
     def _replanned(
         self, attempt: TransactionAttempt, read: Materialised, batch: Batch
-    ) -> tuple[list[Any], list[Inputs], AttemptLedger | None, Any] | None:
+    ) -> _Replanned | None:
         """The template's committer inputs, collect plans and books re-pointed at the
-        attempt's batch (``Engine.replan``), and its fused collect plans (None: one job
-        each); None: there is no template, or it does not fit the batch, and the attempt
-        builds its plans (``_bolts``, ``_plans``)."""
+        attempt's batch (``Engine.replan``), its fused collect plans (None: one job
+        each), and, if the committers' one job counts the batch, the attempt's
+        observation of it; None: there is no template, or it does not fit the batch,
+        and the attempt builds its plans (``_bolts``, ``_plans``)."""
         template = self._template
         if template is None:
             return None
-        repointed = template.replan.over(read.batch)
+        if read.pending is not None:  # the kept relation alone: observed as the template's
+            repointed = template.replan.over(read.pending.kept, kept=True)
+        else:
+            repointed = template.replan.over(read.batch)
         if repointed is None:
             return None
         inputs = [LazyInputs(given, repointed) for given in template.inputs]
@@ -357,13 +411,19 @@ class Pipeline:
             collects = [dict.fromkeys(plan) for plan in template.collects]
         books = None
         if template.books is not None:
+            records = read.batch if read.pending is None else repointed.later(template.batch)
             books = template.books.replanned(
-                attempt.txid, read.ids, read.batch, self._locate(attempt, batch), repointed
+                attempt.txid, read.ids, records, self._locate(attempt, batch), repointed
             )
         fused = None
         if template.fused is not None:
             fused = (repointed.frame(template.fused.frame), template.fused, template.schemas)
-        return inputs, collects, books, fused
+        counted = None
+        if template.one_job and read.pending is not None and read.pending.tasks == 1:
+            # A batch of several partitions is counted apart: the one job's one task
+            # would read them in turn (more latency on Kafka's four: analysis.md).
+            counted = repointed.observation(template.read)
+        return _Replanned(inputs, collects, books, fused, counted)
 
     def _keep(
         self,
@@ -372,11 +432,15 @@ class Pipeline:
         collects: list[Inputs],
         books: AttemptLedger | None,
         collected: Mapping[Any, Any],
+        read: Any = None,
     ) -> None:
         """The attempt's plans kept as the template later attempts re-point; if Spark
         would not re-point them all (``Engine.replan``), every attempt builds its own.
         The collect plans of a batch of one task are also kept as one frame (``Fused``):
-        one job for all of them, in the schemas their own jobs gave (``collected``)."""
+        one job for all of them, in the schemas their own jobs gave (``collected``).
+        ``read``: the batch's observation (``Pending.root``), if it was deferred; when
+        every committer collects, by one job of one stage, that job counts each later
+        batch (``_Template.one_job``)."""
         frames = [f for part in (*inputs, *collects) for f in part.values()]
         if books is not None:
             frames += books.frames()
@@ -386,13 +450,26 @@ class Pipeline:
             fused = Fused(plans)
             frames.append(fused.frame)
         observed = books.observed() if books is not None else []
+        if read is not None:
+            observed.append(read)
         replan = self.engine.replan(frames, batch, observed)
         if replan is None:
             self.plans_once = False
             log.info(kv("plans_built_each_txid", reason="Spark cannot re-point them"))
             return
         schemas = {key: collected[key].schema for key in plans} if fused is not None else {}
-        self._template = _Template(replan, inputs, collects, books, fused, schemas)
+        job = fused.frame if fused is not None else next(iter(plans.values()), None)
+        one_job = (
+            read is not None
+            and all(collects)
+            and (fused is not None or len(plans) == 1)
+            and job is not None
+            and holds(job, read)
+            and one_stage(job)
+        )
+        self._template = _Template(
+            replan, inputs, collects, books, fused, schemas, read, bool(one_job), batch
+        )
 
     def _plans(
         self,

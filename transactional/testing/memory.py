@@ -56,10 +56,12 @@ class InMemoryEngine:
         digest: bool,
         partitions: int | None = None,
         ids: Any = None,
+        defer: bool = False,
     ) -> Materialised:
         """With ``partitions``: ``frames`` is one list of ``(partition, row)`` pairs (an
         in-memory spout's ``emit_partitions``). ``ids``: never given (its frames are
-        lists, which the ledger does not count: ``counts_ids`` is not set)."""
+        lists, which the ledger does not count: ``counts_ids`` is not set). ``defer``:
+        ignored, lists are counted at once."""
         if partitions is not None:
             strays = {p for p, _ in frames[0]} - set(range(partitions))
             if strays:
