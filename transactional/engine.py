@@ -61,41 +61,34 @@ class Pending:
     The observed batch (``root``, ``batch``) is built when first asked for: an attempt
     whose plans are re-pointed needs the kept relation alone (``kept``)."""
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        kept: DataFrame,
-        metrics: Callable[[], list[Column]],
-        tagged: bool,
-        decode: Callable[[Any], tuple[int, dict[int, Digest] | None, Tally | None]],
-        done: Callable[[int], None],
-    ) -> None:
+    def __init__(self, spark: SparkSession, read: _Read, engine: SparkEngine) -> None:
         self.spark = spark
+        self._read = read
+        self._engine = engine
         #: The batch kept (a lazy checkpoint, not yet stored), unobserved.
-        self.kept = kept
-        #: The tasks that read it (its relation's partitions): a job of one task that
-        #: reads it reads them one after the other, where ``settle``'s job reads them
-        #: side by side.
-        self.tasks = int(kept._jdf.logicalPlan().rdd().getNumPartitions())
-        self._metrics = metrics
-        self._tagged = tagged
-        self._decode = decode
-        self._done = done
+        self.kept = read.kept
         self._root: DataFrame | None = None
+        self._batch: DataFrame | None = None
+
+    @property
+    def tasks(self) -> int:
+        """The tasks that read it (its relation's partitions): a job of one task that
+        reads it reads them one after the other, where ``settle``'s job reads them side
+        by side."""
+        return int(self.kept._jdf.logicalPlan().rdd().getNumPartitions())
 
     @property
     def root(self) -> DataFrame:
         """The observed kept batch (its plan's root: the ``CollectMetrics``)."""
         if self._root is None:
-            self._root = self.kept.observe(f"read-{uuid.uuid4().hex}", *self._metrics())
+            self._root = self.kept.observe(f"read-{uuid.uuid4().hex}", *self._read.metrics())
         return self._root
 
     @property
     def batch(self) -> DataFrame:
-        """What the bolts see: ``root``, coalesced to one task (made once)."""
-        if not hasattr(self, "_batch"):
-            root = self.root
-            self._batch = (root.drop(_PARTITION) if self._tagged else root).coalesce(1)
+        """What the bolts see: ``root``, coalesced to one task."""
+        if self._batch is None:
+            self._batch = self._read.unmarked(self.root).coalesce(1)
         return self._batch
 
     def observation(self) -> Any:
@@ -123,8 +116,7 @@ class Pending:
                 raise RuntimeError("a batch's own counting job left its observation empty")
             log.info(kv("batch_counted_apart", reason="the committers' job did not count it"))
             return self.settle()
-        records, digests, tally = self._decode(got)
-        self._done(records)
+        records, digests, tally = self._engine.count_of(self._read, got)
         return Materialised(self.kept if batch is None else batch, records, digests, tally)
 
 
@@ -272,14 +264,19 @@ class SparkEngine:
         read, as one task, its count ``Pending``; no job runs here."""
 
         self._place()
-        counted = id_sums() if ids is not None else []
         kept: list[DataFrame] = []  # the checkpoint, once made
         try:
-            if defer and self.defers and self._small:
-                pending = self._pending(frames, digest, partitions, ids)
-                if pending is not None:
-                    return Materialised(pending.kept, -1, pending=pending)
-            return self._materialise(frames, digest, partitions, ids, counted, kept)
+            read = _Read.of(frames, digest, partitions, ids)
+            kept.append(read.kept)
+            # Untagged, its count and digest are observed whatever its size; tagged,
+            # after a small batch only (``_grouped``).
+            if read.observable and (self._small or read.partitions is None):
+                if defer and self.defers and self._small:
+                    return Materialised(read.kept, -1, pending=Pending(self.spark, read, self))
+                records, digests, tally = self.count_of(read, _observed(read.kept, read.metrics()))
+                batch = _few_tasks(read.unmarked(read.kept), records)
+                return Materialised(batch, records, digests, tally)
+            return self._grouped(read)
         except BaseException:
             # Its job failed or was cancelled (the attempt superseded or timed out): the
             # blocks it stored would stay until the driver's collector lets Spark's
@@ -289,131 +286,27 @@ class SparkEngine:
                 self.release(kept, -1)
             raise
 
-    def _pending(
-        self,
-        frames: Sequence[DataFrame],
-        digest: bool,
-        partitions: int | None,
-        ids: RecordIds | None,
-    ) -> Pending | None:
-        """The batch kept, to be observed and coalesced to one task, counted by the first
-        job that reads it: the same observations ``_materialise`` makes of a small
-        batch (their columns built once per schema and session), decoded the same way.
-        None: a batch of more partitions than a small batch observes
-        (``OBSERVED_PARTITIONS``)."""
-        from pyspark.sql import functions as F
+    def count_of(self, read: _Read, got: Any) -> tuple[int, dict[int, Digest] | None, Tally | None]:
+        """``read``'s records, digests and tally from its observed metrics ``got``; the
+        next batch is taken to be as small or large as this one."""
+        records, digests, tally = read.decode(got)
+        self._small = records <= ROWS_PER_TASK
+        return records, digests, tally
 
-        decode: Callable[[Any], tuple[int, dict[int, Digest] | None, Tally | None]]
-        tagged = False
-        if not digest:
-            union = _union(frames)
-            if partitions is not None:
-                union = union.drop(_PARTITION)
-            kept = checkpoint(_with_ids(union, ids))
-            form: tuple[Any, ...] = ("count",)
-
-            def build(h: Column | None) -> list[Column]:
-                return [F.count(F.lit(1)).alias("n")]
-
-            def decode(got: Any) -> tuple[int, dict[int, Digest] | None, Tally | None]:
-                return int(got["n"]), None, _tally(got, ids)
-
-        elif partitions is None and len(frames) == 1:
-            kept = checkpoint(_with_ids(frames[0], ids))
-            form = ("one frame",)
-
-            def build(h: Column | None) -> list[Column]:
-                assert h is not None
-                return _digest_sums(h)
-
-            def decode(got: Any) -> tuple[int, dict[int, Digest] | None, Tally | None]:
-                digest_of = _digest(got)
-                return digest_of[0], {0: digest_of}, _tally(got, ids)
-
-        else:
-            if partitions is None:
-                partitions = len(frames)
-                union = _union([f.withColumn(_PARTITION, F.lit(p)) for p, f in enumerate(frames)])
-            else:
-                union = frames[0].withColumn(_PARTITION, F.col(_PARTITION).cast("int"))
-            if partitions > OBSERVED_PARTITIONS:
-                return None
-            kept = checkpoint(_with_ids(union, ids))
-            tagged, count = True, partitions
-            form = ("tagged", count)
-
-            def build(h: Column | None) -> list[Column]:
-                assert h is not None
-                return _digest_metrics(h, count)
-
-            def decode(got: Any) -> tuple[int, dict[int, Digest] | None, Tally | None]:
-                found = _digests_observed(got, count)
-                digests = {p: found.get(p, (0, "0")) for p in range(count)}
-                return sum(n for n, _ in digests.values()), digests, _tally(got, ids)
-
-        def metrics() -> list[Column]:
-            fields = tuple((f.name, f.dataType.simpleString()) for f in kept.schema.fields)
-            key = ("read_metrics", *form, ids is not None, fields)
-            # The row hash is built (and kept) first: ``prebuilt`` does not nest.
-            h = _row_hash(kept.drop(_PARTITION) if tagged else kept) if digest else None
-            return prebuilt(kept, key, lambda: [*build(h), *(id_sums() if ids else [])])
-
-        def done(records: int) -> None:
-            self._small = records <= ROWS_PER_TASK
-
-        return Pending(self.spark, kept, metrics, tagged, decode, done)
-
-    def _materialise(
-        self,
-        frames: Sequence[DataFrame],
-        digest: bool,
-        partitions: int | None,
-        ids: RecordIds | None,
-        counted: list[Any],
-        kept: list[DataFrame],
-    ) -> Materialised:
-        from pyspark.sql import functions as F
-
-        if not digest:
-            union = _union(frames)
-            if partitions is not None:
-                union = union.drop(_PARTITION)
-            batch = checkpoint(_with_ids(union, ids))
-            kept.append(batch)
-            got = _observed(batch, [F.count(F.lit(1)).alias("n"), *counted])
-            records = int(got["n"])
-            self._small = records <= ROWS_PER_TASK
-            return Materialised(_few_tasks(batch, records), records, None, _tally(got, ids))
-        if partitions is None and len(frames) == 1:
-            batch = checkpoint(_with_ids(frames[0], ids))
-            kept.append(batch)
-            got = _observed(batch, [*_digest_sums(_row_hash(batch)), *counted])
-            digest_of = _digest(got)
-            self._small = digest_of[0] <= ROWS_PER_TASK
-            return Materialised(
-                _few_tasks(batch, digest_of[0]), digest_of[0], {0: digest_of}, _tally(got, ids)
-            )
-        if partitions is None:
-            partitions = len(frames)
-            tagged = _union([f.withColumn(_PARTITION, F.lit(p)) for p, f in enumerate(frames)])
-        else:
-            tagged = frames[0].withColumn(_PARTITION, F.col(_PARTITION).cast("int"))
-        tagged = checkpoint(_with_ids(tagged, ids))
-        kept.append(tagged)
-        batch = tagged.drop(_PARTITION)
-        h = _row_hash(batch)
+    def _grouped(self, read: _Read) -> Materialised:
+        """A tagged batch's digests from one aggregation by the tag (``_grouped_digests``):
+        more partitions than a small batch observes, or after a large batch."""
+        assert read.partitions is not None
+        counted = id_sums() if read.ids is not None else []
+        batch = read.unmarked(read.kept)
+        rows = _grouped_digests(read.kept, _row_hash(batch), read.partitions, counted)
+        found = {p: _digest(r) for p, r in rows.items()}
         tally = None
-        if partitions <= OBSERVED_PARTITIONS and self._small:
-            found, got = _observed_digests(tagged, h, partitions, counted)
-            tally = _tally(got, ids)
-        else:
-            rows = _grouped_digests(tagged, h, partitions, counted)
-            found = {p: _digest(r) for p, r in rows.items()}
-            if ids is not None:
-                tally = Tally()
-                for r in rows.values():
-                    tally = tally + Tally.of(r["ledger_n"], r["ledger_x"])
-        digests = {p: found.get(p, (0, "0")) for p in range(partitions)}
+        if read.ids is not None:
+            tally = Tally()
+            for r in rows.values():
+                tally = tally + Tally.of(r["ledger_n"], r["ledger_x"])
+        digests = {p: found.get(p, (0, "0")) for p in range(read.partitions)}
         records = sum(n for n, _ in digests.values())
         self._small = records <= ROWS_PER_TASK
         return Materialised(_few_tasks(batch, records), records, digests, tally)
@@ -693,6 +586,88 @@ def _few_tasks(batch: DataFrame, records: int) -> DataFrame:
     return batch.coalesce(max(1, -(-records // ROWS_PER_TASK)))
 
 
+@dataclass(frozen=True)
+class _Read:
+    """A batch kept (``checkpoint``, lazily: not yet read) and what observing it gives:
+    its count, with ``digest`` each partition's digest, with ``ids`` the ledger's
+    tally. ``partitions``: the rows are tagged with their partition (``_PARTITION``)."""
+
+    kept: DataFrame
+    digest: bool
+    ids: RecordIds | None
+    partitions: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        frames: Sequence[DataFrame],
+        digest: bool,
+        partitions: int | None,
+        ids: RecordIds | None,
+    ) -> _Read:
+        """``materialise``'s frames kept: one frame untagged (or all of them when not
+        digested), else tagged."""
+        from pyspark.sql import functions as F
+
+        if not digest:
+            union = _union(frames)
+            if partitions is not None:
+                union = union.drop(_PARTITION)
+            return cls(checkpoint(_with_ids(union, ids)), False, ids)
+        if partitions is None and len(frames) == 1:
+            return cls(checkpoint(_with_ids(frames[0], ids)), True, ids)
+        if partitions is None:
+            partitions = len(frames)
+            tagged = _union([f.withColumn(_PARTITION, F.lit(p)) for p, f in enumerate(frames)])
+        else:
+            tagged = frames[0].withColumn(_PARTITION, F.col(_PARTITION).cast("int"))
+        return cls(checkpoint(_with_ids(tagged, ids)), True, ids, partitions)
+
+    @property
+    def observable(self) -> bool:
+        """Whether one observation gives it all (a tagged batch of more partitions has
+        its digests grouped: ``_grouped_digests``)."""
+        return self.partitions is None or self.partitions <= OBSERVED_PARTITIONS
+
+    def unmarked(self, frame: DataFrame) -> DataFrame:
+        """``frame`` (the kept batch, or over it) without the partition tag."""
+        return frame if self.partitions is None else frame.drop(_PARTITION)
+
+    def metrics(self) -> list[Column]:
+        """The aggregates to observe, built once per schema and session (``prebuilt``):
+        ``n``, or ``_digest_sums``, or per partition ``_digest_metrics``; and the ids'
+        ``id_sums``."""
+        from pyspark.sql import functions as F
+
+        fields = tuple((f.name, f.dataType.simpleString()) for f in self.kept.schema.fields)
+        key = ("read_metrics", self.digest, self.partitions, self.ids is not None, fields)
+        # The row hash is built (and kept) first: ``prebuilt`` does not nest.
+        h = _row_hash(self.unmarked(self.kept)) if self.digest else None
+
+        def build() -> list[Column]:
+            if h is None:
+                counts = [F.count(F.lit(1)).alias("n")]
+            elif self.partitions is None:
+                counts = _digest_sums(h)
+            else:
+                counts = _digest_metrics(h, self.partitions)
+            return [*counts, *(id_sums() if self.ids is not None else [])]
+
+        return prebuilt(self.kept, key, build)
+
+    def decode(self, got: Any) -> tuple[int, dict[int, Digest] | None, Tally | None]:
+        """The records, digests (None: not digested) and tally from ``metrics`` observed."""
+        tally = _tally(got, self.ids)
+        if not self.digest:
+            return int(got["n"]), None, tally
+        if self.partitions is None:
+            digest_of = _digest(got)
+            return digest_of[0], {0: digest_of}, tally
+        found = _digests_observed(got, self.partitions)
+        digests = {p: found.get(p, (0, "0")) for p in range(self.partitions)}
+        return sum(n for n, _ in digests.values()), digests, tally
+
+
 def _observed(frame: DataFrame, metrics: list[Column]) -> dict[str, Any]:
     """``metrics`` (aggregates) over ``frame``, observed while one job writes it to the
     ``noop`` sink: every row is computed (and a lazy checkpoint stored), nothing kept."""
@@ -719,17 +694,6 @@ def _digest_sums(h: Column) -> list[Column]:
 
 #: Partitions whose digests a small batch observes (three sums each) instead of grouping.
 OBSERVED_PARTITIONS = 16
-
-
-def _observed_digests(
-    tagged: DataFrame, h: Column, partitions: int, extra: Sequence[Column] = ()
-) -> tuple[dict[int, Digest], dict[str, Any]]:
-    """Each partition's digest (of those with rows), observed while one job writes the
-    tagged batch to the ``noop`` sink (``_observed``), with ``extra`` aggregates, and
-    what was observed; the same stray tags refused as ``_grouped_digests`` refuses."""
-
-    got = _observed(tagged, [*_digest_metrics(h, partitions), *extra])
-    return _digests_observed(got, partitions), got
 
 
 def _digest_metrics(h: Column, partitions: int) -> list[Column]:

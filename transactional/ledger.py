@@ -45,7 +45,8 @@ computed once, in the job that reads and keeps the batch.
 
 **Where it runs, and what it costs.** No Spark job of its own on the way of a txid
 that balances. The batch's ids are counted and XORed in the job that reads the batch
-(``Engine.materialise``'s, or, with plans built once, the committers' one job). Each stream an accounting bolt hands a committer is observed
+(``Engine.materialise``'s, or, with plans built once, the committers' one job). Each
+stream an accounting bolt hands a committer is observed
 (``DataFrame.observe``) where the committer reads it, so its count and XOR, and those
 of the rows dropped on its route (marked in it, or ``drop``'s), come out of the
 committers' own collect jobs. A

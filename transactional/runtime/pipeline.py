@@ -305,8 +305,6 @@ class Pipeline:
         if read.pending is not None and (built is None or built.read is None):
             root = read.pending.root
             read = read.pending.settle()  # no one job to count it: a job of its own
-            if built is not None and built.books is not None:
-                built.books.batch = read.ids
         self.measure(attempt, "emit", began)
         if read.pending is None and self._empty(read):
             return self._nothing(attempt, read)
@@ -330,12 +328,11 @@ class Pipeline:
         if read.pending is not None:  # counted by the committers' job
             assert built is not None
             read = read.pending.resolve(built.read)
-            if books is not None:
-                books.batch = read.ids
             if self._empty(read):
                 return self._nothing(attempt, read)
         if books is not None:
             step("ledger")  # jobs only for what no committer read, or a recount
+            books.batch = read.ids  # re-pointed books are made before the batch is counted
             books.check()
         if template:
             self._keep(read.batch, inputs, collects, books, collected, root)
