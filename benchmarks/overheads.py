@@ -5,8 +5,8 @@
 - the store after 10,000 transactions: it must hold O(max_pending) metadata;
 - restart after a SIGKILL: time to the first commit of the restarted runner, against a
   clean start of the same command (both pay Spark's start-up; the difference is recovery);
-- ``make demo``'s command, with and without its warm-up: the first txid started to the
-  last committed.
+- ``make demo``'s command, with and without the warm-up: the first txid started to the
+  last committed, the first commit and the whole command.
 """
 
 from __future__ import annotations
@@ -288,22 +288,24 @@ def recovery_summary(
     return lines
 
 
-def _demo_span(log: list[str], wall: float) -> tuple[float, float, float]:
+def _demo_span(log: list[str], wall: float) -> tuple[float, float, float, float]:
     """(first txid started to last committed, process start to first txid started,
-    wall time of the whole command) in seconds, from a demo's ``-vv`` log."""
+    wall time of the whole command, process start to first commit) in seconds, from a
+    demo's ``-vv`` log."""
     started = next(_stamp(x) for x in log if "run_start" in x)
     first = next(_stamp(x) for x in log if "txid starting" in x)
-    last = [_stamp(x) for x in log if "txid committed" in x][-1]
-    return last - first, first - started, wall
+    committed = [_stamp(x) for x in log if "txid committed" in x]
+    return committed[-1] - first, first - started, wall, committed[0] - started
 
 
 def demo_time(progress: Callable[[str], None], runs: int = 3) -> list[str]:
     """``make demo``'s command (20,000 tweets, its defaults, a fresh process and fresh
-    state each run), with its warm-up and with ``--no-warm-up``: the span from the first
-    txid started to the last committed (the target), and what comes before it."""
+    state each run), with ``--warm-up`` and without (its default: a fixed batch size
+    does not warm up): the span from the first txid started to the last committed, the
+    time to the first commit, and the whole command."""
     work = Path(tempfile.mkdtemp())
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    spans: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
+    spans: dict[bool, list[tuple[float, float, float, float]]] = {True: [], False: []}
     for i in range(runs):
         for warm in (True, False):
             state = work / f"{'warm' if warm else 'cold'}{i}"
@@ -311,7 +313,7 @@ def demo_time(progress: Callable[[str], None], runs: int = 3) -> list[str]:
             args += ["--state-dir", str(state), "--top", "0"]
             began = time.monotonic()
             done = subprocess.run(
-                [*args, *([] if warm else ["--no-warm-up"])],
+                [*args, "--warm-up" if warm else "--no-warm-up"],
                 cwd=ROOT,
                 env=env,
                 capture_output=True,
@@ -323,38 +325,40 @@ def demo_time(progress: Callable[[str], None], runs: int = 3) -> list[str]:
             span = spans[warm][-1]
             progress(
                 f"demo {i + 1}/{runs} {'warm-up' if warm else 'no warm-up'}: first txid "
-                f"started to last committed {span[0]:.1f}s, whole command {span[2]:.1f}s"
+                f"started to last committed {span[0]:.1f}s, first commit {span[3]:.1f}s, "
+                f"whole command {span[2]:.1f}s"
             )
     shutil.rmtree(work, ignore_errors=True)
     lines = [
         f"`make demo`'s command, {runs} runs each way, alternating, each in a fresh process "
         "on fresh state (20,000 tweets in 4 files, 1,000 per file per txid, max_pending=2, "
-        "Delta sink). The span is from the first txid started to the last committed "
-        "(target: under 10 s); before it come the Spark session's start and, by default, "
-        "the warm-up (256 sample records through the topology, committing nothing).",
+        "Delta sink): by default (a fixed batch size) without the warm-up, and with "
+        "`--warm-up` (256 sample records through the topology before txid 1, committing "
+        "nothing). The span is from the first txid started to the last committed; the "
+        "first commit and the whole command are timed from the process's start.",
         "",
-        "| run | warm-up: span s | before the first txid s | whole command s | "
-        "`--no-warm-up`: span s | before s | whole command s |",
+        "| run | `--warm-up`: span s | first commit s | whole command s | "
+        "default: span s | first commit s | whole command s |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for i, (w, c) in enumerate(zip(spans[True], spans[False], strict=True)):
         lines.append(
-            f"| {i + 1} | {w[0]:.1f} | {w[1]:.1f} | {w[2]:.1f} | {c[0]:.1f} | {c[1]:.1f} | "
+            f"| {i + 1} | {w[0]:.1f} | {w[3]:.1f} | {w[2]:.1f} | {c[0]:.1f} | {c[3]:.1f} | "
             f"{c[2]:.1f} |"
         )
-    med = {k: [statistics.median(v[j] for v in spans[k]) for j in range(3)] for k in spans}
+    med = {k: [statistics.median(v[j] for v in spans[k]) for j in range(4)] for k in spans}
     lines.append(
-        f"| median | {med[True][0]:.1f} | {med[True][1]:.1f} | {med[True][2]:.1f} | "
-        f"{med[False][0]:.1f} | {med[False][1]:.1f} | {med[False][2]:.1f} |"
+        f"| median | {med[True][0]:.1f} | {med[True][3]:.1f} | {med[True][2]:.1f} | "
+        f"{med[False][0]:.1f} | {med[False][3]:.1f} | {med[False][2]:.1f} |"
     )
-    verdict = "met" if med[True][0] < 10 else "missed"
     lines += [
         "",
-        f"First txid started to last committed: **{med[True][0]:.1f} s** (target under 10 s: "
-        f"{verdict}); {med[False][0]:.1f} s without the warm-up. The whole command takes "
-        f"{med[True][2]:.1f} s against {med[False][2]:.1f} s: the warm-up moves the "
-        "session's cold start (Python workers, code generation) before the first txid "
-        "instead of adding to it.",
+        f"By default the first commit comes {med[False][3]:.1f} s after the start and the "
+        f"whole command takes {med[False][2]:.1f} s; with `--warm-up`, {med[True][3]:.1f} "
+        f"and {med[True][2]:.1f} s, its span from the first txid to the last commit "
+        f"{med[True][0]:.1f} s against {med[False][0]:.1f} s: the warm-up moves the "
+        "session's cold start (Python workers, code generation) before the first txid, "
+        "at the cost of a txid's work of its own.",
     ]
     return lines
 

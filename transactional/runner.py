@@ -2,11 +2,11 @@
 
 The protocol, as this module runs it (``currtx`` is the next txid to commit):
 
-0. **Warm-up** (``RunnerConfig.warm_up``, ``transactional.runtime.warmup``): before
-   the first txid, the spout's ``sample_batch`` goes through the bolts and every
-   committer's ``prepare`` as txid 0, which is never stored or committed, so the
-   session's cold start is not paid by the first txids; a broken contract stops the
-   run here.
+0. **Warm-up** (``RunnerConfig.warm_up``, ``transactional.runtime.warmup``; by default
+   only with ``--batch-size auto``): before the first txid, the spout's
+   ``sample_batch`` goes through the bolts and every committer's ``prepare`` as txid
+   0, which is never stored or committed, so the session's cold start is not paid by
+   the first txids; a broken contract stops the run here.
 1. **Start.** While fewer than ``max_pending`` txids are in flight (the window is
    always ``[currtx, currtx + max_pending)``), start the next txid ``t``. If the store
    holds metadata for ``t`` (a replay after a failure or a restart), reuse it as is and
@@ -176,12 +176,20 @@ class TransactionalRunner:
         if self._executor is not None:
             self._executor.join()
 
+    @property
+    def warms_up(self) -> bool:
+        """Whether a run warms up first (``RunnerConfig.warm_up``; by default only for
+        adaptive batch sizes, which the first txids' latency would mislead)."""
+        if self.config.warm_up is None:
+            return self.batch_size is not None
+        return self.config.warm_up
+
     def run(self, until_drained: bool = False) -> RunStats:
         """Run until ``stop()``, or, with ``until_drained``, until ``is_ready`` says no
         with nothing in flight and everything committed."""
         executor, opened = self._open()
         try:
-            if self.config.warm_up:
+            if self.warms_up:
                 warm_up(
                     executor.pipeline,
                     self.topology,

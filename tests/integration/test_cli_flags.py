@@ -163,7 +163,7 @@ RUNNER_VALUES: dict[str, tuple[str | None, object]] = {
     "check_determinism": (None, False),
     "leader_timeout_s": ("12", 12.0),
     "max_reelections": ("3", 3),
-    "warm_up": (None, False),
+    "warm_up": (None, True),
     "status_interval_s": ("0", 0.0),
     "metrics_port": ("9464", 9464),
     "metrics_host": ("0.0.0.0", "0.0.0.0"),
@@ -222,6 +222,8 @@ CASES: dict[str, Case] = {
         for s in settings_of("run")
         if s.runner
     },
+    # A switch both ways (default None: only with --batch-size auto): its other half.
+    "--no-warm-up": Case(("--no-warm-up",), recorded_as(lambda r: config(r).warm_up, False)),
 }
 
 
@@ -230,9 +232,11 @@ def run_flags() -> set[str]:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     run = sub.choices["run"]
     return {
-        max(action.option_strings, key=len)
+        flag
         for action in run._actions
         if action.option_strings and not isinstance(action, argparse._HelpAction)
+        for flag in action.option_strings
+        if flag == max(action.option_strings, key=len) or flag.startswith("--")
     }
 
 

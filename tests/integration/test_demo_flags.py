@@ -189,6 +189,11 @@ def _runner_case(name: str) -> Check:
     return check
 
 
+def _no_warm_up(w: World) -> None:
+    run(w, "--no-warm-up")
+    assert w.config.warm_up is False
+
+
 RUN_CASES: dict[str, Check] = {
     "--source": case(*REDIS_SOURCE, then=lambda w: type(w.spout) is redis_sources.RedisPartitionedSpout),
     "--input": case("--input", "{tmp}/in", then=lambda w: w.spout.path == str(w.tmp / "in")),
@@ -271,6 +276,8 @@ RUN_CASES: dict[str, Check] = {
         ),
     ),
     **{s.flag: _runner_case(s.name) for s in settings_of("demo")},
+    # A switch both ways (default None: only with --batch-size auto): its other half.
+    "--no-warm-up": _no_warm_up,
 }  # fmt: skip
 
 
@@ -358,9 +365,11 @@ def flags(command: str) -> set[str]:
     parser = demo.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return {
-        max(a.option_strings, key=len)
+        flag
         for a in sub.choices[command]._actions
         if a.option_strings and not isinstance(a, argparse._HelpAction)
+        for flag in a.option_strings
+        if flag == max(a.option_strings, key=len) or flag.startswith("--")
     }
 
 

@@ -447,7 +447,7 @@ def test_a_lossy_bolt_over_files_names_the_lines_it_lost(spark: Any, tmp_path: P
         spout=lambda: FilesPartitionedSpout(root, batch_size=8),
     )
     with pytest.raises(LedgerError) as caught:
-        run.run_until_drained(max_pending=1)
+        run.run_until_drained(max_pending=1, warm_up=True)
     assert caught.value.txid == 0
     assert caught.value.named == ("file part-0.jsonl line 3", "file part-0.jsonl line 6")
     assert sink.last_txid == 0 and sink.rows == {}

@@ -54,7 +54,7 @@ def test_a_warm_up_past_the_attempt_timeout_is_cancelled_and_the_run_goes_on(
 ) -> None:
     spout = RangeSpout(slow_sample=True)
     topology = build(spark, redis_url, spout)
-    config = RunnerConfig(topology_id="buckets", attempt_timeout_s=5)
+    config = RunnerConfig(topology_id="buckets", attempt_timeout_s=5, warm_up=True)
     store = SQLiteStateStore(tmp_path / "state.db")
     with caplog.at_level("WARNING", logger="transactional.runner"):
         stats = TransactionalRunner(topology, store, spark, config).run(until_drained=True)
@@ -163,7 +163,7 @@ def test_the_warm_up_runs_once_per_spark_application_and_topology(
 ) -> None:
     def run(topology_id: str) -> None:
         redis.Redis.from_url(redis_url).flushdb()
-        config = RunnerConfig(topology_id=topology_id, max_pending=2)
+        config = RunnerConfig(topology_id=topology_id, max_pending=2, warm_up=True)
         store = SQLiteStateStore(tmp_path / f"{topology_id}-{SampledRangeSpout.samples}.db")
         topology = build(spark, redis_url, SampledRangeSpout())
         stats = TransactionalRunner(topology, store, spark, config).run(until_drained=True)

@@ -271,14 +271,16 @@ def test_verbose_before_or_after_the_command(argv: list[str], verbose: int) -> N
 @pytest.mark.parametrize(
     ("flags", "env", "expected"),
     [
-        ([], {}, (True, True)),
+        ([], {}, (None, True)),
         (["--no-warm-up"], {}, (False, True)),
-        (["--no-determinism-check"], {}, (True, False)),
+        (["--warm-up"], {}, (True, True)),
+        ([], {"TRANSACTIONAL_WARM_UP": "true"}, (True, True)),
+        (["--no-determinism-check"], {}, (None, False)),
         ([], {"TRANSACTIONAL_WARM_UP": "false"}, (False, True)),
     ],
 )
 def test_the_switches_of_run(
-    flags: list[str], env: dict[str, str], expected: tuple[bool, bool], monkeypatch: Any
+    flags: list[str], env: dict[str, str], expected: tuple[bool | None, bool], monkeypatch: Any
 ) -> None:
     from transactional.cli import _commands as cli
 

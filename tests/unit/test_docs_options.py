@@ -48,7 +48,7 @@ def test_the_table_names_every_flag_of_run_help_and_no_other() -> None:
     helped = build_parser().commands["run"].format_help()
     options = helped.split("\noptions:\n", 1)[1]  # not the usage's or the help texts'
     shown = {m.group(1) for m in re.finditer(r"^  (-[-\w]+)", options, re.M)}
-    shown |= set(re.findall(r"^  -\w, (--[\w-]+)", options, re.M))
+    shown |= set(re.findall(r"^  -[-\w]+, (--[\w-]+)", options, re.M))  # -v, --verbose
     shown -= {"-h", "--help"}
     rows = [line.split(" | ")[0] for line in table_on_the_page().splitlines()[2:]]
     in_table = {flag for row in rows for flag in FLAG.findall(row)}

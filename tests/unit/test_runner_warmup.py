@@ -1,7 +1,9 @@
 """The warm-up before the first txid (``RunnerConfig.warm_up``): the spout's sample goes
 through the bolts and every committer's ``prepare`` as txid 0, is never stored or
 committed, and changes no result; a broken contract found there stops the run before
-any txid is stored; any other failure of the warm-up only costs the warm-up."""
+any txid is stored; any other failure of the warm-up only costs the warm-up. By default
+only a run with adaptive batch sizes warms up; these tests ask for it (``warm_up=True``)
+unless they say otherwise."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 from transactional.bolt import Bolt
 from transactional.config import RunnerConfig
 from transactional.errors import ContractError
+from transactional.flow import AdaptiveBatchSize
 from transactional.runner import TransactionalRunner
 from transactional.testing import (
     CountingBolt,
@@ -64,18 +67,25 @@ class Seen(CountingBolt):
 
 
 def run(
-    spout: Any, *committers: MemoryCommitter, bolt: Bolt | None = None, **config: Any
+    spout: Any,
+    *committers: MemoryCommitter,
+    bolt: Bolt | None = None,
+    batch_size: AdaptiveBatchSize | None = None,
+    **config: Any,
 ) -> tuple[TransactionalRunner, InMemoryStateStore]:
     builder = TopologyBuilder().set_spout(spout).set_bolt("count", bolt or CountingBolt())
     for i, committer in enumerate(committers):
         builder.set_committer(f"sink{i}", committer, "count")
     store = InMemoryStateStore()
-    settings: dict[str, Any] = {"topology_id": "t", "max_pending": 2, "poll_interval_s": 0.01}
+    settings: dict[str, Any] = {
+        "topology_id": "t", "max_pending": 2, "poll_interval_s": 0.01, "warm_up": True,
+    }  # fmt: skip
     runner = TransactionalRunner(
         builder.build(),
         store,
         config=RunnerConfig(**settings | config),
         engine=InMemoryEngine(),
+        batch_size=batch_size,
     )
     runner.run(until_drained=True)
     return runner, store
@@ -113,6 +123,17 @@ def test_without_warm_up_the_sample_is_never_asked_for() -> None:
     run(spout, committer, warm_up=False)
     assert spout.samples == 0
     assert [a.txid for a in committer.prepared] == [1, 2, 3, 4, 5]
+    assert committer.counts == dict(Counter(DATA))
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_by_default_only_adaptive_batch_sizes_warm_up(adaptive: bool) -> None:
+    spout = Sampled(DATA, 10)
+    committer = MemoryCommitter()
+    run(spout, committer, batch_size=AdaptiveBatchSize() if adaptive else None, warm_up=None)
+    assert spout.samples == (1 if adaptive else 0)
+    prepared = [a.txid for a in committer.prepared]
+    assert (0 in prepared) is adaptive
     assert committer.counts == dict(Counter(DATA))
 
 

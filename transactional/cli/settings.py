@@ -88,14 +88,20 @@ class Setting:
 
     @property
     def switch(self) -> bool:
-        return self.field.annotation in (bool, "bool")
+        return self.field.annotation in (bool, "bool") or self.both_ways
+
+    @property
+    def both_ways(self) -> bool:
+        """A switch whose default (None) another setting decides: ``--x`` and ``--no-x``."""
+        return bool(self.field.annotation == (bool | None))
 
     @property
     def flag(self) -> str:
         if self.option:
             return self.option
         dashed = self.name.removesuffix("_s").replace("_", "-")
-        return f"--no-{dashed}" if self.switch and self.field.default else f"--{dashed}"
+        on = self.switch and self.field.default and not self.both_ways
+        return f"--no-{dashed}" if on else f"--{dashed}"
 
     @property
     def env(self) -> str:
@@ -223,7 +229,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_reelections", "leadership losses one run survives", "N", commands=RUNNER),
     Setting(
         "warm_up",
-        "skip the warm-up: the spout's sample run through the topology before txid 1",
+        "run the spout's sample through the topology before txid 1, paying Spark's cold "
+        "start there (default: only with --batch-size auto; --no-warm-up: never)",
         commands=RUNNER,
     ),
     Setting(
@@ -284,7 +291,12 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
     """The flags of ``command``'s settings; each parses to None when not given (a
     switch: True or False when given), so the file and environment keep their say."""
     for setting in settings_of(command):
-        if setting.switch:
+        if setting.both_ways:
+            parser.add_argument(
+                setting.flag, dest=setting.name, action=argparse.BooleanOptionalAction,
+                default=None, help=setting.help_text(),
+            )  # fmt: skip
+        elif setting.switch:
             action = "store_false" if setting.flag.startswith("--no-") else "store_true"
             parser.add_argument(
                 setting.flag, dest=setting.name, action=action, default=None,
