@@ -85,9 +85,11 @@ def run(
     bolt: Bolt,
     faults: Any,
     sink: Any = None,
+    joined: bool = True,
     **config: Any,
 ) -> Any:
-    """The topology run to its end (``sink``: the Redis sink at ``url`` by default)."""
+    """The topology run to its end (``sink``: the Redis sink at ``url`` by default;
+    ``joined``: and its threads after it, as a test may ask, unlike a command)."""
     from committers import CounterTable, RedisCommitter
 
     redis.Redis.from_url(url).flushdb()
@@ -106,7 +108,8 @@ def run(
         topology, SQLiteStateStore(path / "state.db"), spark, settings, faults=faults
     )
     stats = runner.run(until_drained=True)
-    runner.join()  # an attempt dropped while processing may report after the run
+    if joined:
+        runner.join()  # an attempt dropped while processing may report after the run
     return stats
 
 
@@ -132,6 +135,21 @@ def test_every_checkpoint_of_a_txid_is_released_when_it_is_committed_or_dropped(
     assert not set(bolt.kept) & before
     # Nothing the run made is still held: the bolt's keeps and the engine's batches.
     assert persisted(spark) - before == set()
+
+
+@pytest.mark.classic
+def test_a_clean_end_has_released_everything_when_the_run_returns(
+    spark: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """The caller may stop Spark as soon as ``run`` returns (the demo and ``transactional
+    run`` do): no release is left under way then, to fail against a stopped context."""
+    before = persisted(spark)
+    bolt = KeepingBolt(spark)
+    stats = run(spark, redis_url, tmp_path, RangeSpout(), bolt, None, joined=False)
+    assert persisted(spark) - before == set()  # at once: no join, no wait
+    assert buckets(redis_url) == expected_counts()
+    assert stats.committed_txids == TOTAL // BATCH
+    assert bolt.kept and not set(bolt.kept) & before  # the bolt's keeps were made
 
 
 @pytest.mark.classic

@@ -47,6 +47,10 @@ from transactional.types import CommitOutcome, Guarantee, TransactionAttempt
 
 log = logging.getLogger("transactional.runner")
 
+#: How long a clean close waits for the releases under way (milliseconds each on a
+#: classic session; a Connect client whose server is gone may retry far longer).
+RELEASE_WAIT_S = 10.0
+
 
 @dataclass(frozen=True)
 class Report:
@@ -432,6 +436,9 @@ class Executor:
             self._advance_finished_commits()
         if not committing or stopped:  # no commit thread still reads a batch
             self._release_left()
+            # Done before the run returns: its caller may stop Spark at once, which
+            # would fail a release still under way (a warning after a clean end).
+            self._releaser.settle(RELEASE_WAIT_S)
         self._releaser.shutdown(wait=False)
 
     def join(self) -> None:

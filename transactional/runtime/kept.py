@@ -15,6 +15,7 @@ coordinator.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -67,6 +68,15 @@ class Releaser:
         """Release what every attempt still held kept (the run is over)."""
         while self._held:
             self.release(self._held.popitem()[1])
+
+    def settle(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the releases asked for so far (one thread: they
+        are done once a no-op submitted after them is); a release that hangs (a Connect
+        server gone) is then left to finish on its own."""
+        try:
+            self._thread.submit(lambda: None).result(timeout=timeout_s)
+        except (RuntimeError, FutureTimeout):  # shut down already, or still releasing
+            return
 
     def shutdown(self, wait: bool) -> None:
         """``wait``: until every release asked for is done."""
