@@ -46,11 +46,10 @@ class RunnerConfig(BaseModel):
     #: Before the first txid, run the spout's ``sample_batch`` through the bolts and the
     #: committers' ``prepare`` once, committing nothing: the session's cold start is paid
     #: there, not by the first txids, and a broken contract fails before any txid is
-    #: stored. It is a txid's work of its own (a short run of the tweet demo took 2.5 s
-    #: longer with it, ``make demo`` as long: docs/concepts/topologies.md): None, the
-    #: default, warms up only for adaptive batch sizes (``--batch-size auto``), which
-    #: read the first txids' latency; True or False: always or never. No effect when
-    #: the spout gives no sample.
+    #: stored; it is a txid's work of its own (its cost: docs/concepts/topologies.md,
+    #: "Warm-up"). None, the default: only for adaptive batch sizes (``--batch-size
+    #: auto``), which read the first txids' latency; True or False: always or never. No
+    #: effect when the spout gives no sample.
     warm_up: bool | None = None
     #: Seconds between the runner's status documents in the state store (what
     #: ``transactional status`` shows: txids in flight, the last error, records per

@@ -61,8 +61,8 @@ class Pending:
     The observed batch (``root``, ``batch``) is built when first asked for: an attempt
     whose plans are re-pointed needs the kept relation alone (``kept``)."""
 
-    def __init__(self, spark: SparkSession, read: _Read, engine: SparkEngine) -> None:
-        self.spark = spark
+    def __init__(self, read: _Read, engine: SparkEngine) -> None:
+        self.spark = engine.spark
         self._read = read
         self._engine = engine
         #: The batch kept (a lazy checkpoint, not yet stored), unobserved.
@@ -272,7 +272,7 @@ class SparkEngine:
             # after a small batch only (``_grouped``).
             if read.observable and (self._small or read.partitions is None):
                 if defer and self.defers and self._small:
-                    return Materialised(read.kept, -1, pending=Pending(self.spark, read, self))
+                    return Materialised(read.kept, -1, pending=Pending(read, self))
                 records, digests, tally = self.count_of(read, _observed(read.kept, read.metrics()))
                 batch = _few_tasks(read.unmarked(read.kept), records)
                 return Materialised(batch, records, digests, tally)

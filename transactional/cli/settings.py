@@ -100,8 +100,7 @@ class Setting:
         if self.option:
             return self.option
         dashed = self.name.removesuffix("_s").replace("_", "-")
-        on = self.switch and self.field.default and not self.both_ways
-        return f"--no-{dashed}" if on else f"--{dashed}"
+        return f"--no-{dashed}" if self.switch and self.field.default else f"--{dashed}"
 
     @property
     def env(self) -> str:

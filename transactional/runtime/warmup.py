@@ -5,9 +5,10 @@ PySpark's Python workers and their imports, the code generation of each plan sha
 Left to the first txids, that cost makes them several times slower than the rest (the
 tweet demo's first two txids took 11 s where the next three took 1.5 to 3 s each),
 which also misleads ``--batch-size auto``: it reads those latencies as the batch
-size's. So the runner first runs the spout's ``sample_batch`` through the same steps
-as an attempt (materialise, bolts, every committer's ``prepare``) as txid 0, which is
-never stored or committed. Nothing it does touches the store or a sink.
+size's. So a runner that warms up (``TransactionalRunner.warms_up``: by default only
+for adaptive batch sizes) first runs the spout's ``sample_batch`` through the same
+steps as an attempt (materialise, bolts, every committer's ``prepare``) as txid 0,
+which is never stored or committed. Nothing it does touches the store or a sink.
 
 The warm-up runs once per Spark application and topology: a runner whose engine's
 Spark application already warmed a topology of the same id and the same component
