@@ -269,6 +269,67 @@ def test_the_reads_of_a_topology_reuse_their_consumers(spark: Any, kafka: KafkaS
     assert _consumer_connections(kafka) - before <= 1  # the admin client's, at most
 
 
+def _kafka_plan(frame: Any) -> str:
+    """The frame's plan as Spark analysed it."""
+    return str(frame._jdf.queryExecution().analyzed().toString())
+
+
+@pytest.mark.classic  # a Connect client has no JVM to build the RDD in
+def test_a_classic_read_plans_no_kafka_relation_and_reads_what_sparks_reader_reads(
+    spark: Any, kafka: KafkaServer
+) -> None:
+    """On a classic session the spout builds Spark's Kafka RDD over the ranges it
+    decided (no relation planned, so no broker asked, each txid); its rows are the ones
+    Spark's reader reads for the same ranges. An option only Spark's reader knows
+    keeps the reader; an option the reader refuses fails at open."""
+    topic = new_topic(kafka, 2)
+    produce(kafka, topic, {0: [*AWKWARD, None, b"x"], 1: [f"m{i}".encode() for i in range(9)]})
+    spout = _open(KafkaPartitionedSpout(kafka.bootstrap_servers, topic, batch_size=4), spark)
+    history = _drive(spout, {})
+    assert len(history) == 3
+    columns = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    for txid, metas in enumerate(history, start=1):
+        frame = spout.emit_partitions(TransactionAttempt(txid, 1), metas)
+        assert "KafkaRelation" not in _kafka_plan(frame)
+        wanted = {p: m for p, m in metas.items() if m.offsets}
+        direct = spout._direct.frame(topic, {p: (m.start, m.end) for p, m in wanted.items()})
+        by_reader = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+            .option("assign", json.dumps({topic: list(wanted)}))
+            .option(
+                "startingOffsets", json.dumps({topic: {str(p): m.start for p, m in wanted.items()}})
+            )
+            .option(
+                "endingOffsets", json.dumps({topic: {str(p): m.end for p, m in wanted.items()}})
+            )
+            .load()
+        )
+        assert "KafkaRelation" in _kafka_plan(by_reader)
+        assert _rows(direct.select(columns)) == _rows(by_reader.select(columns))
+        assert len(_rows(direct)) == sum(m.offsets for m in wanted.values())
+
+    split = _open(
+        KafkaPartitionedSpout(kafka.bootstrap_servers, topic, options={"minPartitions": "4"}),
+        spark,
+    )
+    metas = _drive(split, {})[0]
+    frame = split.emit_partitions(TransactionAttempt(1, 1), metas)
+    assert "KafkaRelation" in _kafka_plan(frame)
+    assert frame.rdd.getNumPartitions() >= 4  # the reader's option, honoured
+    assert len(_rows(frame)) == len(AWKWARD) + 2 + 9
+    with pytest.raises(
+        ConfigurationError,
+        match=r"KafkaPartitionedSpout: Spark's Kafka reader refuses the options \['kafka.auto.offset.reset'\]: .*auto.offset.reset",
+    ):
+        _open(
+            KafkaPartitionedSpout(
+                kafka.bootstrap_servers, topic, options={"kafka.auto.offset.reset": "latest"}
+            ),
+            spark,
+        )
+
+
 def test_start_positions(spark: Any, kafka: KafkaServer) -> None:
     topic = new_topic(kafka, 2)
     produce(kafka, topic, {0: [b"a0", b"a1", b"a2"], 1: [b"b0", b"b1"]})

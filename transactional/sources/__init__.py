@@ -1,6 +1,6 @@
 """Ready-made sources: spouts over the stores users already have.
 
-- ``kafka``: a topic's partitions, partitioned or opaque, read by Spark's Kafka reader;
+- ``kafka``: a topic's partitions, partitioned or opaque, read by Spark's Kafka connector;
 - ``files``: a directory of JSON Lines, CSV or Parquet files, in all three spout kinds;
 - ``redis_streams``: N Redis streams, partitioned or opaque;
 - ``delta``: a Delta table's versions (appends or the change data feed).

@@ -1,6 +1,8 @@
 """Kafka: one topic's partitions as spout partitions, each txid an offset range per
-partition, read by Spark's own Kafka batch reader (``spark.read.format("kafka")`` with
-``startingOffsets``/``endingOffsets``), the offsets decided on the driver.
+partition, the offsets decided on the driver and the records read by Spark's own Kafka
+connector: its Kafka RDD built over the decided ranges on a classic session
+(``_direct.py``), its batch reader (``spark.read.format("kafka")`` with
+``startingOffsets``/``endingOffsets``) over Spark Connect.
 
 - ``KafkaPartitionedSpout`` replays a txid's ranges exactly. A range that retention
   deleted before its replay cannot be replayed: the run stops with

@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.jars import resolved_jars
 from transactional.sources.base import HeldRanges, SourceBase, parse_start
+from transactional.sources.kafka._direct import DirectRead
 from transactional.sources.kafka._offsets import Isolation, KafkaOffsets, Snapshot
 from transactional.sources.text import text_records
 from transactional.spout import (
@@ -140,6 +141,8 @@ class _KafkaTopic(SourceBase):
         )
         #: Options of every read: ``options`` and the topology's consumer group.
         self._reader_options = dict(self.options)
+        #: Reads without a Kafka relation planned each txid, where the session allows.
+        self._direct: DirectRead | None = None
         self._fresh = False  # no partition had a range when the current txid began
         #: Offsets each partition held beyond the last range decided, at the last look.
         self._behind: dict[int, int] = {}
@@ -168,7 +171,27 @@ class _KafkaTopic(SourceBase):
             group = f"transactional-{context.topology_id}"
             self._reader_options = {"kafka.group.id": group, **self.options}
             _quiet_group_warning(self.spark)
+        self._direct = self._direct_read()
         self.offsets.count(at_open=True)
+
+    def _direct_read(self) -> DirectRead | None:
+        """The direct read (``_direct.py``) on a classic session, its options checked
+        first by Spark's reader, which refuses the ones it would refuse at every read."""
+        from transactional.connect import is_connect
+
+        if is_connect(self.spark):
+            return None
+        from pyspark.errors.exceptions.captured import CapturedException
+
+        who = type(self).__name__
+        try:
+            self._reader({0: KafkaRange(start=0, end=0)})
+        except CapturedException as e:
+            raise ConfigurationError(
+                f"{who}: Spark's Kafka reader refuses the options {sorted(self.options)}: "
+                f"{' '.join(str(e).split())} Change them"
+            ) from None
+        return DirectRead.of(self.spark, self._read_options(), who)
 
     def close(self) -> None:
         self.offsets.close()
@@ -248,23 +271,11 @@ class _KafkaTopic(SourceBase):
         gaps = [self._gap(p, r, tagged) for p, r in sorted(ranges.items()) if r.lost]
         if not wanted:
             return self.spark.createDataFrame(gaps, schema)
-        frame = (
-            self.spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", self.bootstrap_servers)
-            .option("kafka.isolation.level", self.isolation_level)
-            .option("assign", json.dumps({self.topic: list(wanted)}))
-            .option(
-                "startingOffsets",
-                json.dumps({self.topic: {str(p): r.start for p, r in wanted.items()}}),
-            )
-            .option(
-                "endingOffsets",
-                json.dumps({self.topic: {str(p): r.end for p, r in wanted.items()}}),
-            )
-            .option("failOnDataLoss", "true")
-            .options(**self._reader_options)
-            .load()
-        )
+        if self._direct is not None:
+            bounds = {p: (r.start, r.end) for p, r in wanted.items()}
+            frame = self._direct.frame(self.topic, bounds)
+        else:
+            frame = self._reader(wanted)
         if self.value_format == "text":
             # A record without a value (a tombstone) is not text: say so.
             frame = text_records(frame, "value", TEXT_COLUMNS, TOMBSTONE, kept_last=True)
@@ -275,6 +286,31 @@ class _KafkaTopic(SourceBase):
         if gaps:
             frame = frame.unionByName(self.spark.createDataFrame(gaps, schema))
         return frame
+
+    def _read_options(self) -> dict[str, str]:
+        """What a read is given beside its ranges."""
+        return {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "kafka.isolation.level": self.isolation_level,
+            "failOnDataLoss": "true",
+            **self._reader_options,
+        }
+
+    def _reader(self, ranges: Mapping[int, KafkaRange]) -> DataFrame:
+        """``ranges`` as Spark's Kafka reader reads them (a relation planned for them)."""
+        topic = self.topic
+        return (
+            self.spark.read.format("kafka")
+            .option("assign", json.dumps({topic: list(ranges)}))
+            .option(
+                "startingOffsets", json.dumps({topic: {str(p): r.start for p, r in ranges.items()}})
+            )
+            .option(
+                "endingOffsets", json.dumps({topic: {str(p): r.end for p, r in ranges.items()}})
+            )
+            .options(**self._read_options())
+            .load()
+        )
 
     def _gap(self, partition: int, r: KafkaRange, tagged: bool) -> tuple[Any, ...]:
         """The row that stands for offsets deleted before they were read."""
