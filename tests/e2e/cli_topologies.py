@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from committers import CounterTable, DeltaCommitter, RedisCommitter
 from transactional import Bolt, TopologyBuilder, TransactionalSpout
+from transactional.ledger import ID, folded
 from transactional.testing import Range
 from transactional.topology import Topology
 from transactional.types import TransactionAttempt
@@ -143,13 +144,37 @@ class MissingColumn(Bolt):
 
 def numbers_missing_column() -> Topology:
     """``numbers``, bucketed by a column the batch does not have."""
+    return _numbers_through(MissingColumn())
+
+
+def _numbers_through(bolt: Bolt) -> Topology:
+    """The numbers through ``bolt`` into the Redis hash ``buckets``."""
     sink = RedisCommitter(
         os.environ["CLI_REDIS_URL"], {"default": CounterTable("buckets", ("key",))}
     )
     return (
         TopologyBuilder()
         .set_spout(Numbers(int(os.environ.get("CLI_TOTAL", "500"))))
-        .set_bolt("bucket", MissingColumn())
+        .set_bolt("bucket", bolt)
         .set_committer("sink", sink, "bucket")
         .build()
     )
+
+
+class LosesOdd(Bolt):
+    """Says it accounts for every record, yet counts only the even numbers."""
+
+    accounts = True
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        even = batch.where(F.col("id") % 2 == 0)
+        return (
+            even.select(F.concat(F.lit("k"), (F.col("id") % 7).cast("string")).alias("key"), ID)
+            .groupBy("key")
+            .agg(F.count("*").alias("count"), *folded())
+        )
+
+
+def numbers_losing_odd() -> Topology:
+    """``numbers``, through a bolt that loses the odd ones (the ledger stops it)."""
+    return _numbers_through(LosesOdd())

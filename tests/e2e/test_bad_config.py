@@ -464,6 +464,45 @@ def test_a_bolt_reading_a_column_that_does_not_exist_stops_at_its_first_attempt(
     assert stored(state / "state.db", "missing") == (1, {1: {"start": 0, "count": 50}})
 
 
+def test_a_bolt_that_loses_records_stops_the_run_at_once_naming_them(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The record ledger through ``transactional run``: a bolt that accounts for its
+    records but loses the odd numbers fails its first txid with a ``LedgerError``, which
+    is not retried: exit 2, one line naming the bolt and the lost records, nothing in
+    the sink, the txid kept to resume from."""
+    state = tmp_path / "state"
+    done = cli(
+        "run",
+        "tests.e2e.cli_topologies:numbers_losing_odd",
+        "--topology-id",
+        "lossy",
+        "--state-dir",
+        str(state),
+        "--master",
+        "local[2]",
+        "--max-pending",
+        "1",
+        "--until-drained",
+        environ=env(redis_url),
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    lost = [n for n in range(50) if n % 2]  # txid 1 holds 0..49; the bolt keeps the even
+    assert len(errors) == 1, done.stderr[-3000:]
+    # A bolt that folds keeps no id per record: the ledger names how many, not which.
+    assert errors[0].startswith(
+        "error: txid 1 cannot run (process): LedgerError: ledger: bolt 'bucket' "
+        "(tests.e2e.cli_topologies.LosesOdd) on stream 'default', txid 1: "
+        f"{len(lost)} record(s) unaccounted for; given 50 from the spout's batch, accounted "
+        f"for {50 - len(lost)} "
+    ), errors
+    assert "Nothing of the txid was committed" in errors[0] and "not retried" in errors[0]
+    assert "Traceback" not in done.stderr
+    assert redis.Redis.from_url(redis_url).dbsize() == 0  # nothing in the sink
+    assert stored(state / "state.db", "lossy") == (1, {1: {"start": 0, "count": 50}})
+
+
 class ReadsLedgerIds(Bolt):
     """Reads the ledger's id column without accounting for its records."""
 

@@ -5,7 +5,6 @@ remnants and strangers included, and judged."""
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,18 +39,18 @@ def test_redis_is_read_whole_behind_its_prefix(redis_url: str) -> None:
     client.close()
 
     image = read_redis(redis_url, p)
-    assert image.counts == {
-        "hashtags": Counter({"#a": 2}),
-        "users": Counter({"@u": 1, "@gone": 0}),
-        "pairs": Counter({("@u", "#a"): 1}),
-        "ids": Counter({1: 1, 2: 2}),
+    assert image.tables == {
+        "hashtags": {("#a",): 2},
+        "users": {("@u",): 1, ("@gone",): 0},
+        "users_hashtags": {("@u", "#a"): 1},
+        "tweet_ids": {("1",): 1, ("2",): 2},
     }
     assert image.dead_letters == ["{broken"]
     assert image.strange == [f"key '{p}stray'"]
     assert image.leftovers == [f"staging key '{p}transactional:t:redis:stage:0'"]
 
     verdict = judge(image, expected_of_lines(LINES))
-    assert verdict.duplicated == ("tweet 2: 2 times, not 1",)
+    assert verdict.duplicated == ("tweet_ids '2': 2 times, not 1",)
     assert verdict.leftovers == (
         f"staging key '{p}transactional:t:redis:stage:0'",
         "users '@gone' counting 0",
@@ -64,7 +63,7 @@ def test_a_redis_run_without_ids_has_none(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     client.hset("hashtags", mapping={"#a": 2})
     client.close()
-    assert "ids" not in read_redis(redis_url).counts
+    assert read_redis(redis_url).tables == {"hashtags": {("#a",): 2}}
 
 
 def test_delta_is_read_whole_with_deltalake(tmp_path: Path) -> None:
@@ -92,19 +91,19 @@ def test_delta_is_read_whole_with_deltalake(tmp_path: Path) -> None:
     table("extra", [{"x": 1}])
 
     image = read_delta(tmp_path, committed=2)
-    assert image.counts == {
-        "hashtags": Counter({"#a": 2}),
-        "users": Counter({"@u": 1, "@gone": 0}),
-        "pairs": Counter({("@u", "#a"): 1}),
-        "ids": Counter({1: 1, 2: 1}),
+    assert image.tables == {
+        "hashtags": {("#a",): 2},
+        "users": {("@u",): 1, ("@gone",): 0},
+        "users_hashtags": {("@u", "#a"): 1},
+        "tweet_ids": {("1",): 1, ("2",): 1},
     }
     assert image.dead_letters == ["{broken"]
     assert image.strange == ["table 'extra'"]
-    assert image.leftovers == ["tweet_ids 2 marked txid 3, past the committed 2"]
+    assert image.leftovers == ["tweet_ids '2' marked txid 3, past the committed 2"]
 
     verdict = judge(image, expected_of_lines(LINES))
     assert verdict.leftovers == (
-        "tweet_ids 2 marked txid 3, past the committed 2",
+        "tweet_ids '2' marked txid 3, past the committed 2",
         "users '@gone' counting 0",
     )
     assert verdict.phantoms == ("table 'extra'",)

@@ -330,6 +330,41 @@ def test_a_classic_read_plans_no_kafka_relation_and_reads_what_sparks_reader_rea
         )
 
 
+@pytest.mark.classic  # reads the frames' partition counts (no RDD over Connect)
+def test_a_replay_gives_the_same_ledger_ids_in_any_partitioning(
+    spark: Any, kafka: KafkaServer
+) -> None:
+    """The record ledger's ids come from the spout's position columns (partition and
+    offset), so a replay that reads a txid's batch in another partitioning (all
+    partitions in one frame, one frame a partition, or shuffled into three) gives every
+    record the same id; ids computed here again from the positions, apart from the
+    ledger."""
+    from pyspark.sql import functions as F
+
+    from transactional.ledger import ID, RecordIds, id_column
+
+    topic = new_topic(kafka, 2)
+    produce(kafka, topic, {0: [f"a{i}".encode() for i in range(7)], 1: [b"b0", b"b1"]})
+    spout = _open(KafkaPartitionedSpout(kafka.bootstrap_servers, topic, batch_size=10), spark)
+    metas = _drive(spout, {})[0]
+    ids = RecordIds(1, KafkaPartitionedSpout.position_columns)
+
+    def ledger_ids(frame: Any) -> list[tuple[int, int, int]]:
+        rows = frame.select("partition", "offset", id_column(ids)).collect()
+        return sorted((r["partition"], r["offset"], r[ID]) for r in rows)
+
+    whole = spout.emit_partitions(TransactionAttempt(1, 1), metas).drop(PARTITION_COLUMN)
+    apart = [spout.emit_partition_batch(TransactionAttempt(1, 2), p, m) for p, m in metas.items()]
+    layouts = [whole, apart[0].unionByName(apart[1]), whole.repartition(3, "offset")]
+    assert [f.rdd.getNumPartitions() for f in layouts] == [2, 2, 3]
+    first = ledger_ids(layouts[0])
+    assert all(ledger_ids(f) == first for f in layouts[1:])
+    positions = spark.createDataFrame([(p, o) for p, o, _ in first], "partition INT, offset LONG")
+    again = positions.select(F.xxhash64("partition", "offset").alias("x")).collect()
+    assert [i for _, _, i in first] == [r["x"] for r in again]
+    assert len({i for _, _, i in first}) == 9  # one id a record
+
+
 def test_start_positions(spark: Any, kafka: KafkaServer) -> None:
     topic = new_topic(kafka, 2)
     produce(kafka, topic, {0: [b"a0", b"a1", b"a2"], 1: [b"b0", b"b1"]})

@@ -7,7 +7,10 @@
 - the in-memory doubles (``InMemoryEngine``, ``InMemoryStateStore``, list spouts,
   ``MemoryCommitter``) test the runner's state machine itself in milliseconds;
 - ``CommitterContract`` is what every committer must do, as a pytest suite to run on
-  your own (``SinkUnderTest`` says how to reach your sink).
+  your own (``SinkUnderTest`` says how to reach your sink);
+- ``transactional.testing.history`` reads the ready-made committers' sinks with their
+  own clients and judges them, record by record, against an answer computed from the
+  input (docs/how-to/check-history.md).
 
 The pytest plugin ``transactional.testing.plugin`` (registered as an entry point) gives
 the fixtures ``transactional_spark``, ``transactional_harness`` and
