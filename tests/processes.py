@@ -215,19 +215,36 @@ def store_state(state_dir: Path, topology_id: str = TOPOLOGY_ID) -> tuple[int, l
 def stored_metas(state_dir: Path, topology_id: str = TOPOLOGY_ID) -> dict[int, Any]:
     """Each txid's stored coordinator metadata (JSON) in the SQLite store, read with plain
     SQL: what a batch holds, as the runner decided it."""
+    rows = _store_rows(state_dir, "SELECT txid, meta FROM coordinator_meta", topology_id)
+    return {int(t): json.loads(meta) for t, meta in rows}
+
+
+def stored_partition_metas(
+    state_dir: Path, topology_id: str = TOPOLOGY_ID
+) -> dict[int, dict[int, Any]]:
+    """Each txid's stored partition metadata (JSON) in the SQLite store (txid ->
+    partition -> metadata), read with plain SQL: what a partitioned or opaque spout's
+    batch held, partition by partition."""
+    sql = "SELECT txid, partition, meta FROM partition_meta"
+    out: dict[int, dict[int, Any]] = {}
+    for txid, partition, meta in _store_rows(state_dir, sql, topology_id):
+        out.setdefault(int(txid), {})[int(partition)] = json.loads(meta)
+    return out
+
+
+def _store_rows(state_dir: Path, select: str, topology_id: str) -> list[Any]:
+    """The rows of ``select`` (a query of one table, without its WHERE) for
+    ``topology_id`` in the SQLite store; none before the store was created."""
     db = state_dir / "state.db"
     if not db.exists():
-        return {}
+        return []
     conn = sqlite3.connect(db)
     try:
-        rows = conn.execute(
-            "SELECT txid, meta FROM coordinator_meta WHERE topology_id = ?", (topology_id,)
-        ).fetchall()
+        return conn.execute(f"{select} WHERE topology_id = ?", (topology_id,)).fetchall()
     except sqlite3.OperationalError:  # the first run died before creating the tables
-        return {}
+        return []
     finally:
         conn.close()
-    return {int(t): json.loads(meta) for t, meta in rows}
 
 
 def store_group(state_dir: Path, topology_id: str = TOPOLOGY_ID) -> tuple[int, int] | None:

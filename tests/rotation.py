@@ -5,8 +5,8 @@ time, the part is chosen by a seed.
   every chain and the kill into a group, and a third of the other steps per chain; the
   chains of a spout kind, a place or a commit mode take different thirds, so every run
   kills at every step on the opaque spout, on Spark Connect and in each commit mode
-  (``tests/e2e/test_crash_matrix.py``). The weaker guarantees' chains take opposite
-  halves (``tests/e2e/test_guarantee_crashes.py``).
+  (``tests/e2e/test_crash_matrix.py``). The weaker guarantees' four chains (a guarantee
+  in a commit mode) take different fifths (``tests/e2e/test_guarantee_crashes.py``).
 - The Spark Connect suite's variations (``make connect-test``) and those of the tests
   marked ``rotated`` (``make test``, ``make test-slow``): every test runs, with half of its
   parameters (``variations``).
@@ -23,7 +23,7 @@ command that reruns its selection.
 - ``--rotation N``: the selection of seed N.
 - ``--rotation auto`` (the make targets, CI): the number in ``.ci/seed``, which each
   submission to CI raises by one, so consecutive CI runs take consecutive seeds and
-  every cell is run within three of them.
+  every cell is run within as many of them as its case has slices (at most five).
 """
 
 from __future__ import annotations

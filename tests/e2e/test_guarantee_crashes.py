@@ -2,24 +2,28 @@
 killed at every step of the protocol, under ``--guarantee at_least_once`` and
 ``--guarantee at_most_once``, then started again until drained, writing to Redis and
 to Delta (``--sink both``: the step between two committers exists) and counting each
-tweet by id (``--record-ids``).
+tweet by id (``--record-ids``), in both commit modes: the transactional file spout into
+transactional-mode sinks, the opaque one into opaque-mode sinks.
 
 What each promise means is counted exactly, from what the store and the sinks held at
 each kill, read directly (SQL on the store's file, Redis, the Delta logs), and from the
 input's bytes (``tests.reference``), never from the runner's word:
 
 - ``at_least_once``: a txid the store held as started and a sink held as written was
-  applied to that sink again by the next run; so each sink holds the whole input, plus
-  exactly those txids' records once more per kill that left them so.
+  applied to that sink again by the next run; so a transactional-mode sink holds the
+  whole input, plus exactly those txids' records once more per kill that left them so,
+  and an opaque-mode sink, whose replay undoes the earlier write first, holds the whole
+  input exactly once.
 - ``at_most_once``: a txid the store held as started that a sink did not hold is never
-  written to it; so each sink holds the input less exactly those txids' records, and
-  the runs report as dropped exactly the txids that not every sink held.
+  written to it; so each sink holds the input less exactly those txids' records (an
+  opaque batch's from its partitions' stored ranges), and the runs report as dropped
+  exactly the txids that not every sink held.
 
-Under ``at_least_once`` the chain is the crash matrix's (``test_crash_matrix.CHAIN``;
-rotated as its chains are, but by halves, the two guarantees taking opposite ones, so
-that every run kills each guarantee at every step):
+Under ``at_least_once`` the chain is the crash matrix's (``test_crash_matrix.CHAIN``):
 each run dies after the commits of what the run before left, so "applied again by the
-next run" holds. Under ``at_most_once`` a run never emits again what the one before left
+next run" holds. Rotated: every chain (guarantee x mode) dies after a sink write in
+every run and at a fifth of the other steps, each chain a different fifth, so five
+consecutive seeds kill every chain at every step. Under ``at_most_once`` a run never emits again what the one before left
 in flight, so each run dies at the next step of the protocol for the first txid it
 decides anew (one past the last the store holds), over a longer input.
 
@@ -57,6 +61,7 @@ from tests.processes import (
     run_guarantee,
     store_state,
     stored_metas,
+    stored_partition_metas,
 )
 from tests.processes import delta_txid as delta_sink_txid
 from tests.reference import Expected, combined, expected_counts, expected_of_range, without
@@ -67,8 +72,17 @@ from transactional.testing.servers import RedisServer
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 GUARANTEES = ("at_least_once", "at_most_once")
-#: Each guarantee's half of the chain's steps under a seed (``test_crash_matrix.steps``).
-PHASES = {"at_least_once": 0, "at_most_once": 1}
+#: The demo's spout kinds, and with them its committers' mode: the transactional file
+#: spout into transactional-mode sinks, the opaque one into opaque-mode sinks.
+SPOUTS = ("transactional", "opaque")
+CHAINS = [(g, s) for g in GUARANTEES for s in SPOUTS]
+#: Each chain's part of the chain's steps under a seed (``test_crash_matrix.steps``): a
+#: fifth of the steps besides the one every run kills at, each chain a different fifth,
+#: so five consecutive seeds kill each guarantee in each mode at every step.
+PHASES = {chain: n for n, chain in enumerate(CHAINS)}
+SLICES = 5
+#: Each chain's Redis database (the crash matrix and the overlapping chain use others).
+DATABASES = dict(zip(CHAINS, (6, 7, 13, 14), strict=True))
 SINKS = ("redis", "delta")
 DROPPED = re.compile(r"txid dropped guarantee=at_most_once txid=(\d+)")
 
@@ -84,11 +98,14 @@ class Kill:
     jvms_killed: bool
     pending: dict[int, Any]
     held: dict[str, int]
+    #: The opaque spout's partition metadata of each pending txid the store holds.
+    parts: dict[int, dict[int, Any]] = field(default_factory=dict)
 
 
 @dataclass
 class Chain:
     guarantee: str
+    spout: str
     input: Path
     expected: Expected
     redis_url: str
@@ -98,9 +115,10 @@ class Chain:
     final_returncode: int = -1
 
 
-#: Lines of input and per txid: at_most_once drops up to ``--max-pending`` txids a kill,
-#: so its chain needs more of them.
-SIZES = {"at_least_once": (120, 30), "at_most_once": (400, 10)}
+#: Lines per txid, and the txids of input beyond those a chain's kills may drop:
+#: at_most_once drops up to ``MAX_PENDING`` txids a kill, so its input grows with them.
+SIZES = {"at_least_once": (30, 4), "at_most_once": (10, 5)}
+MAX_PENDING = 3
 
 
 def tweets(directory: Path, count: int) -> tuple[Path, Expected]:
@@ -112,21 +130,24 @@ def tweets(directory: Path, count: int) -> tuple[Path, Expected]:
     return out, expected
 
 
-@pytest.fixture(scope="module", params=GUARANTEES)
+@pytest.fixture(scope="module", params=CHAINS, ids=[f"{g}-{s}" for g, s in CHAINS])
 def chain(
     request: pytest.FixtureRequest,
     redis_server: RedisServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Chain:
-    guarantee: str = request.param
-    work = tmp_path_factory.mktemp(f"chain-{guarantee}")
-    count, per_txid = SIZES[guarantee]
-    path, expected = tweets(work, count)
+    guarantee, spout = request.param
+    work = tmp_path_factory.mktemp(f"chain-{guarantee}-{spout}")
+    kills = steps(rotation.of(request.config), PHASES[request.param], SLICES)
+    per_txid, txids = SIZES[guarantee]
+    dropped = MAX_PENDING * len(kills) if guarantee == "at_most_once" else 0
+    path, expected = tweets(work, per_txid * (txids + dropped))
     result = Chain(
         guarantee,
+        spout,
         path,
         expected,
-        fresh_db(redis_server, 6 + GUARANTEES.index(guarantee)),
+        fresh_db(redis_server, DATABASES[request.param]),
         work / "delta",
     )
     state = work / "state"
@@ -135,7 +156,7 @@ def chain(
         "--input",
         str(path),
         "--spout",
-        "transactional",
+        spout,
         "--sink",
         "both",
         "--record-ids",
@@ -150,7 +171,7 @@ def chain(
         "--batch-size",
         str(per_txid),
         "--max-pending",
-        "3",
+        str(MAX_PENDING),
         "--max-group",
         "3",
         "--group-wait",
@@ -162,7 +183,6 @@ def chain(
         "0",
     ]
     with adopting_orphans():
-        kills = steps(rotation.of(request.config), PHASES[guarantee], slices=2)
         for k, (point, txid) in enumerate(kills):
             if guarantee == "at_most_once":  # the first txid this run decides anew
                 txid = max(stored_metas(state), default=0) + 1
@@ -173,6 +193,7 @@ def chain(
             result.outputs.append(output)
             currtx, _ = store_state(state)
             metas = stored_metas(state)
+            parts = stored_partition_metas(state)
             jvms = [status for command, status in exits.values() if command == "java"]
             result.kills.append(
                 Kill(
@@ -183,8 +204,11 @@ def chain(
                     {t: m for t, m in metas.items() if t >= currtx},
                     {
                         "redis": redis_txid(result.redis_url, "redis"),
-                        "delta": delta_sink_txid(result.delta_path, "delta", opaque=False),
+                        "delta": delta_sink_txid(
+                            result.delta_path, "delta", opaque=spout == "opaque"
+                        ),
                     },
+                    {t: p for t, p in parts.items() if t >= currtx},
                 )
             )
         final = DemoProcess(args, work / "final.log")
@@ -205,6 +229,18 @@ def records_of(directory: Path, meta: Any) -> Expected:
     )
 
 
+def batch_of(chain: Chain, kill: Kill, txid: int) -> Expected:
+    """The records txid ``txid`` held when ``kill`` happened: its stored metadata's byte
+    ranges (the transactional spout), or its partitions' (the opaque spout; none stored
+    yet if it died before its emit)."""
+    if chain.spout == "transactional":
+        return records_of(chain.input, kill.pending[txid])
+    ranges = kill.parts.get(txid, {}).values()
+    return combined(
+        *(expected_of_range(chain.input / r["file"], r["offset"], r["length"]) for r in ranges)
+    )
+
+
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("sink", SINKS)
 def test_killed_at_every_step_keeps_the_guarantees_promise_exactly(
@@ -219,18 +255,26 @@ def test_killed_at_every_step_keeps_the_guarantees_promise_exactly(
         {t: m for t, m in kill.pending.items() if t <= kill.held[sink]} for kill in chain.kills
     ]
     if chain.guarantee == "at_least_once":
-        again = [records_of(chain.input, m) for w in written for m in w.values()]
-        assert any(written)  # a kill after a sink write happened: the double count is real
+        assert any(written)  # a kill after a sink write happened: the replay is real
+        if chain.spout == "opaque":  # its replays undo the earlier write: never twice
+            assert_exact(got, chain.expected, ids=True)
+            assert max(tweet_counts(got).values()) == 1
+            return
+        again = [
+            batch_of(chain, kill, t)
+            for kill, w in zip(chain.kills, written, strict=True)
+            for t in w
+        ]
         assert_exact(got, combined(chain.expected, *again), ids=True)
         assert max(tweet_counts(got).values()) == 2  # counted twice, never more, in this chain
     else:
         lost = [
-            records_of(chain.input, m)
+            batch_of(chain, kill, t)
             for kill, w in zip(chain.kills, written, strict=True)
-            for t, m in kill.pending.items()
+            for t in kill.pending
             if t not in w
         ]
-        assert lost  # some kill left a batch that no sink held
+        assert any(batch.ids for batch in lost)  # some kill left records that no sink held
         assert_exact(got, without(chain.expected, combined(*lost)), ids=True)
         assert max(tweet_counts(got).values()) == 1  # nothing twice
         reported = {int(t) for out in chain.outputs for t in DROPPED.findall(out)}
