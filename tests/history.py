@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from examples.tweets.bolts import HASHTAGS, TWEET_IDS, USERS, USERS_HASHTAGS
 from examples.tweets.sinks import counter_tables
 from tests.reference import Expected
 from transactional.testing import history
@@ -42,7 +43,7 @@ __all__ = [
 
 #: The demo's counter tables, ``tweet_ids`` among them.
 TABLES = list(counter_tables(record_ids=True).values())
-IDS = "tweet_ids"
+IDS = TWEET_IDS
 
 
 class MissingIds(AssertionError):
@@ -52,9 +53,9 @@ class MissingIds(AssertionError):
 def answer(expected: Expected, *, ids: bool = True) -> Answer:
     """The demo's answer as the checker takes it (``ids``: with the tweets by id)."""
     tables: dict[str, Mapping[Any, int]] = {
-        "hashtags": expected.hashtags,
-        "users": expected.users,
-        "users_hashtags": expected.pairs,
+        HASHTAGS: expected.hashtags,
+        USERS: expected.users,
+        USERS_HASHTAGS: expected.pairs,
     }
     if ids:
         tables[IDS] = expected.ids

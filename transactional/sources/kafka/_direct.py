@@ -46,7 +46,6 @@ class DirectRead:
         kafka = jvm.org.apache.spark.sql.kafka010
         scala = jvm.scala
         self._spark = spark
-        self._jvm = jvm
         self._kafka = kafka
         specified = {k[len("kafka.") :]: v for k, v in options.items() if _is_kafka(k)}
         self._params = _module(kafka, "KafkaSourceProvider").kafkaParamsForExecutors(
@@ -69,16 +68,17 @@ class DirectRead:
         )
         self._none = _module(scala, "None")
         self._sql = spark._jsparkSession.sqlContext()
+        # Looked up once: each lookup of a JVM class is a py4j round trip, every txid.
+        self._partition = jvm.org.apache.kafka.common.TopicPartition
+        self._list = jvm.java.util.ArrayList
+        self._converters = jvm.scala.jdk.javaapi.CollectionConverters
 
     @classmethod
     def of(cls, spark: SparkSession, options: Mapping[str, str], who: str) -> DirectRead | None:
-        """The direct read, or None where reads must go through Spark's reader."""
+        """The direct read on a classic session (the caller's to know), or None where
+        reads must go through Spark's reader."""
         from py4j.protocol import Py4JError
 
-        from transactional.connect import is_connect
-
-        if is_connect(spark):
-            return None
         others = sorted(k for k in options if not _is_kafka(k) and k.lower() not in HONOURED)
         if others:
             log.debug("kafka reads by spark's reader spout=%s options=%s", who, others)
@@ -94,12 +94,11 @@ class DirectRead:
         Spark's Kafka columns, one RDD partition per range."""
         from pyspark.sql import DataFrame
 
-        jvm = self._jvm
-        pieces = jvm.java.util.ArrayList()
+        pieces = self._list()
         for partition, (start, end) in sorted(ranges.items()):
-            where = jvm.org.apache.kafka.common.TopicPartition(topic, partition)
+            where = self._partition(topic, partition)
             pieces.add(self._kafka.KafkaOffsetRange(where, start, end, self._none))
-        offsets = jvm.scala.jdk.javaapi.CollectionConverters.asScala(pieces).toSeq()
+        offsets = self._converters.asScala(pieces).toSeq()
         rdd = self._kafka.KafkaSourceRDD(
             self._sc, self._params, offsets, self._poll_ms, self._fail_on_data_loss
         )
