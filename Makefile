@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 APT_PACKAGES := zookeeper redis-server default-jre-headless openssl
 
-.PHONY: demo test test-slow test-soak cluster-test connect-test connect-test-full test-exhaustive deps java venv lint typecheck unit chaos soak bench docs clean
+.PHONY: demo test test-slow test-soak cluster-test connect-test connect-test-full test-exhaustive deps java venv lint typecheck unit chaos mutation soak bench docs clean
 
 # PYTHONWARNINGS reaches pip's build backend: setuptools' notes on editable installs are
 # for packagers, not for someone running the demo.
@@ -74,7 +74,8 @@ test: deps venv lint typecheck
 
 
 # The longest suites (the SIGKILL crash matrices of the three guarantees, user topologies
-# crashed and rerun through `transactional run`, snapshots against a running writer:
+# crashed and rerun through `transactional run`, snapshots against a running writer, three
+# planted bugs each caught by its test (tests/mutation/test_planted.py):
 # 40 min with the soak in CI's lanes on 2 cores, rotated, 2026-12-05); CI runs it, then
 # `make cluster-test`, beside `make test`, `make connect-test` and `make test-soak`. Each
 # suite prints its 15 slowest tests, so a CI log says where its time went.
@@ -123,6 +124,14 @@ cluster-test: deps venv
 # CHAOS="--quick" for a short one, which writes nothing.
 chaos: deps venv
 	$(BIN)/python -m tests.chaos $(if $(CHAOS),$(CHAOS),--markdown tests/CHAOS.md)
+
+# Planted bugs (python -m tests.mutation, tests/mutation/bugs.py): each of a dozen
+# plausible protocol bugs patched into the product at run time from the tests, its
+# crash chains, campaign or ledger tests run until one fails; writes tests/MUTATION.md
+# (what caught each bug, after how many demo runs and kills) with the commit it ran at,
+# and fails when a bug went uncaught. BUGS="name ..." for some of them.
+mutation: deps venv
+	$(BIN)/python -m tests.mutation $(BUGS)
 
 # The soak (python -m tests.soak): 10,000 txids of three tweets on both sinks with the
 # state in ZooKeeper, ZooKeeper and Redis restarted in turn every 5 min and exceptions

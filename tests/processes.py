@@ -37,6 +37,20 @@ DELTA_TABLES = ("hashtags", "users", "users_hashtags", "dead_letters")
 ATTEMPT_SLOTS = 1_000_000
 
 
+#: Demo processes started and killed (SIGKILL, by a crash plan or by a test) in this
+#: process: what a planted run reports had happened by the time a test caught its bug.
+DEMO_RUNS = {"started": 0, "killed": 0}
+
+
+def demo_command(env: dict[str, str]) -> list[str]:
+    """How to start the demo under ``env``: ``python -m examples.tweets``, or, in a
+    planted run (``tests.mutation``), its launcher, which plants the bug first."""
+    from tests.mutation import PLANTED
+
+    module = "tests.mutation.launch" if env.get(PLANTED) else "examples.tweets"
+    return [sys.executable, "-m", module]
+
+
 def demo_env(**extra: str) -> dict[str, str]:
     """The environment of a demo process: this checkout importable, no crash plan or
     executors' Python inherited, Spark on loopback only, and a JVM tuned for short lives
@@ -65,14 +79,16 @@ class DemoProcess:
         self._out: IO[bytes] = log.open("wb")
         self.scratch = Path(tempfile.mkdtemp(prefix="demo-spark-"))
         self._remove_scratch = weakref.finalize(self, shutil.rmtree, self.scratch, True)
+        env = env or demo_env()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "examples.tweets", *args],
+            [*demo_command(env), *args],
             cwd=ROOT,
-            env={**(env or demo_env()), "SPARK_LOCAL_DIRS": str(self.scratch)},
+            env={**env, "SPARK_LOCAL_DIRS": str(self.scratch)},
             stdout=self._out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        DEMO_RUNS["started"] += 1
 
     @property
     def pid(self) -> int:
@@ -101,6 +117,8 @@ class DemoProcess:
         return code
 
     def _ended(self) -> None:
+        if not self._out.closed and self.proc.returncode == -signal.SIGKILL:
+            DEMO_RUNS["killed"] += 1
         self._out.close()
         self._remove_scratch()
 

@@ -3,7 +3,11 @@ every named step of the protocol, for every spout kind, then started again with 
 arguments until drained; every count must match the answer computed from the input,
 and every tweet (counted under its id too, ``--record-ids``) be in each sink exactly once,
 with nothing that no input record explains and nothing an undone attempt left
-(``tests/history.py``, reading the sinks with redis-py and ``deltalake``).
+(``tests/history.py``, reading the sinks with redis-py and ``deltalake``, and each Delta
+table's log: every commit that changed rows carries its txid marker). Redis is judged by
+its server's own account too (``tests/monitor.py``, ``MONITOR`` through the chain): every
+write to the sink came from a commit script, so marker, counts and dead letters changed
+together.
 
 Every run commits in groups: after a start the first commit is ``currtx`` alone, and
 then up to three txids go together (``--max-group 3``; ``--group-wait`` lets a processed
@@ -63,6 +67,7 @@ import redis
 from examples.tweets.cli import main as demo
 from tests import rotation
 from tests.history import judge, read_delta, read_redis
+from tests.monitor import ScriptWrites
 from tests.processes import (
     DemoProcess,
     adopting_orphans,
@@ -160,6 +165,8 @@ class Chain:
     crashes: list[Crash] = field(default_factory=list)
     final_returncode: int = -1
     final_output: str = ""
+    #: The writes to the Redis sink made outside its commit script (``tests.monitor``).
+    outside: list[str] = field(default_factory=list)
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +276,10 @@ def chain(
         str(TOP),
         "--record-ids",  # each tweet counted by id too: judged record by record
     ]
-    with adopting_orphans():  # a dead run's JVM and workers are reaped here
+    # The Redis server's own account of every write, and adopting a dead run's JVM and
+    # workers to reap them here.
+    monitor = ScriptWrites(result.redis_url, work / "monitor.log")
+    with monitor, adopting_orphans():
         for k, (point, txid) in enumerate(result.steps):
             spec = f"{point.value}:{txid}"
             if k == 0:  # the environment variable, as a wrapper script would set it
@@ -293,6 +303,7 @@ def chain(
         result.final_returncode = final.wait()
         reap_session(final.pid)
     result.final_output = final.output()
+    result.outside = monitor.outside()
     return result
 
 
@@ -375,6 +386,8 @@ def test_killed_at_every_step_then_rerun_counts_exactly(
     )
     verdict = judge(image, chain.expected)  # read with redis-py and deltalake
     assert verdict.exact, str(verdict)
+    if sink == "redis":  # and by the server's own account: every write in a commit script
+        assert chain.outside == [], chain.outside[:10]
     # The end-of-run summary shows each sink's top hashtags.
     assert printed_tops(chain.final_output)[(sink, "top hashtags")] == tops(chain.expected)
     held = (

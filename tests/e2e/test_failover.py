@@ -1,7 +1,9 @@
 """Two demo processes on one topology id and one ZooKeeper: exactly one leads, the other
 waits; a leader killed with SIGKILL is replaced, and a leader frozen with SIGSTOP past
-its session is deposed and, resumed, writes nothing. Counts are checked exactly
-against an answer computed here from the input files."""
+its session is deposed and, resumed, writes nothing: by its own log, and by the Redis
+server's account of every commit script (``tests.monitor``: none wrote under a token
+below one that had). Counts are checked exactly against an answer computed here from
+the input files."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,6 +24,8 @@ import redis
 from committers import decode_key
 from examples.tweets.cli import main as demo
 from tests.jvm import short_lived
+from tests.monitor import ScriptWrites
+from tests.processes import demo_command
 from tests.reference import Expected, expected_counts
 from tests.witness import zk_owner
 
@@ -67,7 +70,7 @@ class Runner:
         env = short_lived({**os.environ, "PYTHONPATH": str(ROOT)})
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                args,
+                [*demo_command(env), *args],
                 cwd=ROOT,
                 env=env,
                 stdout=out,
@@ -92,9 +95,6 @@ def runners(
 
     def start_two(until_drained: bool) -> tuple[Runner, Runner]:
         args = [
-            sys.executable,
-            "-m",
-            "examples.tweets",
             "-vv",
             "run",
             "--input",
@@ -213,6 +213,19 @@ def test_one_runner_leads_and_a_standby_takes_over_when_it_is_killed(
 
 
 def test_a_leader_frozen_past_its_session_is_deposed_and_writes_nothing_once_resumed(
+    runners: Callable[[bool], tuple[Runner, Runner]],
+    tweets: tuple[Path, Expected, int],
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    # The Redis server's own account of every commit: none under a deposed token.
+    with ScriptWrites(redis_url, tmp_path / "monitor.log") as writes:
+        frozen_then_resumed(runners, tweets, redis_url)
+    assert writes.deposed() == [], writes.deposed()[:10]
+    assert writes.outside() == [], writes.outside()[:10]
+
+
+def frozen_then_resumed(
     runners: Callable[[bool], tuple[Runner, Runner]],
     tweets: tuple[Path, Expected, int],
     redis_url: str,

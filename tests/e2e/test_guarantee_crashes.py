@@ -13,7 +13,9 @@ input's bytes (``tests.reference``), never from the runner's word:
   applied to that sink again by the next run; so a transactional-mode sink holds the
   whole input, plus exactly those txids' records once more per kill that left them so,
   and an opaque-mode sink, whose replay undoes the earlier write first, holds the whole
-  input exactly once.
+  input exactly once. An opaque chain's runs take turns at two batch sizes (an opaque
+  spout may change it between runs), so a replay after a sink write reads other records
+  than the attempt it undoes: keys only that attempt wrote must be undone too.
 - ``at_most_once``: a txid the store held as started that a sink did not hold is never
   written to it; so each sink holds the input less exactly those txids' records (an
   opaque batch's from its partitions' stored ranges), and the runs report as dropped
@@ -119,6 +121,20 @@ class Chain:
 #: at_most_once drops up to ``MAX_PENDING`` txids a kill, so its input grows with them.
 SIZES = {"at_least_once": (30, 4), "at_most_once": (10, 5)}
 MAX_PENDING = 3
+#: An opaque chain's runs read with this part of its batch size every other run (the
+#: final run with the size the last killed run did not have): an opaque spout may change
+#: it between runs, so a replay after a sink write reads other records than the attempt
+#: it undoes, and the undo must remove what the earlier attempt alone wrote.
+SHRUNK = 3
+
+
+def batch_sizes(spout: str, per_txid: int, runs: int) -> list[int]:
+    """The batch size of each run of a chain (its last run is the final one)."""
+    if spout != "opaque":
+        return [per_txid] * runs
+    sizes = [per_txid if k % 2 == 0 else per_txid // SHRUNK for k in range(runs - 1)]
+    last = sizes[-1] if sizes else per_txid
+    return [*sizes, per_txid // SHRUNK if last == per_txid else per_txid]
 
 
 def tweets(directory: Path, count: int) -> tuple[Path, Expected]:
@@ -168,8 +184,6 @@ def chain(
         str(result.delta_path),
         "--state-dir",
         str(state),
-        "--batch-size",
-        str(per_txid),
         "--max-pending",
         str(MAX_PENDING),
         "--max-group",
@@ -182,11 +196,13 @@ def chain(
         "--top",
         "0",
     ]
+    sizes = [["--batch-size", str(n)] for n in batch_sizes(spout, per_txid, len(kills) + 1)]
     with adopting_orphans():
         for k, (point, txid) in enumerate(kills):
             if guarantee == "at_most_once":  # the first txid this run decides anew
                 txid = max(stored_metas(state), default=0) + 1
-            run = DemoProcess([*args, "--crash-at", f"{point.value}:{txid}"], work / f"r{k}.log")
+            crash = ["--crash-at", f"{point.value}:{txid}"]
+            run = DemoProcess([*args, *sizes[k], *crash], work / f"r{k}.log")
             code = run.wait()
             exits = reap_session(run.pid)
             output = run.output()
@@ -211,7 +227,7 @@ def chain(
                     {t: p for t, p in parts.items() if t >= currtx},
                 )
             )
-        final = DemoProcess(args, work / "final.log")
+        final = DemoProcess([*args, *sizes[-1]], work / "final.log")
         result.final_returncode = final.wait()
         reap_session(final.pid)
     result.outputs.append(final.output())

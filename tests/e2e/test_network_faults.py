@@ -1,7 +1,9 @@
 """Network faults between the demo and its servers, made by a TCP proxy the test controls
 (``transactional.testing.proxy``), each shown to have happened by what the proxy and
 the servers saw, not by the run's word: a leader partitioned from ZooKeeper while a
-commit of its is in flight, a Redis connection whose reply is lost after the
+commit of its is held on the wire, delivered once a new leader has committed (the Redis
+server's own account, ``tests.monitor``, shows it arrive and write nothing), a Redis
+connection whose reply is lost after the
 commit's script was sent (the unknown-outcome rule), and a Kafka broker that stops
 answering while Spark reads a batch from it. The sinks are judged record by
 record (``tests.history``) against answers from the input files."""
@@ -19,6 +21,7 @@ import redis
 
 from examples.tweets.cli import main as demo
 from tests.history import judge, read_redis
+from tests.monitor import ScriptWrites
 from tests.processes import DemoProcess, generated_tweets, redis_txid
 from tests.reference import Expected
 from tests.witness import waited, zk_owner
@@ -79,19 +82,38 @@ def test_a_leader_cut_off_from_zookeeper_mid_commit_commits_nothing_once_replace
     tmp_path: Path,
     runs: list[DemoProcess],
 ) -> None:
+    # The Redis server's own account of every commit: the old leader's, held on the wire
+    # past the takeover, reaches it after the new leader's and writes nothing.
+    with ScriptWrites(redis_url, tmp_path / "monitor.log") as writes:
+        old, new = cut_off_then_replaced(tweets, redis_url, zk_hosts, tmp_path, runs)
+    scripts = re.findall(r'"EVALSHA".*?\\"fence\\": \\"(\d+)\\"', writes.log.read_text())
+    assert str(old) in scripts[scripts.index(str(new)) :], scripts  # it arrived after
+    assert writes.deposed() == [], writes.deposed()[:10]  # ...and wrote nothing
+    assert writes.outside() == [], writes.outside()[:10]
+
+
+def cut_off_then_replaced(
+    tweets: tuple[Path, Expected],
+    redis_url: str,
+    zk_hosts: str,
+    tmp_path: Path,
+    runs: list[DemoProcess],
+) -> tuple[int, int]:
+    """The old leader's and the new one's fence tokens."""
     path, expected = tweets
-    # The leader reaches ZooKeeper through one proxy and Redis through another, whose
-    # delay holds each commit's script long enough to cut ZooKeeper off meanwhile. The
-    # standby reaches both directly, and leads until it is told to stop.
+    # The leader reaches ZooKeeper through one proxy and Redis through another, which
+    # holds a commit's script on the wire while ZooKeeper is cut off, until the new
+    # leader has committed. The standby reaches both directly, and leads until it is
+    # told to stop.
     session = ["--zk-session-timeout", "4", "--topology-id", "tweets"]
-    with TcpProxy(port_of(zk_hosts)) as to_zk, TcpProxy(port_of(redis_url), 0.3) as to_redis:
+    with TcpProxy(port_of(zk_hosts)) as to_zk, TcpProxy(port_of(redis_url)) as to_redis:
         through = redis_url.replace(f":{port_of(redis_url)}", f":{to_redis.port}")
         zk_through = zk_hosts.replace(f":{port_of(zk_hosts)}", f":{to_zk.port}")  # same chroot
         leader = DemoProcess(
             demo_args(path, through, "--zookeeper", zk_through, *session), tmp_path / "a.log"
         )
         runs.append(leader)
-        leader.wait_said(STARTED, timeout=120)
+        old_fence = int(leader.wait_said(STARTED, timeout=120).group(2))
         standby = DemoProcess(
             demo_args(path, redis_url, "--zookeeper", zk_hosts, *session), tmp_path / "b.log"
         )
@@ -100,7 +122,8 @@ def test_a_leader_cut_off_from_zookeeper_mid_commit_commits_nothing_once_replace
         waited("a first commit", lambda: redis_txid(redis_url, "sink") >= 1 or None, 240)
         owner = zk_owner(zk_hosts, LEADER_NODE)
         assert owner is not None and not re.search(STARTED, standby.output())
-        # A commit of the leader's, past its leadership check, on its way to Redis...
+        # A commit of the leader's, past its leadership check, held on its way to Redis...
+        to_redis.hold(b"EVALSHA")
         to_redis.wait_in_flight(b"EVALSHA", timeout_s=120)
         to_zk.black_hole()  # ...when the leader loses ZooKeeper.
         cut_off = len(leader.output())
@@ -117,6 +140,7 @@ def test_a_leader_cut_off_from_zookeeper_mid_commit_commits_nothing_once_replace
             return redis_txid(redis_url, "sink") >= currtx or None
 
         waited("a commit of the new leader", new_commit, 240)
+        to_redis.release()  # the old leader's script reaches Redis now
         assert to_zk.stats["discarded_up"] > 0  # the old leader's heartbeats went nowhere
         to_zk.heal()
         # The old leader finds it was replaced and stops; what it reported committed once
@@ -136,6 +160,7 @@ def test_a_leader_cut_off_from_zookeeper_mid_commit_commits_nothing_once_replace
     assert fence_held(redis_url) == fence  # the sink holds the new leader's token
     verdict = judge(read_redis(redis_url), expected)
     assert verdict.exact, str(verdict)
+    return old_fence, fence
 
 
 def test_a_commit_whose_reply_is_lost_on_the_wire_is_applied_once(

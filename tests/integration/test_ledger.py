@@ -111,6 +111,17 @@ class DuplicatingJoin(Bolt):
         return keyed.join(labels, "k", "left").drop("k")
 
 
+class Swapping(Bolt):
+    """Loses number 0 of each batch and gives number 1 twice: as many records out as in,
+    not the same ones."""
+
+    accounts = True
+
+    def process(self, attempt: TransactionAttempt, batch: DataFrame) -> DataFrame:
+        first = F.col("id") % BATCH
+        return batch.where(first != 0).unionByName(batch.where(first == 1))
+
+
 class ForgottenBranch(Bolt):
     """Small numbers one way, big ones the other, and the middle forgotten."""
 
@@ -215,6 +226,16 @@ def test_a_duplicating_join_fails_its_txid(spark: Any, tmp_path: Path) -> None:
         f"on stream 'default', txid 1: 7 record(s) accounted for more than once ({named} and "
         "2 more); given 20"
     ) in str(error)
+    assert sink.last_txid == 0 and sink.rows == {}
+
+
+def test_a_bolt_that_swaps_one_record_for_another_fails_its_txid(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The counts balance; only the XOR of the ids tells the swap."""
+    error, sink = failed_ledger(spark, tmp_path, Swapping())
+    assert (error.given, error.accounted, error.unaccounted) == (BATCH, BATCH, 0)
+    assert "as many records accounted for as given, but not the same ones" in str(error)
     assert sink.last_txid == 0 and sink.rows == {}
 
 

@@ -19,7 +19,7 @@ import committers.redis._send
 from committers import CounterTable, RedisCommitter
 from committers.redis._batch import RedisBatch
 from transactional.committer import CommitterContext
-from transactional.errors import ContractError
+from transactional.errors import ContractError, FencedError
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 TABLE = CounterTable("h", ("k",))
@@ -138,3 +138,35 @@ def test_a_stored_value_that_is_not_a_long_is_refused_before_any_write(
         sink.commit(TransactionAttempt(1, 1), RedisBatch.of(1, {"h": {"a": 1, "b": 1}}))
     assert client.hgetall("h") == {"b": stored} and sink.committed_txid() is None
     sink.close()
+
+
+def test_the_servers_account_shows_every_commit_write_in_the_script(
+    redis_url: str, client: redis.Redis, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tests.monitor``, the Redis side of the crash chains' judgement: the committer's
+    writes, a staged commit's included, come from its script, or are staging lists; a
+    write of the sink's keys by a client is named. A commit of a deposed leader (a
+    lower fence token) is seen sent and writing nothing."""
+    from tests.monitor import ScriptWrites
+
+    monkeypatch.setattr(committers.redis._send, "STAGE_CHUNK", 2)  # stage 3 fields
+    sink = opened(redis_url, CommitMode.TRANSACTIONAL)  # fence token 1
+    successor = RedisCommitter(redis_url, {"in": TABLE}, namespace="ns")
+    successor.open(CommitterContext(None, "t", "sink", fence_token=2))
+    with ScriptWrites(redis_url, tmp_path / "monitor.log") as writes:
+        batch = RedisBatch.of(1, {"h": {"a": 1, "b": 2, "c": 3}}, ["{bad"])
+        assert sink.commit(TransactionAttempt(1, 1), batch) is CommitOutcome.APPLIED
+        batch = RedisBatch.of(2, {"h": {"a": 1}})
+        assert successor.commit(TransactionAttempt(2, 2), batch) is CommitOutcome.APPLIED
+        with pytest.raises(FencedError):
+            sink.commit(TransactionAttempt(3, 3), RedisBatch.of(3, {"h": {"a": 1}}))
+        client.hset("h", "a", 5)  # a write outside any commit
+    sink.close()
+    successor.close()
+    assert client.hgetall("h") == {"a": "5", "b": "2", "c": "3"}
+    log = (tmp_path / "monitor.log").read_text()
+    assert '"RPUSH"' in log and ":stage:" in log  # the staging list was written, and left out
+    assert [w.split(" (from ")[0] for w in writes.outside()] == ["HSET h"]
+    fence = '\\"fence\\": \\"{}\\"'.format
+    assert log.rindex(fence(1)) > log.index(fence(2))  # the deposed commit was sent...
+    assert writes.deposed() == []  # ...and wrote nothing

@@ -126,6 +126,22 @@ def test_only_the_requests_holding_the_bytes_named_are_delayed(server: LineServe
             assert server.received == [b"fast"]  # the slow one is still held
 
 
+def test_a_held_request_waits_until_released_and_the_others_go_on(server: LineServer) -> None:
+    with TcpProxy(server.port) as proxy:
+        proxy.hold(b"late")
+        with connect(proxy) as fast, connect(proxy) as late:
+            late.sendall(b"late\n")
+            proxy.wait_in_flight(b"late", 10)
+            assert ask(fast, b"fast") == b"ok fast\n"  # not held behind the other
+            assert silent(late)
+            assert server.received == [b"fast"]  # held: not at the server yet
+            proxy.release()
+            late.settimeout(10)
+            assert late.recv(1024) == b"ok late\n"
+            assert ask(late, b"late again") == b"ok late again\n"  # nothing held now
+        assert server.received == [b"fast", b"late", b"late again"]
+
+
 def test_half_open_delivers_the_request_and_loses_its_reply(server: LineServer) -> None:
     with TcpProxy(server.port) as proxy, connect(proxy) as sock:
         assert ask(sock, b"before") == b"ok before\n"

@@ -354,4 +354,33 @@ def read_delta(
     fs, where = pa_fs.FileSystem.from_uri(base if "://" in base else os.path.abspath(base))
     names = sorted(i.base_name for i in fs.get_file_info(pa_fs.FileSelector(where)))
     image.strange += [f"table {n!r}" for n in names if n not in known]
+    for name in sorted(known & set(names)):
+        image.strange += [
+            f"{name} version {v}: rows changed in a commit with no txid marker"
+            for v in _unmarked(fs, f"{where}/{name}/_delta_log")
+        ]
     return image
+
+
+def _unmarked(fs: Any, log: str) -> list[int]:
+    """The versions of a Delta table whose commit changes its rows (an ``add`` or a
+    ``remove`` with ``dataChange``) and carries no txid marker: a ``txn`` action of the
+    committer's, not of its fence (``...:fence``). The ready-made committers put the
+    marker in the commit of the rows it marks, so a crash never leaves one without the
+    other; commits that only rewrite files (compaction) change no rows."""
+    import pyarrow.fs as pa_fs
+
+    found = []
+    for info in fs.get_file_info(pa_fs.FileSelector(log)):
+        stem, _, suffix = info.base_name.partition(".")
+        if suffix != "json" or not stem.isdigit():
+            continue
+        with fs.open_input_stream(info.path) as stream:
+            actions = [json.loads(line) for line in stream.read().decode().splitlines() if line]
+        changes = any(
+            a[kind].get("dataChange") for a in actions for kind in ("add", "remove") if kind in a
+        )
+        marked = any("txn" in a and not a["txn"]["appId"].endswith(":fence") for a in actions)
+        if changes and not marked:
+            found.append(int(stem))
+    return sorted(found)

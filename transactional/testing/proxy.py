@@ -15,6 +15,9 @@ The faults (each stays until ``heal()`` or another fault replaces it):
   round trip costs ``delay_s`` more than on loopback); set at any time. With
   ``delay_only`` set, only the chunks that hold those bytes wait (one client's
   requests, by the client id in them), the rest go on at once.
+- ``hold(request)``: every chunk holding ``request`` waits in the proxy until
+  ``release()``, then goes on (a request held on the wire for as long as the test
+  needs: one sent before a failover, delivered after it); the rest go on at once.
 - ``drop()``: the connections open now go silent both ways (their bytes discarded);
   new connections work: a stale connection, e.g. behind a NAT that forgot it.
 - ``black_hole()``: every connection silent, new ones too (accepted, never connected
@@ -95,7 +98,9 @@ class TcpProxy:
         #: Requests that reached the server while their replies were discarded.
         self.discarded: list[bytes] = []
         self._links: list[_Link] = []
-        self._held: list[bytes] = []  # requests waiting out ``delay_s``
+        self._held: list[bytes] = []  # requests waiting out ``delay_s`` or a ``hold``
+        self._hold: bytes | None = None
+        self._released = threading.Event()
         self._open = 0  # connections whose requests are still being read or delivered
         self._lock = threading.Condition()
         self._listener = socket.create_server(("127.0.0.1", port))
@@ -108,12 +113,26 @@ class TcpProxy:
 
     def __exit__(self, *exc: object) -> None:
         self._closed.set()
+        self._released.set()  # what a hold kept goes on, to connections about to close
         self._listener.close()
         with self._lock:
             for link in self._links:
                 _close(link.client, link.server)
 
     # -- faults --------------------------------------------------------------------
+
+    def hold(self, request: bytes) -> None:
+        """Hold every chunk holding ``request`` in the proxy (read from its client, not
+        sent on) until ``release()``."""
+        with self._lock:
+            self._released.clear()
+            self._hold = request
+
+    def release(self) -> None:
+        """Send on what ``hold`` held, and hold nothing more."""
+        with self._lock:
+            self._hold = None
+            self._released.set()
 
     def drop(self) -> None:
         with self._lock:
@@ -169,7 +188,8 @@ class TcpProxy:
 
     def wait_in_flight(self, request: bytes, timeout_s: float) -> None:
         """Wait until a request holding ``request`` is held in the proxy by ``delay_s``
-        (read from its client, not yet sent on): the moment to break something else."""
+        or ``hold`` (read from its client, not yet sent on): the moment to break
+        something else."""
 
         def held() -> bool:
             return any(request in data for data in self._held)
@@ -217,12 +237,16 @@ class TcpProxy:
     def _requests(self, link: _Link) -> None:
         try:
             while data := link.client.recv(65536):
-                only = self.delay_only
-                if self.delay_s and (only is None or only in data):
+                only, hold = self.delay_only, self._hold
+                held = hold is not None and hold in data
+                if held or (self.delay_s and (only is None or only in data)):
                     with self._lock:
                         self._held.append(data)
                         self._lock.notify_all()
-                    time.sleep(self.delay_s)
+                    if held:
+                        self._released.wait()
+                    else:
+                        time.sleep(self.delay_s)
                     with self._lock:
                         self._held.remove(data)
                 with self._lock:
