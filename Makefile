@@ -129,7 +129,8 @@ chaos: deps venv
 # plausible protocol bugs patched into the product at run time from the tests, its
 # crash chains, campaign or ledger tests run until one fails; writes tests/MUTATION.md
 # (what caught each bug, after how many demo runs and kills) with the commit it ran at,
-# and fails when a bug went uncaught. BUGS="name ..." for some of them.
+# and fails when a bug went uncaught. BUGS="name ..." for some of them (their table is
+# printed, not written).
 mutation: deps venv
 	$(BIN)/python -m tests.mutation $(BUGS)
 

@@ -1,8 +1,9 @@
 """``python -m tests.mutation [NAME ...]`` (``make mutation``): each planted bug (all, or
 those named) run against its tests (``Bug.targets``, in order, stopping at the first
-that fails), one pytest process a bug; then the table of what caught each, written to
-``tests/MUTATION.md`` at the commit it ran on (with ``--out``, elsewhere). Exits 1 when
-a bug went uncaught: a hole in the evidence."""
+that fails), one pytest process a bug; then the table of what caught each, with the
+commit it ran at: written to ``tests/MUTATION.md`` when every bug ran (``--out``:
+elsewhere), printed when only some did. Exits 1 when a bug went uncaught: a hole in the
+evidence."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "bugs", nargs="*", help=f"the bugs to plant (default all: {', '.join(BUGS)})"
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "MUTATION.md")
+    parser.add_argument("--out", type=Path, help="where to write the table")
     parser.add_argument("--pytest", action="append", default=[], help="one more pytest argument")
     args = parser.parse_args(argv)
     names = args.bugs or list(BUGS)
@@ -131,8 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"`make mutation` (`python -m tests.mutation`), {when}, at commit {commit}.\n\n"
         f"{table(results)}\n"
     )
-    args.out.write_text(text, encoding="utf-8")
-    say(f"written: {args.out}")
+    out = args.out or (None if args.bugs else ROOT / "tests" / "MUTATION.md")
+    if out is None:
+        say(text)
+    else:
+        out.write_text(text, encoding="utf-8")
+        say(f"written: {out}")
     if missed:
         say(f"not caught: {', '.join(missed)}")
     return 1 if missed else 0
