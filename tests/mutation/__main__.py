@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,11 +32,17 @@ def run_planted(
         report, log = Path(work) / "report.json", Path(work) / "pytest.log"
         command = [sys.executable, "-m", "pytest", "-p", "tests.mutation.plugin"]
         command += ["--plant", ",".join(names), "--plant-report", str(report)]
+        # A base directory of its own: pytest prunes all but the newest three of the
+        # numbered ones, so another suite starting meanwhile would delete this run's.
+        command += ["--basetemp", str(Path(work) / "basetemp")]
         command += ["-q", "-p", "no:cacheprovider", *extra, *targets]
+        # Nor the options of a pytest this one runs under (its --basetemp above all,
+        # which this run would remove at its start).
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
         began = time.monotonic()
         with log.open("wb") as out:
             code = subprocess.run(
-                command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+                command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
             ).returncode
         if not report.exists():
             raise SystemExit(
@@ -43,6 +50,7 @@ def run_planted(
                 f"{log.read_text()[-3000:]}"
             )
         result: dict[str, Any] = json.loads(report.read_text())
+        result["log"] = log.read_text(errors="replace")[-20_000:]
     result.update(seconds=round(time.monotonic() - began), exit=code)
     if code not in (0, 1) or (code == 1 and not result["failures"]):
         raise SystemExit(f"{','.join(names)}: pytest ended with exit {code}, no test failing")
