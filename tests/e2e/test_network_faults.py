@@ -175,7 +175,9 @@ def test_a_commit_whose_reply_is_lost_on_the_wire_is_applied_once(
         runs.append(run)
         waited("a first commit", lambda: redis_txid(redis_url, "sink") >= 1 or None, 240)
         before = redis_txid(redis_url, "sink")
-        to_redis.half_open()  # from now on Redis gets every request and answers none
+        # From now on Redis gets every request and its commit scripts' replies are lost
+        # (only theirs: a new connection's handshake must not be the reply that is lost).
+        to_redis.half_open(b"EVALSHA")
         # A commit's script reached Redis, its reply never came back...
         to_redis.wait_lost_reply(b"EVALSHA", timeout_s=120)
 

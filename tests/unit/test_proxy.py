@@ -158,6 +158,17 @@ def test_half_open_delivers_the_request_and_loses_its_reply(server: LineServer) 
     assert proxy.stats["resets"] == 1
 
 
+def test_half_open_for_some_requests_loses_only_their_replies(server: LineServer) -> None:
+    with TcpProxy(server.port) as proxy:
+        proxy.half_open(b"commit")
+        with connect(proxy) as sock:
+            assert ask(sock, b"hello") == b"ok hello\n"  # answered
+            sock.sendall(b"commit 1\n")
+            assert proxy.wait_lost_reply(b"commit", 10) == b"commit 1\n"
+            server.wait_received(b"commit 1")  # it reached the server
+            assert silent(sock)  # its reply did not come back
+
+
 def test_a_black_hole_carries_nothing_on_any_connection_until_healed(server: LineServer) -> None:
     with TcpProxy(server.port) as proxy, connect(proxy) as old:
         assert ask(old, b"one") == b"ok one\n"

@@ -23,7 +23,8 @@ The faults (each stays until ``heal()`` or another fault replaces it):
 - ``black_hole()``: every connection silent, new ones too (accepted, never connected
   on): a partition; the peers see nothing, only their timeouts end it.
 - ``half_open()``: what clients send reaches the server; what it answers is
-  discarded: a lost reply, whose request may well have taken effect.
+  discarded: a lost reply, whose request may well have taken effect. ``half_open(only)``
+  loses only the replies to requests holding ``only`` (a commit's, not a handshake's).
 - ``reset()``: every open connection reset (RST), and each new one at once, as a
   server host that lost its state would answer.
 - ``heal()``: back to forwarding. A connection that lost bytes is reset then (its byte
@@ -100,6 +101,7 @@ class TcpProxy:
         self._links: list[_Link] = []
         self._held: list[bytes] = []  # requests waiting out ``delay_s`` or a ``hold``
         self._hold: bytes | None = None
+        self._lose_only: bytes | None = None
         self._released = threading.Event()
         self._open = 0  # connections whose requests are still being read or delivered
         self._lock = threading.Condition()
@@ -143,7 +145,12 @@ class TcpProxy:
     def black_hole(self) -> None:
         self._set(Fault.BLACK_HOLE)
 
-    def half_open(self) -> None:
+    def half_open(self, only: bytes | None = None) -> None:
+        """What clients send reaches the server; its replies are lost: every reply, or
+        with ``only``, the replies to requests holding those bytes (and what follows
+        them on their connection), the other replies going on."""
+        with self._lock:
+            self._lose_only = only
         self._set(Fault.HALF_OPEN)
 
     def reset(self) -> None:
@@ -278,7 +285,7 @@ class TcpProxy:
             while data := link.server.recv(65536):
                 with self._lock:
                     link.in_flight = False
-                    if self._silent(link) or self.fault is Fault.HALF_OPEN:
+                    if self._silent(link) or self._loses_reply(link):
                         link.holed = True
                         self.stats["discarded_down"] += len(data)
                         self.discarded += link.unanswered  # their replies: lost
@@ -294,6 +301,13 @@ class TcpProxy:
             with self._lock:
                 if not link.holed:
                     _shut(link.client)
+
+    def _loses_reply(self, link: _Link) -> bool:
+        """Under ``half_open``, whether the reply now coming on ``link`` is lost."""
+        if self.fault is not Fault.HALF_OPEN:
+            return False
+        only = self._lose_only
+        return only is None or link.holed or any(only in r for r in link.unanswered)
 
     def _reset(self, client: socket.socket, server: socket.socket | None) -> None:
         """RST to the client (SO_LINGER 0), and the server's side closed."""
