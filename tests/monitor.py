@@ -31,6 +31,8 @@ WRITES = frozenset((
 #: ``1765024511.123456 [3 127.0.0.1:41236] "SET" "key" "2"`` (or ``[3 lua]``).
 _LINE = re.compile(r'^\d+\.\d+ \[(\d+) ([^\]]+)\] "([A-Za-z]+)"(?: "((?:[^"\\]|\\.)*)")?')
 _STAGING = re.compile(r":stage:[0-9a-f]{32}$")
+#: The commands that run a commit script.
+_SCRIPTS = ("EVALSHA", "EVAL")
 #: The fence token in a commit script's argument, as MONITOR quotes it.
 _FENCE = re.compile(r'\\"fence\\":\s?\\"(\d+)\\"')
 
@@ -45,7 +47,6 @@ class ScriptWrites:
     def __init__(self, url: str, log: Path) -> None:
         import redis
 
-        self.url = url
         self.db = int((urlparse(url).path or "/0").lstrip("/") or 0)
         self.log = log
         # No reply timeout (redis-py's default is 5 s): a chain's runs leave the server
@@ -97,6 +98,15 @@ class ScriptWrites:
                 out.append((match.group(2), match.group(3).upper(), match.group(4), line))
         return out
 
+    def fences(self) -> list[int]:
+        """The fence token of each commit script sent to the database, in the order the
+        server ran them (a refused one too)."""
+        return [
+            int(fence.group(1))
+            for source, command, _, line in self._lines()
+            if source != "lua" and command in _SCRIPTS and (fence := _FENCE.search(line))
+        ]
+
     def deposed(self) -> list[str]:
         """Each commit script that wrote with a fence token below the highest one an
         earlier script wrote with: a deposed leader's write that got through. (A script's
@@ -107,7 +117,7 @@ class ScriptWrites:
         for source, command, key, line in self._lines():
             if source != "lua":
                 token, wrote = None, False
-                if command in ("EVALSHA", "EVAL") and (fence := _FENCE.search(line)):
+                if command in _SCRIPTS and (fence := _FENCE.search(line)):
                     token = int(fence.group(1))
                 continue
             if token is None or wrote or command not in WRITES:

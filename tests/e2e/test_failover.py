@@ -25,7 +25,7 @@ from committers import decode_key
 from examples.tweets.cli import main as demo
 from tests.jvm import short_lived
 from tests.monitor import ScriptWrites
-from tests.processes import demo_command
+from tests.processes import DEMO_RUNS, demo_command
 from tests.reference import Expected, expected_counts
 from tests.witness import zk_owner
 
@@ -77,6 +77,7 @@ class Runner:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        DEMO_RUNS["started"] += 1
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -84,7 +85,7 @@ class Runner:
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+            DEMO_RUNS["killed"] += self.proc.wait() == -signal.SIGKILL
 
 
 @pytest.fixture

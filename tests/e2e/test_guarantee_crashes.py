@@ -121,8 +121,8 @@ class Chain:
 #: at_most_once drops up to ``MAX_PENDING`` txids a kill, so its input grows with them.
 SIZES = {"at_least_once": (30, 4), "at_most_once": (10, 5)}
 MAX_PENDING = 3
-#: An opaque chain's runs read with this part of its batch size every other run (the
-#: final run with the size the last killed run did not have): an opaque spout may change
+#: An opaque chain's runs read with this part of its batch size every other run (so the
+#: final run too has the size the last killed run did not): an opaque spout may change
 #: it between runs, so a replay after a sink write reads other records than the attempt
 #: it undoes, and the undo must remove what the earlier attempt alone wrote.
 SHRUNK = 3
@@ -132,9 +132,7 @@ def batch_sizes(spout: str, per_txid: int, runs: int) -> list[int]:
     """The batch size of each run of a chain (its last run is the final one)."""
     if spout != "opaque":
         return [per_txid] * runs
-    sizes = [per_txid if k % 2 == 0 else per_txid // SHRUNK for k in range(runs - 1)]
-    last = sizes[-1] if sizes else per_txid
-    return [*sizes, per_txid // SHRUNK if last == per_txid else per_txid]
+    return [per_txid if k % 2 == 0 else per_txid // SHRUNK for k in range(runs)]
 
 
 def tweets(directory: Path, count: int) -> tuple[Path, Expected]:

@@ -11,27 +11,23 @@ import pytest
 
 from tests import rotation
 from tests.mutation.__main__ import run_planted
+from tests.mutation.bugs import MATRIX, SWAP
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
-_CHAIN = "tests/e2e/test_crash_matrix.py::test_killed_at_every_step_then_rerun_counts_exactly"
 #: Bug -> (the test that must catch it, what its failure must say).
 LEAN = {
     # The crash chain (rotated as this run is: each run dies after a group's sink
     # write): the replay of a group Redis held counts again, each record judged by id.
-    "redis-replays-held-txid": (f"{_CHAIN}[partitioned-redis]", r"redis: \d+ records?, \d+ dup"),
+    "redis-replays-held-txid": (f"{MATRIX}[partitioned-redis]", r"redis: \d+ records?, \d+ dup"),
     # The same chain's Delta side, read from each table's own log: rows committed
     # without their txid marker.
     "delta-marker-apart": (
-        f"{_CHAIN}[partitioned-delta]",
+        f"{MATRIX}[partitioned-delta]",
         r"rows changed in a commit with no txid marker",
     ),
     # The ledger: a bolt that swaps one record for another balances by count only.
-    "ledger-ignores-xor": (
-        "tests/integration/test_ledger.py::"
-        "test_a_bolt_that_swaps_one_record_for_another_fails_its_txid",
-        r"DID NOT RAISE",
-    ),
+    "ledger-ignores-xor": (SWAP, r"DID NOT RAISE"),
 }
 
 

@@ -30,5 +30,6 @@ def test_a_write_under_a_lower_fence_and_a_clients_write_are_named(tmp_path: Pat
     log = tmp_path / "monitor.log"
     log.write_text("\n".join(lines) + "\n")
     writes = ScriptWrites("redis://127.0.0.1:1/3", log)
+    assert writes.fences() == [1, 2, 1, 1]
     assert writes.deposed() == ["fence 1 wrote HSET h after fence 2 had"]
     assert writes.outside() == ["SET ns:txid (from 127.0.0.1:40000)"]
