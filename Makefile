@@ -121,9 +121,14 @@ cluster-test: deps venv
 # Spark worker kills, injected exceptions and bad records, checked record by record;
 # about an hour on 2 cores; not part of `make test` (`make cluster-test` runs a short one).
 # The full run writes its tables to tests/CHAOS.md, with the commit it ran at;
-# CHAOS="--quick" for a short one, which writes nothing.
+# CHAOS="--quick" for a short one, which writes nothing. Then live runners in
+# contention (python -m tests.contention, tests/contention.py): six contests of two or
+# three runners of one topology, six leaders deposed in each (frozen, cut off from
+# ZooKeeper, session expired), Delta local and in S3, about 25 min; its table goes to
+# tests/CONTENTION.md; CONTENTION="--contests 1 --rounds 3" for a short one.
 chaos: deps venv
 	$(BIN)/python -m tests.chaos $(if $(CHAOS),$(CHAOS),--markdown tests/CHAOS.md)
+	$(BIN)/python -m tests.contention $(if $(CONTENTION),$(CONTENTION),--markdown tests/CONTENTION.md)
 
 # Planted bugs (python -m tests.mutation, tests/mutation/bugs.py): each of a dozen
 # plausible protocol bugs patched into the product at run time from the tests, its

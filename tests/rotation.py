@@ -9,7 +9,8 @@ time, the part is chosen by a seed.
   in a commit mode) take different fifths (``tests/e2e/test_guarantee_crashes.py``).
 - The Spark Connect suite's variations (``make connect-test``) and those of the tests
   marked ``rotated`` (``make test``, ``make test-slow``): every test runs, with half of its
-  parameters (``variations``).
+  parameters (``variations``), or a smaller part where its marker says
+  (``rotated(slices=N)``, at most five).
 - The occasional cases: those marked ``exhaustive`` (the remaining value types, modes
   and formats of kinds every run covers) and, on Spark Connect, ``connect_full``
   (variations whose Connect path another case covers): a fifth of them a run
@@ -104,18 +105,21 @@ def variations(
     items: Sequence[pytest.Item], chosen: Rotation
 ) -> tuple[list[pytest.Item], list[pytest.Item]]:
     """(kept, dropped): of each test function's parametrized variations, the half this
-    seed takes (at least one: a test with one variation always runs). The phase of a
-    function comes from its name, so that the halves of different functions differ."""
+    seed takes (at least one: a test with one variation always runs), or the part its
+    ``rotated(slices=N)`` marker says. The phase of a function comes from its name, so
+    that the halves of different functions differ."""
     functions: dict[str, list[pytest.Item]] = {}
     for item in items:
         functions.setdefault(item.nodeid.split("[", 1)[0], []).append(item)
     kept: list[pytest.Item] = []
     for name, variants in functions.items():
-        phase = zlib.crc32(name.encode()) % SLICES
+        marker = variants[0].get_closest_marker("rotated")
+        slices = marker.kwargs.get("slices", SLICES) if marker is not None else SLICES
+        phase = zlib.crc32(name.encode()) % slices
         if len(variants) == 1:
             kept.extend(variants)
             continue
-        kept.extend(v for n, v in enumerate(variants) if chosen.takes(phase, n))
+        kept.extend(v for n, v in enumerate(variants) if chosen.takes(phase, n, slices))
     return _split(items, {id(item) for item in kept})
 
 

@@ -36,6 +36,7 @@ from transactional.types import CommitMode
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
+    from deltalake.transaction import CommitProperties
 
 #: The source column of an opaque MERGE saying what to do with the row.
 _OP = "transactional_op"
@@ -133,13 +134,12 @@ def merge_counts(
     span: tuple[int, int],
     mode: CommitMode,
     marker: tuple[str, int],
+    note: str | None = None,
 ) -> None:
     """Add ``sums`` (``(keys..., inc)``, one row per key; None: none) into ``dt`` for
     the txids ``span`` (``(first, last)``: one txid, or a commit group), in one commit
-    carrying ``marker`` (app id, version). Raises ``Unstorable`` (nothing written) when
-    a new value does not fit the declared type."""
-    from deltalake.transaction import CommitProperties, Transaction
-
+    carrying ``marker`` (app id, version) and ``note`` (its ``userMetadata``). Raises
+    ``Unstorable`` (nothing written) when a new value does not fit the declared type."""
     schema = arrow_schema(dt)
     keys = list(table.keys)
     sums = _empty_sums(schema, table) if sums is None else sums
@@ -153,14 +153,13 @@ def merge_counts(
     else:
         rows = _rows(table, source, target)
     rows = _cast(rows, schema, {c: c for c in rows.column_names if c in schema.names})
-    app_id, version = marker
     merger = dt.merge(
         rows,
         keys_match(keys),
         source_alias="s",
         target_alias="t",
         streamed_exec=False,  # an in-memory source: let delta-rs prune files by its keys
-        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+        commit_properties=commit_properties(marker, note),
     )
     values = [value, "prev", "txid"] if opaque else [value]
     updates = {quoted(c): f"s.{quoted(c)}" for c in values}
@@ -176,19 +175,22 @@ def merge_counts(
 
 
 def write_dead_letters(
-    dt: DeltaTable, rows: pa.Table | None, first: int, mode: CommitMode, marker: tuple[str, int]
+    dt: DeltaTable,
+    rows: pa.Table | None,
+    first: int,
+    mode: CommitMode,
+    marker: tuple[str, int],
+    note: str | None = None,
 ) -> None:
     """Append the dead letters ``(raw, reason, txid)`` of the txids from ``first`` (one
-    txid, or a commit group; None: none), carrying ``marker``; in opaque mode replace
-    the rows of those txids in the same commit, so a replay whose bad records differ
-    leaves exactly its own."""
+    txid, or a commit group; None: none), carrying ``marker`` and ``note``; in opaque
+    mode replace the rows of those txids in the same commit, so a replay whose bad
+    records differ leaves exactly its own."""
     import pyarrow as pa
     from deltalake import write_deltalake
-    from deltalake.transaction import CommitProperties, Transaction
 
     schema = arrow_schema(dt)
-    app_id, version = marker
-    properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
+    properties = commit_properties(marker, note)
     if rows is None:
         rows = schema.empty_table()
     data = rows.cast(pa.schema([schema.field(n) for n in rows.column_names]))
@@ -314,3 +316,15 @@ def _unstorable(
             if len(found) == 5:
                 break
     return found
+
+
+def commit_properties(marker: tuple[str, int], note: str | None = None) -> CommitProperties:
+    """delta-rs' properties of a commit carrying ``marker`` (an app transaction: app id,
+    version) and, when given, ``note`` as the commit's ``userMetadata``."""
+    from deltalake.transaction import CommitProperties, Transaction
+
+    app_id, version = marker
+    metadata = None if note is None else {"userMetadata": note}
+    return CommitProperties(
+        app_transactions=[Transaction(app_id, version)], custom_metadata=metadata
+    )

@@ -11,7 +11,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from committers.delta._arrow import Unstorable, merge_counts, write_dead_letters
+from committers.delta._arrow import (
+    Unstorable,
+    commit_properties,
+    merge_counts,
+    write_dead_letters,
+)
 from committers.delta._parquet import arrow_schema, arrow_writable
 from committers.delta._snapshot import next_marker
 from committers.delta._spark import DEAD_LETTERS_TABLE
@@ -73,7 +78,6 @@ class DriverWriter:
         refused by Delta's conflict check: its commit and this leader's carry the same
         txid marker's app id."""
         from deltalake import write_deltalake
-        from deltalake.transaction import CommitProperties, Transaction
 
         token = self._target.context().fence_token
         if token is None or self._claimed.get(table) == token:
@@ -83,7 +87,7 @@ class DriverWriter:
         held = dt.transaction_version(fence)
         self._target.check_fence(held, table)
         if held != token:
-            marked = CommitProperties(app_transactions=[Transaction(fence, token)])
+            marked = commit_properties((fence, token), self._target.note())
             empty = arrow_schema(dt).empty_table()
             write_deltalake(dt, empty, mode="append", commit_properties=marked)
             log.info("claimed table=%s fence=%d", self._location(table), token)
@@ -101,7 +105,7 @@ class DriverWriter:
             return outcome
         began = time.perf_counter()
         try:
-            merge_counts(dt, table, source, span, self.mode, marker)
+            merge_counts(dt, table, source, span, self.mode, marker, self._target.note())
         except Unstorable as exc:
             rows = [{**key, "stored": stored, "inc": inc} for key, stored, inc in exc.rows]
             raise self._target.overflow(txid, table, rows, done) from None
@@ -114,7 +118,7 @@ class DriverWriter:
         span's marker; skipped if the table holds the span."""
         dt, marker, outcome = self._marker(DEAD_LETTERS_TABLE, span)
         if marker is not None:
-            write_dead_letters(dt, rows, span[0], self.mode, marker)
+            write_dead_letters(dt, rows, span[0], self.mode, marker, self._target.note())
             self._compact(DEAD_LETTERS_TABLE, dt)
         return outcome
 

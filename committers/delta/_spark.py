@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+#: A commit's ``userMetadata`` (``DeltaTarget.note``) for the session's writes.
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 #: ``_next_version``: write, but with no marker (an unchecked commit of a txid the table
 #: already marks a later one of: delta-spark skips a write whose txn version it has seen).
 UNMARKED = -1
@@ -126,7 +128,8 @@ class ExecutorWriter:
                 raise ConfigurationError(f"{self._target.who()} needs the runner's SparkSession")
             empty = spark.read.format("delta").load(location).limit(0)
             writer = empty.write.format("delta").option("txnAppId", fence)
-            writer.option("txnVersion", token).mode("append").save(location)
+            writer = _noted(writer.option("txnVersion", token), self._target.note())
+            writer.mode("append").save(location)
         self._claimed[table] = token
 
     def sums(
@@ -202,6 +205,11 @@ class ExecutorWriter:
         else:
             spark.conf.set(TXN_APP_ID_CONF, self._target.app_id(table.name))
             spark.conf.set(TXN_VERSION_CONF, str(version))
+        note = self._target.note()
+        if note is None:
+            spark.conf.unset(USER_METADATA_CONF)
+        else:
+            spark.conf.set(USER_METADATA_CONF, note)
         began = time.perf_counter()
         source.createOrReplaceGlobalTempView(view)
         try:
@@ -227,7 +235,7 @@ class ExecutorWriter:
         version, outcome = self._next_version(DEAD_LETTERS_TABLE, span)
         if version is None:
             return outcome
-        writer = rows.write.format("delta")
+        writer = _noted(rows.write.format("delta"), self._target.note())
         if version != UNMARKED:
             writer = writer.option("txnAppId", self._target.app_id(DEAD_LETTERS_TABLE))
             writer = writer.option("txnVersion", version)
@@ -257,6 +265,12 @@ class ExecutorWriter:
             # delta-spark would skip a write whose txn version it has seen.
             return UNMARKED, outcome
         return version, outcome
+
+
+def _noted(writer: Any, note: str | None) -> Any:
+    """``writer`` (a ``DataFrameWriter``) whose commit carries ``note`` as its
+    ``userMetadata`` (``DeltaTarget.note``), when there is one."""
+    return writer if note is None else writer.option("userMetadata", note)
 
 
 def _free(frame: DataFrame) -> None:

@@ -11,14 +11,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pa_fs
 import pytest
 
 from committers import CounterTable, DeltaCommitter
 from committers.delta._committer import MAX_DRIVER_ROWS, DeltaBatch
-from committers.delta._spark import TXN_APP_ID_CONF, TXN_VERSION_CONF
+from committers.delta._spark import DEAD_LETTERS_TABLE, TXN_APP_ID_CONF, TXN_VERSION_CONF
 from tests.integration.delta_faults import broken
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, FencedError
+from transactional.testing.history import delta_log
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 pytestmark = [pytest.mark.integration, pytest.mark.connect]
@@ -428,6 +430,13 @@ def deposed_mid_commit(
     assert read(spark, new, USER_TAGS) == dict(Counter(B1 + B2 + B3))
     assert read_dead(spark, new) == Counter([("r1", "bad", 1), ("r2", "bad", 2)])
     assert new.committed_txid() == 3
+    # Each table's own history, read from its log: every commit that wrote rows says
+    # under which token (its ``userMetadata``), the old leader's all before the new one's.
+    for table in (USER_TAGS.name, DEAD_LETTERS_TABLE):
+        fs, path = pa_fs.FileSystem.from_uri(new.location(table))
+        log = delta_log(fs, f"{path}/_delta_log")
+        wrote = [c.fence for c in log if c.changes]
+        assert wrote == sorted(wrote) and set(wrote) == {1, 2}, (table, log)
 
 
 def test_in_s3_a_txid_too_large_for_the_driver_is_refused_and_nothing_is_written(

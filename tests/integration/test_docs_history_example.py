@@ -21,7 +21,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.classic]
 
 
 def test_the_history_example_checks_both_sinks_and_names_what_breaks_them(
-    spark: Any, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any,
+    redis_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     delta = tmp_path / "delta"
     names = run_example(
@@ -69,3 +73,29 @@ def test_the_history_example_checks_both_sinks_and_names_what_breaks_them(
         f"dead_letters version {version}: rows changed in a commit with no txid marker",
     )
     assert not (verdict.duplicated or verdict.miscounted)
+
+    # A write under the first run's fence token (1) after the second run's (2): what a
+    # leader deposed by then would leave. The page's reading of the log names it.
+    from deltalake.transaction import CommitProperties, Transaction
+
+    pages_table = DeltaTable(str(delta / "pages"))
+    late = CommitProperties(
+        app_transactions=[Transaction("late", 1)],
+        custom_metadata={"userMetadata": '{"fence": 1}'},
+    )
+    rows = pages_table.to_pyarrow_table().slice(0, 1)
+    write_deltalake(str(delta / "pages"), rows, mode="append", commit_properties=late)
+    version = DeltaTable(str(delta / "pages")).version()
+    capsys.readouterr()
+    names = run_example(
+        "docs/how-to/check-history.md", "deposed(log)", {"TABLE": str(delta / "pages")}, monkeypatch
+    )
+    # Each run's commits of rows carry its own token: the crashed run's 1, the rerun's 2.
+    wrote = [c.fence for c in names["log"] if c.changes]
+    assert wrote[0] == 1 and 2 in wrote and wrote[-1] == 1
+    assert wrote[:-1] == sorted(wrote[:-1])
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 1 and printed[0].startswith(f"version {version} written under fence 1")
+    assert printed[0].endswith("under fence 2")
+    verdict = judge(read_delta(delta, tables), answer, tables)
+    assert any("a deposed leader's write" in p for p in verdict.phantoms), verdict.phantoms

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pa_fs
 import pytest
 import redis
 from deltalake import write_deltalake
@@ -15,6 +16,7 @@ from deltalake.transaction import CommitProperties, Transaction
 
 from tests.history import judge, read_delta, read_redis
 from tests.reference import expected_of_lines
+from transactional.testing.history import delta_log
 
 pytestmark = pytest.mark.integration
 
@@ -115,3 +117,42 @@ def test_delta_is_read_whole_with_deltalake(tmp_path: Path) -> None:
     )
     assert verdict.phantoms == ("table 'extra'", unmarked)
     assert not (verdict.lost or verdict.duplicated or verdict.miscounted)
+
+
+def test_a_delta_commit_under_a_deposed_token_is_named_from_the_log(tmp_path: Path) -> None:
+    """Each commit's writer token, as the committers write it (a claim's fence
+    transaction; the ``{"fence": N}`` of each commit's ``userMetadata``): rows written
+    under a token below one an earlier commit carried are a deposed leader's."""
+    where = str(tmp_path / "hashtags")
+    schema = pa.schema([("hashtag", pa.string()), ("count", pa.int64())])
+
+    def commit(rows: list[dict[str, object]], app: str, version: int, fence: int) -> None:
+        properties = CommitProperties(
+            app_transactions=[Transaction(app, version)],
+            custom_metadata={"userMetadata": json.dumps({"fence": fence})},
+        )
+        data = pa.Table.from_pylist(rows, schema=schema)
+        write_deltalake(where, data, mode="append", commit_properties=properties)
+
+    claim, marker = "tweets:delta:hashtags:fence", "tweets:delta:hashtags"
+    commit([], claim, 1, 1)  # version 0: leader 1 claims the table
+    commit([{"hashtag": "#a", "count": 1}], marker, 1, 1)  # 1: its txid 1
+    commit([], claim, 2, 2)  # 2: leader 2 claims it
+    commit([{"hashtag": "#b", "count": 1}], marker, 2, 2)  # 3: its txid 2
+    commit([{"hashtag": "#c", "count": 1}], marker, 3, 1)  # 4: leader 1, deposed, writes
+
+    fs, path = pa_fs.FileSystem.from_uri(where)
+    log = delta_log(fs, f"{path}/_delta_log")
+    assert [(c.version, c.fence, c.changes, c.marked) for c in log] == [
+        (0, 1, False, False),
+        (1, 1, True, True),
+        (2, 2, False, False),
+        (3, 2, True, True),
+        (4, 1, True, True),
+    ]
+    image = read_delta(tmp_path)
+    assert image.strange == [
+        "hashtags version 4: rows changed under fence 1 after version 2 was written "
+        "under fence 2 (a deposed leader's write)"
+    ]
+    assert image.tables["hashtags"] == {("#a",): 1, ("#b",): 1, ("#c",): 1}

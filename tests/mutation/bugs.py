@@ -34,9 +34,9 @@ _CUT_OFF = (
     "tests/e2e/test_network_faults.py::"
     "test_a_leader_cut_off_from_zookeeper_mid_commit_commits_nothing_once_replaced"
 )
-_FROZEN = (
-    "tests/e2e/test_failover.py::"
-    "test_a_leader_frozen_past_its_session_is_deposed_and_writes_nothing_once_resumed"
+_CONTENTION = (
+    "tests/e2e/test_contention.py::"
+    "test_deposed_leaders_write_nothing_while_the_others_take_over[s3-2-runners]"
 )
 
 
@@ -327,7 +327,7 @@ BUGS = {
             "deposed-leader-writes",
             "a leader commits without checking it still leads, and the sinks take any fence",
             _deposed_leader_writes,
-            (_FROZEN, _CUT_OFF),
+            (_CONTENTION, _CUT_OFF),
         ),
         Bug(
             "at-most-once-retries",

@@ -96,6 +96,16 @@ def test_it_forwards_both_ways_and_counts_what_it_carried(server: LineServer) ->
     assert proxy.stats["connections"] == 1
 
 
+def test_it_keeps_the_first_reply_of_each_connection(server: LineServer) -> None:
+    with TcpProxy(server.port) as proxy:
+        with connect(proxy) as sock:
+            assert ask(sock, b"one") == b"ok one\n"
+            assert ask(sock, b"two") == b"ok two\n"
+        with connect(proxy) as sock:
+            assert ask(sock, b"three") == b"ok three\n"
+    assert proxy.greetings == [b"ok one\n", b"ok three\n"]
+
+
 def test_it_listens_on_the_port_it_is_given(server: LineServer) -> None:
     """A port chosen before the proxy exists (a broker that advertises it is configured
     first) is the one it listens on."""

@@ -10,6 +10,7 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -124,6 +125,13 @@ def test_auto_is_the_number_ci_runs_and_a_missing_one_is_refused(
 @dataclass(frozen=True)
 class Item:
     nodeid: str
+    #: Its ``rotated(slices=N)`` marker's N (None: no such marker).
+    slices: int | None = None
+
+    def get_closest_marker(self, name: str) -> Any:
+        if name != "rotated" or self.slices is None:
+            return None
+        return SimpleNamespace(kwargs={"slices": self.slices})
 
 
 def test_each_test_keeps_half_of_its_variations_and_two_seeds_run_them_all() -> None:
@@ -149,6 +157,13 @@ def test_each_test_keeps_half_of_its_variations_and_two_seeds_run_them_all() -> 
     assert runs[0] | runs[1] == set(items)
     assert runs[0] & runs[1] == {Item("tests/a.py::test_alone")}
     assert variations(cast(Any, items), Rotation(None)) == (items, [])
+
+
+def test_a_test_marked_with_n_slices_keeps_one_in_n_and_n_seeds_run_them_all() -> None:
+    items = [Item(f"tests/c.py::test_shapes[{n}]", slices=4) for n in range(4)]
+    runs = [variations(cast(Any, items), Rotation(seed))[0] for seed in range(10, 14)]
+    assert [len(kept) for kept in runs] == [1, 1, 1, 1]
+    assert {kept[0] for kept in runs} == set(items)
 
 
 def test_each_occasional_case_runs_once_in_five_consecutive_seeds() -> None:

@@ -20,7 +20,18 @@ from committers.keys import decode_key, key_text, parse_key_type
 from committers.tables import CounterTable
 from committers.values import ValueType, parse_text
 
-__all__ = ["Answer", "Image", "Verdict", "assert_exact", "judge", "read_delta", "read_redis"]
+__all__ = [
+    "Answer",
+    "DeltaCommit",
+    "Image",
+    "Verdict",
+    "assert_exact",
+    "delta_log",
+    "deposed",
+    "judge",
+    "read_delta",
+    "read_redis",
+]
 
 #: A key as the checker compares it: each key column's text (None: null).
 Key = tuple[str | None, ...]
@@ -355,19 +366,43 @@ def read_delta(
     names = sorted(i.base_name for i in fs.get_file_info(pa_fs.FileSelector(where)))
     image.strange += [f"table {n!r}" for n in names if n not in known]
     for name in sorted(known & set(names)):
+        log = delta_log(fs, f"{where}/{name}/_delta_log")
         image.strange += [
-            f"{name} version {v}: rows changed in a commit with no txid marker"
-            for v in _unmarked(fs, f"{where}/{name}/_delta_log")
+            f"{name} version {c.version}: rows changed in a commit with no txid marker"
+            for c in log
+            if c.changes and not c.marked
+        ]
+        image.strange += [
+            f"{name} version {c.version}: rows changed under fence {c.fence} after version "
+            f"{above.version} was written under fence {above.fence} (a deposed leader's write)"
+            for c, above in deposed(log)
         ]
     return image
 
 
-def _unmarked(fs: Any, log: str) -> list[int]:
-    """The versions of a Delta table whose commit changes its rows (an ``add`` or a
-    ``remove`` with ``dataChange``) and carries no txid marker: a ``txn`` action of the
-    committer's, not of its fence (``...:fence``). The ready-made committers put the
-    marker in the commit of the rows it marks, so a crash never leaves one without the
-    other; commits that only rewrite files (compaction) change no rows."""
+@dataclass(frozen=True)
+class DeltaCommit:
+    """One commit of a Delta table's log, as the checker reads it."""
+
+    version: int
+    #: The writer's fence token: the ``{"fence": N}`` of its ``userMetadata``, which the
+    #: ready-made Delta committer writes in each commit, or the token a claim commit
+    #: puts in the table (a ``txn`` whose app id ends ``:fence``); None: neither.
+    fence: int | None
+    #: It changes rows (an ``add`` or a ``remove`` with ``dataChange``); compaction,
+    #: which only rewrites files, does not.
+    changes: bool
+    #: It carries a txid marker: a ``txn`` action of a committer's, not of its fence.
+    marked: bool
+
+
+def delta_log(fs: Any, log: str) -> list[DeltaCommit]:
+    """The commits of the Delta log at ``log`` (the ``_delta_log`` directory, on the
+    ``pyarrow`` file system ``fs``), in version order: the order Delta serialised them
+    in. The ready-made committers put the txid marker in the commit of the rows it marks
+    (so no crash leaves one without the other), and the writer's fence token in each
+    commit: a commit that changes rows under a token below one an earlier commit
+    carried was written by a leader deposed before it (``read_delta`` names both)."""
     import pyarrow.fs as pa_fs
 
     found = []
@@ -380,7 +415,37 @@ def _unmarked(fs: Any, log: str) -> list[int]:
         changes = any(
             a[kind].get("dataChange") for a in actions for kind in ("add", "remove") if kind in a
         )
-        marked = any("txn" in a and not a["txn"]["appId"].endswith(":fence") for a in actions)
-        if changes and not marked:
-            found.append(int(stem))
-    return sorted(found)
+        apps = [(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a]
+        fences = [version for app, version in apps if app.endswith(":fence")]
+        noted = [_noted_fence(a["commitInfo"]) for a in actions if "commitInfo" in a]
+        fence = next((f for f in [*noted, *fences] if f is not None), None)
+        marked = any(not app.endswith(":fence") for app, _ in apps)
+        found.append(DeltaCommit(int(stem), fence, changes, marked))
+    return sorted(found, key=lambda commit: commit.version)
+
+
+def deposed(log: Sequence[DeltaCommit]) -> list[tuple[DeltaCommit, DeltaCommit]]:
+    """Each commit of ``log`` (``delta_log``) that changed rows under a fence token below
+    one an earlier commit carried, with the first commit that carried the highest token
+    before it: a write of a leader deposed by then."""
+    found = []
+    highest: DeltaCommit | None = None
+    for commit in log:
+        if commit.fence is None:
+            continue
+        if highest is None or highest.fence is None or commit.fence > highest.fence:
+            highest = commit
+        elif commit.changes and commit.fence < highest.fence:
+            found.append((commit, highest))
+    return found
+
+
+def _noted_fence(info: Mapping[str, Any]) -> int | None:
+    """The fence token in a ``commitInfo``'s ``userMetadata`` (``{"fence": N}``)."""
+    try:
+        fence = json.loads(info.get("userMetadata") or "null")
+    except ValueError:
+        return None
+    if isinstance(fence, dict) and isinstance(fence.get("fence"), int):
+        return int(fence["fence"])
+    return None

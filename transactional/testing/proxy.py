@@ -33,7 +33,9 @@ The faults (each stays until ``heal()`` or another fault replaces it):
 
 What happened is counted where a test can see it without trusting the code under test
 (``stats``: connections, bytes forwarded and discarded each way, resets) and recorded
-(``discarded``: the requests that reached the server while their replies were lost).
+(``discarded``: the requests that reached the server while their replies were lost;
+``greetings``: the first reply of each connection, such as the session a ZooKeeper
+server gave its client).
 ``most_in_flight`` is the most connections that waited on a reply at once: a request is
 in flight from the moment its bytes leave for the server until the first bytes of a
 reply come back.
@@ -98,6 +100,8 @@ class TcpProxy:
         self.stats: Counter[str] = Counter()
         #: Requests that reached the server while their replies were discarded.
         self.discarded: list[bytes] = []
+        #: The first chunk the server sent on each connection, in the order they came.
+        self.greetings: list[bytes] = []
         self._links: list[_Link] = []
         self._held: list[bytes] = []  # requests waiting out ``delay_s`` or a ``hold``
         self._hold: bytes | None = None
@@ -281,9 +285,13 @@ class TcpProxy:
 
     def _replies(self, link: _Link) -> None:
         assert link.server is not None
+        first = True
         try:
             while data := link.server.recv(65536):
                 with self._lock:
+                    if first:
+                        self.greetings.append(data)
+                        first = False
                     link.in_flight = False
                     if self._silent(link) or self._loses_reply(link):
                         link.holed = True
