@@ -193,6 +193,21 @@ STDERR_FILTER = Path(__file__).with_name("stderr_filter.py")
 _filters: list[subprocess.Popen[bytes]] = []
 
 
+def stop_spark_session(spark: SparkSession) -> None:
+    """``spark.stop()`` for a program about to end: on a classic session the SparkContext
+    stops as ``stop()`` stops it (the JVM side: 0.05 s), without then waiting up to a
+    second for PySpark's accumulator server, whose thread (a daemon, which ends with the
+    process) looks for a shutdown once a second. Measured: ``stop()`` 0.99 s, this
+    0.05 s, on every run of a command that starts its own session."""
+    if not is_connect(spark):
+        context = spark.sparkContext
+        server = getattr(context, "_accumulatorServer", None)
+        if server is not None:
+            server.server_shutdown = True  # its thread ends at its next look
+            context._accumulatorServer = None  # type: ignore[assignment]
+    spark.stop()
+
+
 def _start_driver_jvm(options: Mapping[str, str]) -> None:
     """Start the driver's JVM as ``SparkSession.builder.getOrCreate`` would (PySpark's
     ``launch_gateway``, given the builder's options as ``--conf``, which is where the

@@ -27,6 +27,7 @@ from examples.tweets.wiring import make_spout, make_store, sample_input, start_s
 from transactional.cli.interrupt import stop_on_signals
 from transactional.errors import ConfigurationError
 from transactional.guarantees import check_guarantee
+from transactional.session import stop_spark_session
 from transactional.storage import is_local
 
 __all__ = ["RunOptions", "check_redis", "make_committer", "run", "show"]
@@ -147,7 +148,7 @@ def run(opts: RunOptions, out: TextIO) -> None:
             )
     finally:
         if owns_session:
-            spark.stop()
+            stop_spark_session(spark)
 
 
 def show(
