@@ -4,12 +4,14 @@ S3 stand-in), the leader deposed again and again while the others take over, and
 sinks judged, record by record and from their own histories, for a single write of a
 deposed leader.
 
-Each runner reaches ZooKeeper through a proxy of its own (``TcpProxy``) and its sinks
-directly, so it keeps them while it loses ZooKeeper. The proxy also shows which session
-ZooKeeper gave each runner (the first reply of each connection), which is how the test
-knows who leads (the session that owns the leader node, read with a client of its own)
-and how it expires one. The faults, each on whoever leads at the time, mid-work (an
-input file just added):
+Each runner reaches ZooKeeper and Redis through proxies of its own (``TcpProxy``) and
+Delta directly, so it keeps its sinks while it loses ZooKeeper. The ZooKeeper proxy also
+shows which session the server gave each runner (the first reply of each connection),
+which is how the test knows who leads (the session that owns the leader node, read with
+a client of its own) and how it expires one. Before each fault the leader's next commit
+script is held in its Redis proxy (sent, not delivered) and released once a successor
+has committed: a deposed leader's write reaches Redis after its successor's, every time.
+The faults, each on whoever leads at the time, mid-work (an input file just added):
 
 - ``freeze``: the leader's driver stopped (SIGSTOP) until ZooKeeper has expired its
   session and another runner has committed, then resumed, as after a long GC pause;
@@ -108,12 +110,12 @@ class Contender:
     """One runner of the topology and its proxies to ZooKeeper and to Redis."""
 
     name: str
-    proxy: TcpProxy
+    to_zk: TcpProxy
     to_redis: TcpProxy
     run: DemoProcess
 
     def close(self) -> None:
-        for proxy in (self.proxy, self.to_redis):
+        for proxy in (self.to_zk, self.to_redis):
             proxy.__exit__(None, None, None)
 
     def fence(self) -> int:
@@ -122,12 +124,12 @@ class Contender:
 
     def session(self) -> tuple[int, bytes] | None:
         """The latest session ZooKeeper gave it (id, password), as its proxy saw it."""
-        found = [s for g in self.proxy.greetings if (s := zk_session(g)) is not None]
+        found = [s for g in self.to_zk.greetings if (s := zk_session(g)) is not None]
         return found[-1] if found else None
 
     def sessions(self) -> set[int]:
         """Every session ZooKeeper gave it."""
-        return {found[0] for g in self.proxy.greetings if (found := zk_session(g)) is not None}
+        return {found[0] for g in self.to_zk.greetings if (found := zk_session(g)) is not None}
 
 
 @dataclass
@@ -186,9 +188,9 @@ class Contest:
         """A new runner, through proxies of its own."""
         self.started += 1
         name = f"r{self.started}"
-        proxy = TcpProxy(_port(self.zk_hosts)).__enter__()
+        to_zk = TcpProxy(_port(self.zk_hosts)).__enter__()
         to_redis = TcpProxy(_port(self.redis_url)).__enter__()
-        hosts = self.zk_hosts.replace(f":{_port(self.zk_hosts)}", f":{proxy.port}")
+        hosts = self.zk_hosts.replace(f":{_port(self.zk_hosts)}", f":{to_zk.port}")
         redis_url = self.redis_url.replace(f":{_port(self.redis_url)}", f":{to_redis.port}")
         args = [
             "-vv", "run", "--input", str(self.inputs), "--spout", self.spout,
@@ -199,7 +201,7 @@ class Contest:
             "--state-dir", str(self.workdir / name),
         ]  # fmt: skip
         run = DemoProcess(args, self.workdir / f"{name}.log")
-        contender = Contender(name, proxy, to_redis, run)
+        contender = Contender(name, to_zk, to_redis, run)
         self.contenders.append(contender)
         self.say(f"started {name} (pid {run.pid})")
         return contender
@@ -240,12 +242,11 @@ class Contest:
         Redis; returns once a successor has committed, the held commit has reached Redis
         after it, and the deposed runner has stopped as it must (and been replaced)."""
         leader = self.leader()
-        before = self.committed()
-        self.add_input()
-        waited("a commit of the leader's", lambda: self.committed() > before or None, 240)
-        # Its next commit's script held in its proxy, sent, not delivered.
+        # Its next commit's script held in its proxy, sent, not delivered: the next file
+        # added gives it one to send, however fast it is.
         leader.to_redis.hold(b"EVALSHA")
-        leader.to_redis.wait_in_flight(b"EVALSHA", timeout_s=120)
+        self.add_input()
+        leader.to_redis.wait_in_flight(b"EVALSHA", timeout_s=240)
         logged = len(leader.run.output())
         credentials = leader.session()
         assert credentials is not None, "the proxy saw no ZooKeeper session given"
@@ -255,7 +256,7 @@ class Contest:
         if fault == "freeze":
             os.kill(pid, signal.SIGSTOP)
         elif fault == "partition":
-            leader.proxy.black_hole()
+            leader.to_zk.black_hole()
         elif fault == "expiry":
             expire_session(self.zk_hosts, session, password)
         else:
@@ -265,7 +266,7 @@ class Contest:
             wait_sessions_expired(self.zk_hosts, {session}, 60)
             if fault == "freeze" and process_state(pid) != "T":  # ...the driver stopped
                 raise NotFired(f"freeze: {leader.name} is not stopped")
-            if fault == "partition" and leader.proxy.stats["discarded_up"] == 0:
+            if fault == "partition" and leader.to_zk.stats["discarded_up"] == 0:
                 raise NotFired(f"partition: nothing {leader.name} sent was discarded")
             if fault == "expiry" and leader.run.poll() is not None:
                 raise NotFired(f"expiry: {leader.name} had ended:\n{leader.run.tail()}")
@@ -278,7 +279,7 @@ class Contest:
             if fault == "freeze":
                 os.kill(pid, signal.SIGCONT)
             elif fault == "partition":
-                leader.proxy.heal()
+                leader.to_zk.heal()
         # Deposed, it stops with an error; what it reports committed since the fault it
         # had committed before its successor started (SIGSTOP may land between a commit
         # and its log line).

@@ -136,17 +136,19 @@ def _delta_marker_apart(mp: pytest.MonkeyPatch) -> None:
     def unmarked(*args: Any, app_transactions: Any = None, **kwargs: Any) -> Any:
         return marked(*args, **kwargs)
 
-    def apart(dt: Any, table: Any, sums: Any, span: Any, mode: Any, marker: Any) -> None:
+    def apart(
+        dt: Any, table: Any, sums: Any, span: Any, mode: Any, marker: Any, *rest: Any
+    ) -> None:
+        # ``rest``: what else merge_counts takes (the commit's note), passed on as given.
         from deltalake import write_deltalake
 
         from committers.delta._parquet import arrow_schema
 
         with pytest.MonkeyPatch.context() as inner:
             inner.setattr(deltalake.transaction, "CommitProperties", unmarked)
-            merge(dt, table, sums, span, mode, marker)
+            merge(dt, table, sums, span, mode, marker, *rest)
         dt.update_incremental()
-        app_id, version = marker
-        properties = marked(app_transactions=[deltalake.transaction.Transaction(app_id, version)])
+        properties = _arrow.commit_properties(marker, *rest)
         write_deltalake(
             dt, arrow_schema(dt).empty_table(), mode="append", commit_properties=properties
         )
