@@ -61,7 +61,7 @@ from tests.monitor import ScriptWrites
 from tests.processes import DELTA_TABLES, DemoProcess, redis_txid
 from tests.reference import Expected, expected_counts
 from tests.witness import NotFired, wait_sessions_expired, waited, zk_owner
-from transactional.testing.history import Image, delta_log, deposed
+from transactional.testing.history import Image, delta_log, delta_root, deposed
 from transactional.testing.proxy import TcpProxy
 
 TOPOLOGY = "contest"
@@ -335,16 +335,18 @@ def _port(hosts: str) -> int:
     return int(found.group(1))
 
 
+def say(text: str) -> None:
+    """Print one line of a contest's progress, with the time of day."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
 def deposed_writes(writes: ScriptWrites, delta_path: str) -> list[str]:
     """What the sinks' own histories say a deposed leader wrote: each Redis commit
     script that wrote under a token below one that had, each write to Redis outside a
     script, each Delta commit that changed rows without its writer's token or under a
     token below an earlier commit's."""
-    import pyarrow.fs as pa_fs
-
     found = writes.deposed() + writes.outside()
-    base = delta_path.rstrip("/")
-    fs, where = pa_fs.FileSystem.from_uri(base if "://" in base else os.path.abspath(base))
+    fs, where = delta_root(delta_path)
     for table in DELTA_TABLES:
         log = delta_log(fs, f"{where}/{table}/_delta_log")
         found += [
@@ -448,9 +450,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--markdown", type=Path, help="write the table here")
     opts = parser.parse_args(argv)
-
-    def say(text: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
     began = time.monotonic()
     rows: list[str] = []

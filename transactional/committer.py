@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,25 @@ class CommitterContext:
     def checked(self) -> bool:
         """Whether a commit checks the sink's last txid (``exactly_once``)."""
         return self.guarantee is Guarantee.EXACTLY_ONCE
+
+    @property
+    def writer_note(self) -> str | None:
+        """What a commit of this leadership says of its writer, for a sink that keeps a
+        note with each commit (Delta's ``commitInfo.userMetadata``): ``{"fence": N}``,
+        the fence token; None without one. ``noted_fence`` reads it back."""
+        return None if self.fence_token is None else json.dumps({"fence": self.fence_token})
+
+
+def noted_fence(note: str | None) -> int | None:
+    """The fence token in a commit's writer note (``CommitterContext.writer_note``);
+    None for a note that is not one."""
+    try:
+        parsed = json.loads(note or "null")
+    except ValueError:
+        return None
+    if isinstance(parsed, dict) and isinstance(parsed.get("fence"), int):
+        return int(parsed["fence"])
+    return None
 
 
 class Committer(ABC):

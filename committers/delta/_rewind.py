@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from committers.delta._arrow import commit_properties
 from committers.delta._parquet import arrow_writable
 from committers.delta._snapshot import ATTEMPT_SLOTS, latest_marker, txid_markers
 from transactional.committer import Rollback
@@ -70,7 +71,6 @@ def table_rollback(location: str, app_id: str, txid: int, mode: CommitMode) -> T
 def restore(part: TableRollback) -> None:
     """Restore one table, with its marker in the restore commit."""
     from deltalake import DeltaTable
-    from deltalake.transaction import CommitProperties, Transaction
 
     if part.version is None:
         return
@@ -80,8 +80,7 @@ def restore(part: TableRollback) -> None:
             f"cannot rewind Delta table {part.location}: it uses table features (deletion "
             "vectors or column mapping) delta-rs does not restore"
         )
-    properties = CommitProperties(app_transactions=[Transaction(part.app_id, part.marker)])
-    dt.restore(part.version, commit_properties=properties)
+    dt.restore(part.version, commit_properties=commit_properties((part.app_id, part.marker)))
 
 
 def rollback(parts: Sequence[TableRollback], txid: int) -> Rollback:

@@ -4,7 +4,6 @@ are given, and ``Writer``, the interface of the two writers it picks between."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -67,11 +66,11 @@ class DeltaTarget:
     def note(self) -> str | None:
         """What each commit of this runner's says of its writer, in the commit's
         ``commitInfo.userMetadata`` (``DESCRIBE HISTORY`` shows it): ``{"fence": N}``,
-        this leadership's fence token (None without one). A table's history then tells
-        which leadership wrote each version, and that none wrote after a later one had
-        (``transactional.testing.history.delta_fences``)."""
-        token = self.context().fence_token
-        return None if token is None else json.dumps({"fence": token})
+        this leadership's fence token (None without one; ``CommitterContext.writer_note``).
+        A table's history then tells which leadership wrote each version, and that none
+        wrote after a later one had (``transactional.testing.history.delta_log`` and
+        ``deposed``)."""
+        return self.context().writer_note
 
     def check_fence(self, held: int | None, table: str) -> None:
         """Refuse to write ``table`` (``FencedError``) when it holds a fence token above

@@ -8,12 +8,11 @@ faults' order (every fault in every contest)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.contention import FAULTS, contest
+from tests.contention import FAULTS, contest, say
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -53,7 +52,7 @@ def test_deposed_leaders_write_nothing_while_the_others_take_over(
         runners=runners,
         tweets=900,
         seed=7 + turn,
-        say=lambda text: print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True),
+        say=say,
     )
     assert [d.fault for d in done.deposals] == order
     assert len({d.leader for d in done.deposals}) == len(order)  # a new leader each time

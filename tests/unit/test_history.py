@@ -201,3 +201,17 @@ def test_an_answer_is_compared_by_the_tables_declared_key_types() -> None:
         history.judge(image, Answer({"by_day": {7: 1}}), tables)
     with pytest.raises(ValueError, match="ids names 'nope'"):
         Answer({"by_day": {}}, ids="nope")
+
+
+def test_a_commits_writer_note_carries_its_fence_token_and_nothing_else_reads_as_one() -> None:
+    """The note a leadership writes with each commit (``CommitterContext.writer_note``)
+    is the JSON object ``{"fence": N}``, which ``noted_fence`` reads back; a commit
+    without one, or with a note of anyone else's, has no token."""
+    from transactional.committer import CommitterContext, noted_fence
+
+    led = CommitterContext(spark=None, topology_id="t", name="delta", fence_token=7)
+    assert json.loads(led.writer_note or "") == {"fence": 7}
+    assert noted_fence(led.writer_note) == 7
+    assert CommitterContext(spark=None, topology_id="t", name="delta").writer_note is None
+    for other in (None, "", "not json", '{"fence": "7"}', '{"owner": 7}', "[7]"):
+        assert noted_fence(other) is None

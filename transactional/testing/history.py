@@ -19,6 +19,7 @@ from typing import Any
 from committers.keys import decode_key, key_text, parse_key_type
 from committers.tables import CounterTable
 from committers.values import ValueType, parse_text
+from transactional.committer import noted_fence
 
 __all__ = [
     "Answer",
@@ -27,6 +28,7 @@ __all__ = [
     "Verdict",
     "assert_exact",
     "delta_log",
+    "delta_root",
     "deposed",
     "judge",
     "read_delta",
@@ -362,7 +364,7 @@ def read_delta(
     if DeltaTable.is_deltatable(f"{base}/{dead_letters}", storage_options=options or None):
         image.dead_letters = [r["raw"] for r in rows(dead_letters)]
     known = {t.name for t in tables} | {dead_letters}
-    fs, where = pa_fs.FileSystem.from_uri(base if "://" in base else os.path.abspath(base))
+    fs, where = delta_root(base)
     names = sorted(i.base_name for i in fs.get_file_info(pa_fs.FileSelector(where)))
     image.strange += [f"table {n!r}" for n in names if n not in known]
     for name in sorted(known & set(names)):
@@ -396,6 +398,16 @@ class DeltaCommit:
     marked: bool
 
 
+def delta_root(root: str) -> tuple[Any, str]:
+    """The ``pyarrow`` file system of ``root`` (a directory or an ``s3://`` URL, as
+    ``DeltaCommitter`` was given it) and the path of ``root`` on it."""
+    import pyarrow.fs as pa_fs
+
+    base = str(root).rstrip("/")
+    fs, where = pa_fs.FileSystem.from_uri(base if "://" in base else os.path.abspath(base))
+    return fs, str(where)
+
+
 def delta_log(fs: Any, log: str) -> list[DeltaCommit]:
     """The commits of the Delta log at ``log`` (the ``_delta_log`` directory, on the
     ``pyarrow`` file system ``fs``), in version order: the order Delta serialised them
@@ -417,7 +429,9 @@ def delta_log(fs: Any, log: str) -> list[DeltaCommit]:
         )
         apps = [(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a]
         fences = [version for app, version in apps if app.endswith(":fence")]
-        noted = [_noted_fence(a["commitInfo"]) for a in actions if "commitInfo" in a]
+        noted = [
+            noted_fence(a["commitInfo"].get("userMetadata")) for a in actions if "commitInfo" in a
+        ]
         fence = next((f for f in [*noted, *fences] if f is not None), None)
         marked = any(not app.endswith(":fence") for app, _ in apps)
         found.append(DeltaCommit(int(stem), fence, changes, marked))
@@ -429,23 +443,12 @@ def deposed(log: Sequence[DeltaCommit]) -> list[tuple[DeltaCommit, DeltaCommit]]
     one an earlier commit carried, with the first commit that carried the highest token
     before it: a write of a leader deposed by then."""
     found = []
-    highest: DeltaCommit | None = None
+    highest: tuple[int, DeltaCommit] | None = None
     for commit in log:
         if commit.fence is None:
             continue
-        if highest is None or highest.fence is None or commit.fence > highest.fence:
-            highest = commit
-        elif commit.changes and commit.fence < highest.fence:
-            found.append((commit, highest))
+        if highest is None or commit.fence > highest[0]:
+            highest = (commit.fence, commit)
+        elif commit.changes and commit.fence < highest[0]:
+            found.append((commit, highest[1]))
     return found
-
-
-def _noted_fence(info: Mapping[str, Any]) -> int | None:
-    """The fence token in a ``commitInfo``'s ``userMetadata`` (``{"fence": N}``)."""
-    try:
-        fence = json.loads(info.get("userMetadata") or "null")
-    except ValueError:
-        return None
-    if isinstance(fence, dict) and isinstance(fence.get("fence"), int):
-        return int(fence["fence"])
-    return None
