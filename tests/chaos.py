@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.history import judge, read_delta, read_redis
+from tests.jvm import worker_python
 from tests.processes import DemoProcess, redis_txid, wait_session_gone
 from tests.reference import Expected, expected_counts, input_files, lines_of
 from tests.witness import (
@@ -653,7 +654,7 @@ def run_args(
 ) -> list[str]:
     batch = settings.batch * (3 if campaign.spout == "transactional" else 1)
     conf = [
-        f"spark.pyspark.python={sys.executable}",
+        f"spark.pyspark.python={worker_python()}",
         "spark.driver.host=127.0.0.1",
         "spark.driver.bindAddress=127.0.0.1",
         "spark.executor.memory=1g",

@@ -8,7 +8,6 @@ from the input files (``tests.reference``)."""
 from __future__ import annotations
 
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.history import judge, read_delta, read_redis
+from tests.jvm import worker_python
 from tests.processes import DemoProcess, demo_env, generated_tweets, redis_txid
 from tests.reference import Expected
 from tests.witness import active_executors, master_apps, wait_executor_lost, waited
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.cluster
 #: workers' own ``python3`` has neither pyarrow nor this project), and the driver bound
 #: to and advertised on loopback, where the test's workers are.
 CLUSTER_CONF = [
-    f"spark.pyspark.python={sys.executable}",
+    f"spark.pyspark.python={worker_python()}",
     "spark.driver.host=127.0.0.1",
     "spark.driver.bindAddress=127.0.0.1",
     "spark.executor.memory=1g",
