@@ -731,9 +731,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = time.monotonic() - started
         console.print(
             f"seed {settings.seed}, {lines:,} lines, {len(settings.spouts)} spout kinds x "
-            f"2 sinks; faults: {process} process-level ({', '.join(f'{k} {totals[k]}' for k in PROCESS_KINDS)}), "
-            f"{totals['exceptions']} injected exceptions, {totals['bad records']} bad "
-            f"records: {process + totals['exceptions'] + totals['bad records']:,} in all; "
+            f"2 sinks; faults, each seen to fire by a witness apart from the run: {process} "
+            f"({', '.join(f'{k} {totals[k]}' for k in PROCESS_KINDS)}); not faults, and "
+            f"not counted as such: {totals['exceptions']} exceptions injected into the "
+            f"run (it reports each itself), {totals['bad records']} bad input records; "
             f"kill -9 by step: {steps}; not fired: {totals['not fired']}; moot (the run "
             f"drained first, planned again): {totals['moot']}; {seconds:.0f}s; "
             f"lost, duplicated, phantom, left over, miscounted (at the end or midway) or "
