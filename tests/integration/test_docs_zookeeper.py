@@ -47,7 +47,7 @@ def test_the_docs_trial_zookeeper_answers_until_enter(tmp_path: Path) -> None:
         hosts = line.split()[2].rstrip(":")
         assert line == f"ZooKeeper at {hosts}: run with --zookeeper {hosts}; Enter stops it\n"
         client = KazooClient(hosts=hosts, timeout=10)
-        client.start(timeout=10)
+        client.start(timeout=60)  # a server just started, beside CI's other lane
         try:
             client.create("/docs-trial", b"written")
             assert client.get("/docs-trial")[0] == b"written"

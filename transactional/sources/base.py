@@ -107,54 +107,30 @@ def split_frame(
     one after the other). Its records have the ``output`` schema."""
     if not rows:
         return spark.createDataFrame([], output)
+    from transactional.connect import is_connect
+
     count = min(len(rows), tasks or len(rows))
-    return _splits(spark, rows, schema, count).mapInArrow(reader, output)
+    if is_connect(spark):
+        return _connect_splits(spark, rows, schema, count).mapInArrow(reader, output)
+    splits = spark.sparkContext.parallelize(list(rows), count)
+    return spark.createDataFrame(splits, schema).mapInArrow(reader, output)
 
 
-def _splits(
+def _connect_splits(
     spark: SparkSession, rows: Sequence[tuple[Any, ...]], schema: str, count: int
 ) -> DataFrame:
-    """``rows`` (of the DDL ``schema``) in ``count`` partitions of consecutive rows, in
-    order, as ``parallelize`` slices them, made in the JVM alone: a range of their
-    indexes in ``count`` partitions, each index looking its row up in one literal array
-    (the rows as JSON, bytes in base64, parsed once as the plan is optimised). A frame
-    of Python rows (``createDataFrame``) would pass each row through a Python worker of
-    its own before the reader's: a second worker process to start, and a second Python
-    evaluation in every task; and Spark Connect has no RDD to slice."""
-    import base64
-    import json
-
+    """``rows`` in ``count`` partitions of consecutive rows, in order, as
+    ``parallelize`` slices them, without an RDD (Spark Connect has none): a range of
+    their indexes in ``count`` partitions, each index joined with its row, broadcast (the
+    range's partitions and order stay as they are)."""
     from pyspark.sql import functions as F
 
-    def value(v: Any) -> Any:
-        return base64.b64encode(v).decode("ascii") if isinstance(v, bytes | bytearray) else v
-
-    names = _field_names(schema)
-    text = json.dumps(
-        [dict(zip(names, map(value, row), strict=True)) for row in rows], allow_nan=False
+    index = "_transactional_split"
+    table = spark.createDataFrame(
+        [(i, *row) for i, row in enumerate(rows)], f"{index} LONG, {schema}"
     )
-    table = F.from_json(F.lit(text), f"ARRAY<STRUCT<{schema}>>", {"mode": "FAILFAST"})
-    index = (F.col("id") + 1).cast("int")
-    return (
-        spark.range(0, len(rows), 1, count)
-        .select(F.element_at(table, index).alias("_transactional_split"))
-        .select("_transactional_split.*")
-    )
-
-
-def _field_names(schema: str) -> list[str]:
-    """The field names of a DDL schema (``"path STRING, lo LONG"``), its types' own
-    commas (``DECIMAL(10, 2)``, ``STRUCT<a: INT, b: INT>``) left inside them."""
-    fields, depth, start = [], 0, 0
-    for i, char in enumerate(f"{schema},"):
-        if char in "<(":
-            depth += 1
-        elif char in ">)":
-            depth -= 1
-        elif char == "," and depth == 0:
-            fields.append(schema[start:i].strip())
-            start = i + 1
-    return [field.split(None, 1)[0].strip("`") for field in fields if field]
+    indexes = spark.range(0, len(rows), 1, count).withColumnRenamed("id", index)
+    return indexes.join(F.broadcast(table), index).drop(index)
 
 
 def parse_start(
