@@ -7,14 +7,13 @@ import contextlib
 import logging
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests import rotation
-from tests.jvm import driver_opts, made, worker_python
+from tests.jvm import driver_opts, executors_python, made
 from transactional.errors import ConfigurationError
 from transactional.testing.servers import (
     KafkaServer,
@@ -292,8 +291,7 @@ def spark(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     from tests.jvm import driver_conf
     from transactional.session import create_spark_session
 
-    if os.environ.get("PYSPARK_PYTHON", sys.executable) == sys.executable:
-        os.environ["PYSPARK_PYTHON"] = worker_python()  # its executors' (tests/jvm.py)
+    os.environ["PYSPARK_PYTHON"] = executors_python(os.environ)  # tests/jvm.py
     if request.config.getoption("connect"):
         server = request.getfixturevalue("spark_connect")
         session = create_spark_session(app_name="tests", remote=server.remote)

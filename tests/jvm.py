@@ -70,9 +70,15 @@ def short_lived(env: Mapping[str, str]) -> dict[str, str]:
     out = dict(env)
     if out.get("SPARK_SUBMIT_OPTS", "") in ("", driver_opts(quick=False)):
         out["SPARK_SUBMIT_OPTS"] = driver_opts(quick=True)
-    if out.get("PYSPARK_PYTHON", sys.executable) == sys.executable:
-        out["PYSPARK_PYTHON"] = worker_python()
+    out["PYSPARK_PYTHON"] = executors_python(out)
     return out
+
+
+def executors_python(env: Mapping[str, str]) -> str:
+    """The executors' Python for a driver started with ``env``: ``worker_python``, unless
+    ``env`` sets another than this interpreter."""
+    given = env.get("PYSPARK_PYTHON", sys.executable)
+    return worker_python() if given == sys.executable else given
 
 
 @functools.cache
