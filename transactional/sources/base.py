@@ -103,34 +103,78 @@ def split_frame(
 ) -> DataFrame:
     """A lazy frame that runs ``reader`` (a ``mapInArrow`` body, module-level so Spark
     can pickle it) over ``rows`` of ``schema`` (the "splits": what each task reads):
-    one Spark task per row, or the rows spread over ``tasks`` tasks (each reads its rows
-    one after the other). Its records have the ``output`` schema."""
+    one Spark task per row, or the rows spread over ``tasks`` tasks of consecutive rows,
+    in order (each reads its rows one after the other). Its records have the ``output``
+    schema.
+
+    The frame is a range of the rows' indexes, made in the JVM; the rows travel with the
+    reader, in its pickled closure, and each task takes its own by index. A frame of
+    Python rows (``createDataFrame``) would pass them through a Python worker of its own
+    first (a second worker process, a second Python evaluation in every task), and Spark
+    Connect has no RDD to slice; as a literal in the plan, a split's text (a Redis URL's
+    password) would reach what Spark logs of its plans."""
     if not rows:
         return spark.createDataFrame([], output)
-    from transactional.connect import is_connect
+    import functools
 
-    count = min(len(rows), tasks or len(rows))
-    if is_connect(spark):
-        return _connect_splits(spark, rows, schema, count).mapInArrow(reader, output)
-    splits = spark.sparkContext.parallelize(list(rows), count)
-    return spark.createDataFrame(splits, schema).mapInArrow(reader, output)
+    import pyarrow as pa
 
-
-def _connect_splits(
-    spark: SparkSession, rows: Sequence[tuple[Any, ...]], schema: str, count: int
-) -> DataFrame:
-    """``rows`` in ``count`` partitions of consecutive rows, in order, as
-    ``parallelize`` slices them, without an RDD (Spark Connect has none): a range of
-    their indexes in ``count`` partitions, each index joined with its row, broadcast (the
-    range's partitions and order stay as they are)."""
-    from pyspark.sql import functions as F
-
-    index = "_transactional_split"
-    table = spark.createDataFrame(
-        [(i, *row) for i, row in enumerate(rows)], f"{index} LONG, {schema}"
+    table = pa.Table.from_pylist(
+        [dict(zip(_field_names(schema), row, strict=True)) for row in rows]
     )
-    indexes = spark.range(0, len(rows), 1, count).withColumnRenamed("id", index)
-    return indexes.join(F.broadcast(table), index).drop(index)
+    body = functools.partial(_read_by_index, table, reader)
+    body.__name__ = getattr(reader, "__name__", "split_reader")  # type: ignore[attr-defined]
+    count = min(len(rows), tasks or len(rows))
+    return spark.range(0, len(rows), 1, count).mapInArrow(body, output)
+
+
+def _read_by_index(
+    table: pa.Table,
+    reader: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    indexes: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """In a task: ``reader`` over the rows of ``table`` whose indexes the task holds."""
+
+    def splits() -> Iterator[pa.RecordBatch]:
+        for batch in indexes:
+            yield from table.take(batch.column(0)).to_batches()
+
+    return reader(splits())
+
+
+def _field_names(schema: str) -> list[str]:
+    """The field names of a DDL schema (``"path STRING, lo LONG"``): a field's first
+    word or its quoted name (```a b```, a doubled backquote standing for one), its
+    type's own commas (``DECIMAL(10, 2)``, ``STRUCT<a: INT, b: INT>``) left in it."""
+    names: list[str] = []
+    name: list[str] | None = []  # the current field's name as read; None once read
+    depth, quoted, i = 0, False, 0
+    while i < len(schema):
+        char = schema[i]
+        if quoted:
+            if char == "`" and schema[i + 1 : i + 2] == "`":
+                i += 1
+            elif char == "`":
+                quoted = False
+                char = ""
+            if name is not None and char:
+                name.append(char)
+        elif char == "`":
+            quoted = True
+        elif char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == "," and depth == 0:
+            name = []
+        elif char.isspace():
+            if name:
+                names.append("".join(name))
+                name = None
+        elif name is not None:
+            name.append(char)
+        i += 1
+    return names
 
 
 def parse_start(
