@@ -68,6 +68,7 @@ from benchmarks.report import (
 )
 from committers.redis._committer import GROUP_FIELDS
 from committers.redis._send import STAGE_CHUNK
+from tests.provenance import commit
 from transactional.testing.servers import RedisServer, S3Server, ZooKeeperServer
 
 #: The per-txid breakdown, in a process of its own (its session has Kafka's reader).
@@ -470,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         sections = [
             "# Benchmark results",
             "",
-            f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine()}.",
+            f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit `{commit()}` on {machine()}.",
             f"Dataset: {args.tweets:,} generated tweets in {args.partitions} JSON Lines files; "
             f"{args.repeat} timed runs per case after a warm-up run of each, the cases taken in "
             "turn in each repetition, forward and backward alternately; medians.",

@@ -61,7 +61,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -75,6 +74,7 @@ from typing import Any
 from tests.history import judge, read_delta, read_redis
 from tests.jvm import worker_python
 from tests.processes import DemoProcess, redis_txid, wait_session_gone
+from tests.provenance import commit
 from tests.reference import Expected, expected_counts, input_files, lines_of
 from tests.witness import (
     Moot,
@@ -584,16 +584,6 @@ def report(
     return table, failures, totals, rows
 
 
-def _commit() -> str:
-    """The commit the campaign ran at, ``+changes`` if the work tree differed from it."""
-    root = Path(__file__).resolve().parent.parent
-    git = ["git", "-C", str(root)]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True)  # fmt: skip
-    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
-
-
 def _markdown(figures: dict[str, Any], tables: str) -> str:
     """The campaign's record: how it was run, where, and its tables as printed."""
     command = " ".join(["python -m tests.chaos", *figures["argv"]])
@@ -742,7 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         figures = {
             "argv": list(argv if argv is not None else sys.argv[1:]),
-            "commit": _commit(),
+            "commit": commit(),
             "seed": settings.seed,
             "lines": lines,
             "spouts": list(settings.spouts),

@@ -440,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tests/CONTENTION.md)."""
     import redis
 
-    from tests.chaos import _commit
+    from tests.provenance import commit
     from transactional.testing.servers import RedisServer, S3Server, ZooKeeperServer
 
     parser = argparse.ArgumentParser(prog="python -m tests.contention", description=__doc__)
@@ -520,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         opts.markdown.write_text(
             "# Live runners in contention: the last run\n\n"
-            f"`{command}` at commit `{_commit()}`, {when}, on {os.cpu_count()} cores in "
+            f"`{command}` at commit `{commit()}`, {when}, on {os.cpu_count()} cores in "
             f"{round(time.monotonic() - began) // 60} min. Written by the run itself "
             "(`--markdown`); how it works: tests/contention.py.\n\n"
             f"{summary}.\n\n{table}\n"

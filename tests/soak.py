@@ -61,10 +61,11 @@ from pathlib import Path
 from typing import Any
 
 from coordinators import ZooKeeperStateStore
-from tests.chaos import _commit, _terminated
+from tests.chaos import _terminated
 from tests.history import judge, read_delta, read_redis
 from tests.jvm import driver_opts
 from tests.processes import DemoProcess, demo_env, redis_txid
+from tests.provenance import commit
 from tests.reference import expected_counts
 from tests.witness import NotFired, run_id, waited, zk_nodes
 from transactional.testing.servers import RedisServer, ZooKeeperServer
@@ -518,7 +519,7 @@ def _markdown(argv: Sequence[str], seconds: float, tables: str, passed: bool) ->
     verdict = "passed" if passed else "FAILED"
     return (
         "# Soak: the last full run\n\n"
-        f"`{command}` at commit `{_commit()}`, {when}, on {os.cpu_count()} cores in "
+        f"`{command}` at commit `{commit()}`, {when}, on {os.cpu_count()} cores in "
         f"{seconds // 60:.0f} min: {verdict}. Written by the soak itself (`--markdown`); "
         "every sample as JSON with `--json`. What it runs and how each figure is judged: "
         "`tests/soak.py`'s docstring.\n\n"

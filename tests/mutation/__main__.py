@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.mutation.bugs import BUGS, Bug
+from tests.provenance import commit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,16 +72,6 @@ def run_bug(bug: Bug, extra: Sequence[str], say: Any) -> dict[str, Any]:
     return result
 
 
-def _commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", ".") else ""
-    return git("rev-parse", "--short", "HEAD") + dirty
-
-
 def table(results: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| bug | what it does | passed it first | caught by | demo runs (killed) by then | time |",
@@ -119,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, flush=True)
 
-    commit = _commit()
+    at = commit()
     results = []
     for i, name in enumerate(names, 1):
         say(f"[{i}/{len(names)}] planting {name} ...")
@@ -137,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "failure; *demo runs (killed)*: how many demo processes had started by then, and "
         "how many of them had died by SIGKILL. A lean set runs in every CI run "
         "(`tests/mutation/test_planted.py`).\n\n"
-        f"`make mutation` (`python -m tests.mutation`), {when}, at commit {commit}.\n\n"
+        f"`make mutation` (`python -m tests.mutation`), {when}, at commit {at}.\n\n"
         f"{table(results)}\n"
     )
     out = args.out or (None if args.bugs else ROOT / "tests" / "MUTATION.md")
