@@ -68,6 +68,9 @@ TOPOLOGY = "contest"
 LEADER_NODE = f"/transactional/{TOPOLOGY}/leader"
 STARTED = rf"runner started topology={TOPOLOGY} currtx=(\d+) .*fence=(\d+)"
 FAULTS = ("freeze", "partition", "expiry")
+#: How many times a fault is made on one leader before it counts as failed to depose
+#: it (an expired leader may win the election back: ``Contest.depose``).
+TRIES = 3
 #: The runners' ZooKeeper session timeout (s): what a freeze or a partition outlasts.
 SESSION_S = 4
 #: Tweets a txid.
@@ -166,6 +169,8 @@ class Contest:
     say: Callable[[str], None] = lambda text: None
     contenders: list[Contender] = field(default_factory=list)
     deposals: list[Deposal] = field(default_factory=list)
+    #: Expiries after which the leader's new session won the election again.
+    reelected: int = 0
     started: int = 0
 
     def __enter__(self) -> Contest:
@@ -240,7 +245,22 @@ class Contest:
     def depose(self, fault: str) -> Deposal:
         """``fault`` on the leader while it works, a commit of its held on its way to
         Redis; returns once a successor has committed, the held commit has reached Redis
-        after it, and the deposed runner has stopped as it must (and been replaced)."""
+        after it, and the deposed runner has stopped as it must (and been replaced).
+
+        An expired leader keeps running and asks for the leadership again with a new
+        session, as the other runners do: when it wins, it is not deposed (the protocol's
+        step 7, a leadership taken back), and the expiry is made again, up to
+        ``TRIES`` times. A frozen or partitioned leader cannot win it back."""
+        for _ in range(TRIES):
+            deposal = self._depose(fault)
+            if deposal is not None:
+                return deposal
+            self.reelected += 1
+            self.say(f"{fault}: the leader's new session won the election; {fault} again")
+        raise AssertionError(f"{fault}: the leader won the election back {TRIES} times in a row")
+
+    def _depose(self, fault: str) -> Deposal | None:
+        """One ``fault`` on the leader (``depose``); None: it took the leadership back."""
         leader = self.leader()
         # Its next commit's script held in its proxy, sent, not delivered: the next file
         # added gives it one to send, however fast it is.
@@ -271,7 +291,9 @@ class Contest:
             if fault == "expiry" and leader.run.poll() is not None:
                 raise NotFired(f"expiry: {leader.name} had ended:\n{leader.run.tail()}")
             successor = self.leader()
-            assert successor is not leader
+            if successor is leader:
+                assert fault == "expiry", f"{fault}: {leader.name} still leads"
+                return None  # its held script is let go below; it is the leader's own
             currtx = int(successor.run.wait_said(STARTED, timeout=120).group(1))
             waited("a commit of the successor's", lambda: self.committed() >= currtx or None, 240)
         finally:
@@ -387,7 +409,8 @@ def contest(
     """One contest: ``runners`` runners, ``faults`` in turn on whoever leads, every
     witness seen; then the sinks judged record by record and from their histories
     (an AssertionError says what was wrong). Returns the contest, for its figures."""
-    staged, expected = staged_input(workdir, len(faults) + 2, tweets, seed)
+    # A file for each fault's commit, each expiry made again included, and two more.
+    staged, expected = staged_input(workdir, len(faults) * TRIES + 2, tweets, seed)
     inputs = workdir / "input"
     failed: AssertionError | None = None
     with (
@@ -454,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     rows: list[str] = []
     tally: Counter[str] = Counter()
-    failed = 0
+    failed = reelected = 0
     root = Path(tempfile.mkdtemp(prefix="contention-"))
     zookeeper, redis_server, s3 = ZooKeeperServer(), RedisServer(), S3Server()
     try:
@@ -487,10 +510,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 verdict = "exact, no deposed write"
             except AssertionError as exc:
                 failed += 1
-                verdict = f"FAILED: {str(exc).splitlines()[0][:200]}"
+                verdict = f"FAILED: {(str(exc).splitlines() or [repr(exc)])[0][:200]}"
             say(f"contest {n + 1}: {verdict}")
             deposals = running.deposals if running is not None else []
             tally.update(d.fault for d in deposals)
+            reelected += running.reelected if running is not None else 0
             chain = "; ".join(
                 f"{d.fault} {d.leader}->{d.successor} at txid {d.currtx}" for d in deposals
             )
@@ -504,7 +528,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     summary = (
         f"{opts.contests} contests, {opts.contests - failed} exact with no deposed write; "
-        f"leaders deposed: {', '.join(f'{k} {v}' for k, v in sorted(tally.items()))}"
+        f"leaders deposed: {', '.join(f'{k} {v}' for k, v in sorted(tally.items()))}; "
+        f"expiries made again after the leader won the election back: {reelected}"
     )
     say(summary)
     if opts.markdown is not None:
