@@ -54,6 +54,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from tests.history import judge, read_delta, read_redis
@@ -122,8 +123,10 @@ class Contender:
             proxy.__exit__(None, None, None)
 
     def fence(self) -> int:
-        """Its fence token, from its start line (it led)."""
-        return int(self.run.wait_said(STARTED, timeout=1).group(2))
+        """Its fence token, from its last start line (it led; an expired leader that
+        took the leadership back says a new one)."""
+        self.run.wait_said(STARTED, timeout=1)
+        return int(list(re.finditer(STARTED, self.run.output(), re.MULTILINE))[-1].group(2))
 
     def session(self) -> tuple[int, bytes] | None:
         """The latest session ZooKeeper gave it (id, password), as its proxy saw it."""
@@ -225,6 +228,9 @@ class Contest:
 
         return waited("a runner to lead", owner, timeout, 0.2)
 
+    def _committed_past(self, txid: int) -> bool | None:
+        return self.committed() > txid or None
+
     def committed(self) -> int:
         """The txid the Redis sink holds (the Delta tables commit in the same group)."""
         return redis_txid(self.redis_url, "redis", TOPOLOGY)
@@ -253,14 +259,18 @@ class Contest:
         ``TRIES`` times. A frozen or partitioned leader cannot win it back."""
         for _ in range(TRIES):
             deposal = self._depose(fault)
-            if deposal is not None:
+            if isinstance(deposal, Deposal):
                 return deposal
             self.reelected += 1
             self.say(f"{fault}: the leader's new session won the election; {fault} again")
+            # Its held script let go, it commits past it as the leader again: the proxy
+            # then holds nothing of it, and the next script held is a new one.
+            waited("the leader's commit again", partial(self._committed_past, deposal), 240)
         raise AssertionError(f"{fault}: the leader won the election back {TRIES} times in a row")
 
-    def _depose(self, fault: str) -> Deposal | None:
-        """One ``fault`` on the leader (``depose``); None: it took the leadership back."""
+    def _depose(self, fault: str) -> Deposal | int:
+        """One ``fault`` on the leader (``depose``); or, if it took the leadership back,
+        the txid the sink held then."""
         leader = self.leader()
         # Its next commit's script held in its proxy, sent, not delivered: the next file
         # added gives it one to send, however fast it is.
@@ -293,7 +303,7 @@ class Contest:
             successor = self.leader()
             if successor is leader:
                 assert fault == "expiry", f"{fault}: {leader.name} still leads"
-                return None  # its held script is let go below; it is the leader's own
+                return held  # its held script is let go below; it is the leader's own
             currtx = int(successor.run.wait_said(STARTED, timeout=120).group(1))
             waited("a commit of the successor's", lambda: self.committed() >= currtx or None, 240)
         finally:
