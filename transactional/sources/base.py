@@ -3,6 +3,7 @@ new txid, and the lazy frame whose reading runs in Spark tasks."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -115,12 +116,11 @@ def split_frame(
     password) would reach what Spark logs of its plans."""
     if not rows:
         return spark.createDataFrame([], output)
-    import functools
-
     import pyarrow as pa
 
+    types = _arrow_schema(schema)
     table = pa.Table.from_pylist(
-        [dict(zip(_field_names(schema), row, strict=True)) for row in rows]
+        [dict(zip(types.names, row, strict=True)) for row in rows], schema=types
     )
     body = functools.partial(_read_by_index, table, reader)
     body.__name__ = getattr(reader, "__name__", "split_reader")  # type: ignore[attr-defined]
@@ -142,39 +142,16 @@ def _read_by_index(
     return reader(splits())
 
 
-def _field_names(schema: str) -> list[str]:
-    """The field names of a DDL schema (``"path STRING, lo LONG"``): a field's first
-    word or its quoted name (```a b```, a doubled backquote standing for one), its
-    type's own commas (``DECIMAL(10, 2)``, ``STRUCT<a: INT, b: INT>``) left in it."""
-    names: list[str] = []
-    name: list[str] | None = []  # the current field's name as read; None once read
-    depth, quoted, i = 0, False, 0
-    while i < len(schema):
-        char = schema[i]
-        if quoted:
-            if char == "`" and schema[i + 1 : i + 2] == "`":
-                i += 1
-            elif char == "`":
-                quoted = False
-                char = ""
-            if name is not None and char:
-                name.append(char)
-        elif char == "`":
-            quoted = True
-        elif char in "<(":
-            depth += 1
-        elif char in ">)":
-            depth -= 1
-        elif char == "," and depth == 0:
-            name = []
-        elif char.isspace():
-            if name:
-                names.append("".join(name))
-                name = None
-        elif name is not None:
-            name.append(char)
-        i += 1
-    return names
+@functools.cache
+def _arrow_schema(schema: str) -> pa.Schema:
+    """The DDL ``schema`` of a source's splits as Arrow types, parsed by Spark (once a
+    process: each source's is a constant)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    struct = StructType.fromDDL(schema)
+    assert isinstance(struct, StructType), schema
+    return to_arrow_schema(struct)
 
 
 def parse_start(
