@@ -145,6 +145,7 @@ class KafkaOffsets:
         """Each partition's offset for its ``OffsetSpec`` (-1: none, for a timestamp
         after the last record), in one request."""
         from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
 
         if not specs:
             return {}
@@ -162,7 +163,7 @@ class KafkaOffsets:
             # Bounded here too: after a broker restart a future may never complete, and
             # the driver would wait for it forever.
             deadline = time.monotonic() + 2 * self.timeout_s
-            return {
+            found = {
                 tp.partition: int(f.result(timeout=max(0.0, deadline - time.monotonic())).offset)
                 for tp, f in futures.items()
             }
@@ -175,6 +176,22 @@ class KafkaOffsets:
                 f"{self.who}: offsets of {self.topic!r}: no answer from Kafka within "
                 f"{2 * self.timeout_s:g}s; the txid is retried with a new client"
             ) from None
+        # librdkafka answers a request its broker dropped (killed or stalled mid-request)
+        # with no error and offset -1001 (OFFSET_INVALID): not an offset. Only a
+        # timestamp's question has an answer below 0 (-1: no record at or after it).
+        ends = (OffsetSpec.earliest(), OffsetSpec.latest())
+        unanswered = {
+            p: offset for p, offset in found.items() if offset < (0 if specs[p] in ends else -1)
+        }
+        if unanswered:
+            error = EmitError(
+                f"{self.who}: offsets of {self.topic!r}: no offset for partitions "
+                f"{sorted(unanswered)} (librdkafka answered {unanswered}: the broker dropped "
+                "the request); the txid is retried with a new client"
+            )
+            self._failed(error)
+            raise error
+        return found
 
     def earliest(self, partitions: Iterable[int]) -> dict[int, int]:
         from confluent_kafka.admin import OffsetSpec
