@@ -68,6 +68,11 @@ from transactional.testing.proxy import TcpProxy
 TOPOLOGY = "contest"
 LEADER_NODE = f"/transactional/{TOPOLOGY}/leader"
 STARTED = rf"runner started topology={TOPOLOGY} currtx=(\d+) .*fence=(\d+)"
+#: A start line, or the line of a leadership taken back (step 7), with its new token.
+LEADS = (
+    rf"(?:runner started|leadership taken back) topology={TOPOLOGY} currtx=(\d+) "
+    r".*fence=(\d+)"
+)
 FAULTS = ("freeze", "partition", "expiry")
 #: How many times a fault is made on one leader before it counts as failed to depose
 #: it (an expired leader may win the election back: ``Contest.depose``).
@@ -123,10 +128,10 @@ class Contender:
             proxy.__exit__(None, None, None)
 
     def fence(self) -> int:
-        """Its fence token, from its last start line (it led; an expired leader that
-        took the leadership back says a new one)."""
+        """Its fence token, from its start line or, if it took the leadership back since
+        (an expired leader re-elected), from the last line saying so, with its new one."""
         self.run.wait_said(STARTED, timeout=1)
-        return int(list(re.finditer(STARTED, self.run.output(), re.MULTILINE))[-1].group(2))
+        return int(list(re.finditer(LEADS, self.run.output(), re.MULTILINE))[-1].group(2))
 
     def session(self) -> tuple[int, bytes] | None:
         """The latest session ZooKeeper gave it (id, password), as its proxy saw it."""
