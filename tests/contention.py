@@ -233,12 +233,20 @@ class Contest:
 
         return waited("a runner to lead", owner, timeout, 0.2)
 
-    def _committed_past(self, txid: int) -> bool | None:
-        return self.committed() > txid or None
-
     def committed(self) -> int:
         """The txid the Redis sink holds (the Delta tables commit in the same group)."""
         return redis_txid(self.redis_url, "redis", TOPOLOGY)
+
+    def sink_fence(self) -> int:
+        """The token of the latest leader whose commit script ran in Redis (a script
+        stores its writer's, a skipped txid's too), by Redis's word."""
+        import redis
+
+        client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=5)
+        try:
+            return int(client.get(f"transactional:{TOPOLOGY}:redis:fence") or 0)
+        finally:
+            client.close()
 
     def add_input(self) -> bool:
         """The next staged file put in the input directory (written under a hidden name,
@@ -268,14 +276,17 @@ class Contest:
                 return deposal
             self.reelected += 1
             self.say(f"{fault}: the leader's new session won the election; {fault} again")
-            # Its held script let go, it commits past it as the leader again: the proxy
-            # then holds nothing of it, and the next script held is a new one.
-            waited("the leader's commit again", partial(self._committed_past, deposal), 240)
+            # Its held script let go, a script under its new token runs: the proxy then
+            # holds nothing of the old session's, and the next script held is a new one.
+            waited("the leader's commit again", partial(self._fenced_past, deposal), 240)
         raise AssertionError(f"{fault}: the leader won the election back {TRIES} times in a row")
+
+    def _fenced_past(self, token: int) -> bool | None:
+        return self.sink_fence() > token or None
 
     def _depose(self, fault: str) -> Deposal | int:
         """One ``fault`` on the leader (``depose``); or, if it took the leadership back,
-        the txid the sink held then."""
+        the fence token it held before."""
         leader = self.leader()
         # Its next commit's script held in its proxy, sent, not delivered: the next file
         # added gives it one to send, however fast it is.
@@ -286,7 +297,7 @@ class Contest:
         credentials = leader.session()
         assert credentials is not None, "the proxy saw no ZooKeeper session given"
         session, password = credentials
-        held = self.committed()
+        held, fence = self.committed(), leader.fence()
         pid = leader.run.pid
         if fault == "freeze":
             os.kill(pid, signal.SIGSTOP)
@@ -308,9 +319,13 @@ class Contest:
             successor = self.leader()
             if successor is leader:
                 assert fault == "expiry", f"{fault}: {leader.name} still leads"
-                return held  # its held script is let go below; it is the leader's own
+                return fence  # its held script is let go below; it is the leader's own
             currtx = int(successor.run.wait_said(STARTED, timeout=120).group(1))
-            waited("a commit of the successor's", lambda: self.committed() >= currtx or None, 240)
+            # A script of the successor's has run: Redis holds its token. (Not the sink's
+            # txid: a script the leader let go before may have committed the successor's
+            # first txid already, and then the held one would reach Redis first.)
+            token = successor.fence()
+            waited("a commit of the successor's", lambda: self.sink_fence() >= token or None, 240)
         finally:
             leader.to_redis.release()  # the old leader's script reaches Redis now
             if fault == "freeze":
@@ -326,9 +341,7 @@ class Contest:
         assert re.search(r"error: (LostLeadershipError|FencedError): ", after), after[-3000:]
         late = [int(t) for t in re.findall(r"txid committed txid=(\d+)", after)]
         assert all(t < currtx for t in late), (leader.name, late, currtx)
-        deposal = Deposal(
-            fault, leader.name, successor.name, held, currtx, leader.fence(), successor.fence()
-        )
+        deposal = Deposal(fault, leader.name, successor.name, held, currtx, fence, token)
         self.deposals.append(deposal)
         self.say(
             f"{fault}: {leader.name} deposed at txid {held}, {successor.name} leads from "
