@@ -3,9 +3,9 @@ they are. The benchmark's last results (``benchmarks/RESULTS.md``, written by ``
 bench``, and its charts) and the reasoning behind its figures
 (``benchmarks/analysis.md``, which ``make bench`` appends to every results file: the
 results page leaves that copy out, the analysis has a page of its own); the last full
-chaos campaign's, soak's and planted bugs' records (``tests/CHAOS.md`` by ``make
-chaos``, ``tests/SOAK.md`` by ``make soak``, ``tests/MUTATION.md`` by ``make mutation``),
-once written.
+chaos campaign's, contention runs', soak's and planted bugs' records (``tests/CHAOS.md``
+and ``tests/CONTENTION.md`` by ``make chaos``, ``tests/SOAK.md`` by ``make soak``,
+``tests/MUTATION.md`` by ``make mutation``), once written.
 
 And the options table of ``transactional run`` in docs/how-to/run.md, made from the
 command's parser (its settings' flags and help from ``transactional.cli.settings``), so
@@ -29,6 +29,7 @@ ANALYSIS_HEADING = "## Reading the figures"
 #: Records the test tools write, each a page of the site as it is.
 RECORDS = {
     "internals/chaos.md": ROOT / "tests" / "CHAOS.md",
+    "internals/contention.md": ROOT / "tests" / "CONTENTION.md",
     "internals/soak.md": ROOT / "tests" / "SOAK.md",
     "internals/mutation.md": ROOT / "tests" / "MUTATION.md",
 }
