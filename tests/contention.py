@@ -61,7 +61,7 @@ from tests.history import judge, read_delta, read_redis
 from tests.monitor import ScriptWrites
 from tests.processes import DELTA_TABLES, DemoProcess, redis_txid
 from tests.reference import Expected, expected_counts
-from tests.witness import NotFired, wait_sessions_expired, waited, zk_owner
+from tests.witness import NotFired, process_state, wait_sessions_expired, waited, zk_owner
 from transactional.testing.history import Image, delta_log, delta_root, deposed
 from transactional.testing.proxy import TcpProxy
 
@@ -106,12 +106,6 @@ def expire_session(hosts: str, session: int, password: bytes) -> None:
     client.start(timeout=15)
     client.stop()
     client.close()
-
-
-def process_state(pid: int) -> str:
-    """The state letter of ``pid`` in ``/proc`` (``T``: stopped)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2]
 
 
 @dataclass(eq=False)

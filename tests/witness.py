@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from transactional.testing.servers import session_processes
@@ -46,6 +47,12 @@ def waited(what: str, probe: Callable[[], T | None], timeout: float, every: floa
         if time.monotonic() >= deadline:
             raise NotFired(f"{what}: not seen within {timeout:.0f}s")
         time.sleep(every)
+
+
+def process_state(pid: int) -> str:
+    """The state letter the kernel gives ``pid`` (``/proc/<pid>/stat``: ``T`` stopped by
+    a signal, ``Z`` a zombie)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
 
 
 def clock_past(instant: datetime) -> datetime:

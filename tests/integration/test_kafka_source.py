@@ -27,7 +27,7 @@ from examples.tweets.topology import build_topology
 from tests.history import assert_exact, read_redis
 from tests.reference import Expected, expected_counts
 from tests.runner_logs import FailedTxids
-from tests.witness import clock_past
+from tests.witness import clock_past, process_state, waited
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.faults import FaultPoint
 from transactional.sources.kafka import KafkaOpaqueSpout, KafkaPartitionedSpout, KafkaRange
@@ -434,10 +434,8 @@ def test_the_offsets_are_asked_again_after_a_broker_restart(kafka: KafkaServer) 
     assert kafka.proc is not None
     os.killpg(kafka.proc.pid, signal.SIGSTOP)
     try:
-        deadline = time.monotonic() + 10
-        while _process_state(kafka.proc.pid) != "T":  # stopped, by the kernel's word
-            assert time.monotonic() < deadline, "the broker was never stopped"
-            time.sleep(0.01)
+        pid = kafka.proc.pid
+        waited("the broker stopped", lambda: process_state(pid) == "T" or None, 10, 0.01)
         with pytest.raises(EmitError, match=rf"test: offsets of '{topic}': no offset for "):
             offsets.latest([0, 1])
     finally:
@@ -458,11 +456,6 @@ def test_the_offsets_are_asked_again_after_a_broker_restart(kafka: KafkaServer) 
         except EmitError:
             assert time.monotonic() < deadline, "the offsets were never read again"
             time.sleep(1)
-
-
-def _process_state(pid: int) -> str:
-    """The state letter ``/proc/<pid>/stat`` gives (``T``: stopped by a signal)."""
-    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
 
 
 def test_deleted_offsets_stop_a_replay_and_are_named_by_the_opaque_spout(

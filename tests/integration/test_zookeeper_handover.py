@@ -25,6 +25,7 @@ from kazoo.client import KazooClient
 
 from coordinators import ZooKeeperStateStore
 from coordinators._zk_handover import SessionFile, _dead, process_identity
+from tests.witness import process_state, waited
 from transactional.errors import LostLeadershipError
 
 pytestmark = pytest.mark.integration
@@ -253,10 +254,8 @@ def test_a_zombie_is_dead_and_another_boot_or_namespace_cannot_be_judged() -> No
         sleeper = process_identity(proc.pid)
         assert _dead(sleeper, me) is False
         os.kill(proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
-            assert time.monotonic() < deadline, "the killed process did not become a zombie"
-            time.sleep(0.01)
+        pid = proc.pid
+        waited("the killed process a zombie", lambda: process_state(pid) == "Z" or None, 30, 0.01)
         assert _dead(sleeper, me) is True  # killed, not yet reaped
     finally:
         proc.kill()
