@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -409,14 +410,21 @@ class Faults:
         return "a new run_id, and a commit after it"
 
 
-def run_args(data: Path, work: Path, zk: str, redis_url: str, fail_rate: float) -> list[str]:
+def run_args(
+    data: Path, work: Path, zk: str, redis_url: str, fail_rate: float, zk_restarts: int
+) -> list[str]:
+    """The demo's command line. Each ZooKeeper restart takes the leadership from the run
+    once, so its budget of re-elections is the most ``zk_restarts`` the soak may make
+    and one more: the default (10) is what a full soak of 108 min used up exactly, and a
+    slower one, restarting ZooKeeper an eleventh time, was stopped by it (2026-12-07)."""
     return [
         "run", "--input", str(data), "--spout", "opaque", "--sink", "both",
         "--redis-url", redis_url, "--delta-path", str(work / "delta"),
         "--zookeeper", zk, "--zk-session-timeout", str(SESSION_S),
         "--state-dir", str(work / "state"), "--topology-id", TOPOLOGY,
         "--record-ids", "--batch-size", "1", "--max-pending", "3",
-        "--max-attempts", "30", "--until-drained", "--master", "local[2]",
+        "--max-attempts", "30", "--max-reelections", str(zk_restarts + 1),
+        "--until-drained", "--master", "local[2]",
         "--top", "0", "--fail-rate", str(fail_rate), "--fail-seed", "11",
     ]  # fmt: skip
 
@@ -439,7 +447,9 @@ def soak(args: argparse.Namespace, say: Callable[[str], None]) -> Soak:
     run = None
     try:
         zk.start(timeout=30)
-        argv = run_args(data, work, zookeeper.hosts, redis_server.url, args.fail_rate)
+        # Faults alternate, one every --fault-every seconds until --timeout at most.
+        zk_restarts = math.ceil(args.timeout / args.fault_every / 2)
+        argv = run_args(data, work, zookeeper.hosts, redis_server.url, args.fail_rate, zk_restarts)
         heap = GcLog(work / "gc.log")
         env = demo_env(SPARK_SUBMIT_OPTS=jvm_options(heap.path))
         run = DemoProcess([*argv, "--conf", f"spark.driver.memory={HEAP}"], work / "run.log", env)
