@@ -473,3 +473,30 @@ def test_in_s3_a_txid_too_large_for_the_driver_is_refused_and_nothing_is_written
     # delta-spark reads the table and honours its marker (last: this writes to it).
     assert read(spark, committer, TAGS) == {("#a",): 2, ("#b",): 1}
     assert spark_marker(spark, committer.location("hashtags"), "topo:counts:hashtags") == 1
+
+
+def test_a_writer_catches_up_with_commits_another_writer_made(spark: Any, tmp_path: Path) -> None:
+    """The driver's writer reads a local table's log only when a commit after the version
+    it holds exists (``DriverWriter._caught_up``): two committers of one topology, each
+    with its table loaded at open, commit txids 1 to 4 in turn, every commit on a table
+    the other has moved on. Each sees the other's marker (no txid applied twice, none
+    refused as stale), and the table holds every batch once, as Spark reads it."""
+    from deltalake import DeltaTable
+
+    first = _opened(spark, tmp_path, CommitMode.TRANSACTIONAL, MAX_DRIVER_ROWS)
+    second = _opened(spark, tmp_path, CommitMode.TRANSACTIONAL, MAX_DRIVER_ROWS)
+    batches = [B1, B2, B3, B1]
+    for txid, batch in enumerate(batches, start=1):
+        writer = first if txid % 2 else second
+        assert commit(writer, spark, txid, 1, batch, [(f"r{txid}", "bad")]) is (
+            CommitOutcome.APPLIED
+        )
+        # The txid again from the other committer: its marker is seen, nothing written.
+        other = second if writer is first else first
+        before = DeltaTable(first.location(USER_TAGS.name)).version()
+        assert commit(other, spark, txid, 1, batch) is CommitOutcome.SKIPPED
+        assert DeltaTable(first.location(USER_TAGS.name)).version() == before
+    expected = Counter(pair for batch in batches for pair in batch)
+    assert read(spark, first, USER_TAGS) == dict(expected)
+    assert read_dead(spark, first) == Counter((f"r{t}", "bad", t) for t in range(1, 5))
+    assert first.committed_txid() == second.committed_txid() == 4
