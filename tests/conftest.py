@@ -4,9 +4,11 @@ ZooKeeper chroot, Redis database keys prefix, Kafka topics and Delta directory."
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -69,11 +71,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Which of the collected tests run. With ``--connect``, the tests marked ``connect``
     and not ``classic``, and of those none that uses the S3 stand-in: its settings reach
     a classic session per bucket (``s3_bucket``), a Connect server only when it starts.
-    Without it, all but those that need a Connect session (``connect_only``). In a
+    Without it, all but those that need a Connect session (``connect_only``). The tests
+    marked ``client_only`` run only in an install with PySpark's Connect client alone
+    (``make connect-client-test``). In a
     rotated run (``--rotation``: ``tests/rotation.py``), a fifth of the occasional cases
     (``exhaustive``, and ``connect_full`` on Connect), and half of the variations of
     each other Connect test, or of each test marked ``rotated``."""
+    from transactional.connect import client_only
+
     connect = config.getoption("connect")
+    alone = client_only()
 
     def on_connect(item: pytest.Item) -> bool:
         return (
@@ -83,6 +90,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
 
     def runs(item: pytest.Item) -> bool:
+        if item.get_closest_marker("client_only") is not None and not alone:
+            return False
         return on_connect(item) if connect else item.get_closest_marker("connect_only") is None
 
     kept = [item for item in items if runs(item)]
@@ -301,19 +310,54 @@ def spark(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     session.stop()
 
 
+#: With PySpark's Connect client alone installed (``make connect-client-test``): the
+#: Python of another install, one with PySpark's JVM, that runs the suite's server.
+SERVER_PYTHON = "TRANSACTIONAL_TEST_SERVER_PYTHON"
+
+
 @pytest.fixture(scope="session")
 def spark_connect() -> Iterator[SparkConnectServer]:
     """A Spark Connect server on ``local[2]`` with the suite's jars and Delta's settings;
     its Python workers import this checkout; its UI's REST API answers on
-    ``spark.ui.port`` (``tests.witness.server_persisted``)."""
+    ``spark.ui.port`` (``tests.witness.server_persisted``). From a Connect-only install,
+    the server is ``$TRANSACTIONAL_TEST_SERVER_PYTHON``'s install's: its Spark, its
+    jars (as its own ``driver_conf`` names them) and its Python workers."""
     from tests.jvm import driver_conf
+    from transactional.connect import client_only
     from transactional.testing.servers import free_port
 
     ui = {"spark.ui.enabled": "true", "spark.ui.port": str(free_port())}  # its REST API
-    server = SparkConnectServer(conf={**driver_conf(), **ui}, python_path=ROOT)
+    if client_only():
+        python = os.environ.get(SERVER_PYTHON)
+        if not python:
+            raise pytest.UsageError(
+                f"this install has only PySpark's Connect client: set {SERVER_PYTHON} to "
+                "the Python of an install with PySpark's JVM, which runs the server"
+            )
+        conf, home = _server_install(python)
+        server = SparkConnectServer(
+            conf={**conf, **ui}, python_path=ROOT, spark_home=home, python=python
+        )
+    else:
+        server = SparkConnectServer(conf={**driver_conf(), **ui}, python_path=ROOT)
     server.start()
     yield server
     server.close()
+
+
+def _server_install(python: str) -> tuple[dict[str, str], str]:
+    """The suite's server settings and Spark home as the install of ``python`` has them."""
+    script = (
+        "import json, pathlib, pyspark\n"
+        "from tests.jvm import driver_conf\n"
+        "print(json.dumps([driver_conf(), str(pathlib.Path(pyspark.__file__).parent)]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    done = subprocess.run([python, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
+    if done.returncode != 0:
+        raise pytest.UsageError(f"{SERVER_PYTHON}={python}: {done.stderr.strip()[-2000:]}")
+    conf, home = json.loads(done.stdout.strip().splitlines()[-1])
+    return conf, home
 
 
 @pytest.fixture(scope="session")

@@ -108,9 +108,10 @@ def worker_python() -> str:
 
 
 def made() -> bool:
-    """Whether the archive is there already (false also without Java)."""
+    """Whether nothing is left to make: the archive is there already, or none is made
+    here (no Java, or no driver: PySpark's Connect client alone)."""
     path = _archive_path()
-    return path is not None and path.exists()
+    return path is None or path.exists()
 
 
 def driver_conf() -> dict[str, str]:
@@ -127,11 +128,14 @@ def driver_conf() -> dict[str, str]:
 
 
 def _archive_path() -> Path | None:
-    """Where the archive for this JVM, PySpark and jars is kept (None: no Java)."""
+    """Where the archive for this JVM, PySpark and jars is kept (None: no Java, or no
+    driver here: PySpark's Connect client alone)."""
     import pyspark
 
+    from transactional.connect import client_only
+
     java = shutil.which("java")
-    if java is None:
+    if java is None or client_only():
         return None
     jars = Path(pyspark.__file__).parent / "jars"
     key = hashlib.sha256()

@@ -1,6 +1,16 @@
 """Exactly-once transactional batch processing on Apache Spark, after Storm's
 transactional topologies."""
 
+try:
+    import pyspark  # noqa: F401
+except ModuleNotFoundError:
+    raise ModuleNotFoundError(
+        "transactional-spark needs PySpark: install it with its `spark` extra (pip install "
+        "'transactional-spark[spark]': Spark in this process, and a Connect client too) "
+        "or its `connect` extra (the Spark Connect client alone, no JVM)",
+        name="pyspark",
+    ) from None
+
 from transactional.bolt import Bolt
 from transactional.checkpoints import checkpoint
 from transactional.committer import Committer, CommitterContext

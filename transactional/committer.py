@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from transactional.lineage import Dataset
+
 
 @dataclass(frozen=True)
 class Rollback:
@@ -140,6 +142,12 @@ class Committer(ABC):
         extensions, say). ``transactional run`` merges every committer's settings into
         the session it creates; user settings (``--conf``) win."""
         return {}
+
+    def lineage_datasets(self) -> Sequence[Dataset]:
+        """What this committer writes, as OpenLineage names datasets
+        (``transactional.lineage``), for the run events ``RunnerConfig.lineage`` sends.
+        Default: none named."""
+        return ()
 
     def preflight(self) -> None:  # noqa: B027 - optional hook
         """Check, within a few seconds and changing nothing, that the sink can be reached

@@ -61,6 +61,12 @@ class RunnerConfig(BaseModel):
     #: The address the metrics server binds: loopback by default; ``0.0.0.0`` to be
     #: scraped from other machines.
     metrics_host: str = "127.0.0.1"
+    #: Send an OpenLineage run event for each attempt of a txid (START, then COMPLETE,
+    #: FAIL or ABORT) naming the topology, the txid, the source's datasets and positions
+    #: and the committers' datasets, through the OpenLineage client as its own settings
+    #: configure it (``OPENLINEAGE_URL``, ...): docs/how-to/lineage.md. Needs
+    #: openlineage-python (the ``lineage`` extra). Off: nothing is imported or sent.
+    lineage: bool = False
     #: Where a new topology starts in its source (``--start-from``: ``earliest``,
     #: ``latest``, an ISO 8601 time, a Delta version, or ``KEY=OFFSET`` pairs), for a
     #: spout that reads it (``accepts_start_from``); refused on a topology id that

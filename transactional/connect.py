@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLIENT_PACKAGES",
+    "client_only",
     "connect_session",
     "default_parallelism",
     "is_connect",
@@ -178,8 +179,19 @@ def _check_client() -> None:
     if missing:
         raise ConfigurationError(
             f"the Spark Connect client needs {', '.join(missing)}: install the project "
-            "with its connect extra (pip install '.[connect]')"
+            "with its connect extra (pip install 'transactional-spark[connect]'), or "
+            "PySpark's own (pip install 'pyspark[connect]')"
         )
+
+
+@functools.cache
+def client_only() -> bool:
+    """Whether PySpark is installed as its Spark Connect client alone (``pyspark-client``,
+    the ``connect`` extra): no JVM in this process, so no session but a Connect one,
+    and no jar to resolve (they are the server's)."""
+    from pyspark.util import is_remote_only
+
+    return bool(is_remote_only())
 
 
 def is_connect(spark: object) -> bool:

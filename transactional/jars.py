@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from transactional.connect import client_only
 from transactional.errors import ConfigurationError
 
 __all__ = ["DEFAULT_IVY_DIR", "MAVEN_CENTRAL", "jar_name", "resolved_jars"]
@@ -82,7 +83,10 @@ def resolved_jars(
     but ``excludes`` (``group:artifact``, and what only they bring), resolving them first
     (one line on stderr, Ivy's report in ``<ivy_dir>/resolve.log``)
     unless an earlier resolution left all of them in place. Raises ``ConfigurationError``
-    with the reason from Ivy's log (and the log's path) if the resolution fails."""
+    with the reason from Ivy's log (and the log's path) if the resolution fails.
+    Ivy runs in a Spark driver: with PySpark's Connect client alone (``client_only``)
+    there is none, and a ``ConfigurationError`` says so (the settings that name jars
+    for a session leave them out there: a Connect server loads its own)."""
     bad = [p for p in packages if not _COORDINATE.fullmatch(p)]
     if bad or not packages:
         raise ConfigurationError(
@@ -91,6 +95,11 @@ def resolved_jars(
     bad = [e for e in excludes if not _MODULE.fullmatch(e)]
     if bad:
         raise ConfigurationError(f"packages to exclude must be group:artifact, not {bad}")
+    if client_only():
+        raise ConfigurationError(
+            f"resolving {', '.join(packages)} needs PySpark with its JVM (pip install "
+            "'transactional-spark[spark]'); this install has only the Spark Connect client"
+        )
     ivy = Path(ivy_dir) if ivy_dir else DEFAULT_IVY_DIR
     manifest = ivy / "resolved" / f"{_key([*packages, *(f'-{e}' for e in excludes)])}.txt"
     if (jars := _listed(manifest)) is not None:

@@ -89,6 +89,7 @@ from transactional.ledger import announce
 from transactional.runtime.drivers import DRIVERS
 from transactional.runtime.executor import Executor
 from transactional.runtime.leadership import LeaderSession
+from transactional.runtime.lineage import Lineage
 from transactional.runtime.machine import Machine
 from transactional.runtime.messages import Opened
 from transactional.runtime.probes import (
@@ -160,6 +161,7 @@ class TransactionalRunner:
         self._executor: Executor | None = None
         self._status: Status | None = None
         self._metrics_server: Any = None
+        self._lineage: Lineage | None = None
         self._context: SpoutContext | None = None
 
     def stop(self) -> None:
@@ -276,6 +278,12 @@ class TransactionalRunner:
             probes.append(self._status)
         if cfg.metrics_port is not None:
             probes.append(self._serve_metrics(cfg, spout))
+        if cfg.lineage:
+            outputs = [d for n in self.topology.committers for d in n.committer.lineage_datasets()]
+            self._lineage = Lineage(
+                cfg.topology_id, spout.lineage_datasets(), outputs, driver.stored_meta
+            )
+            probes.append(self._lineage)
         executor = Executor(
             self.topology,
             machine,
@@ -376,6 +384,9 @@ class TransactionalRunner:
             self._metrics_server.server_close()
             self._metrics_server = None
         executor.close()
+        if self._lineage is not None:  # after the executor: its last events are queued
+            self._lineage.close()
+            self._lineage = None
         for node in self.topology.committers:
             quietly(node.committer.close, "committer close")
         quietly(self.topology.spout.close, "spout close")

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transactional.connect import is_connect
+from transactional.connect import client_only, is_connect
+from transactional.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -139,6 +140,13 @@ def create_spark_session(
         from transactional.connect import connect_session
 
         return connect_session(remote, app_name, {**DEFAULTS, **(conf or {})})
+    if client_only():
+        raise ConfigurationError(
+            f"create_spark_session: master {master!r} needs PySpark with its JVM (pip install "
+            "'transactional-spark[spark]'); this install has only the Spark Connect client "
+            "(pyspark-client): give the server's address instead (remote='sc://host:port', "
+            "--remote on the command line)"
+        )
     settings = session_settings(master, conf)
     python = executor_python(master, settings)
     if python is not None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from transactional.flow import AdaptiveBatchSize
+    from transactional.lineage import Dataset
 
 
 class SpoutContext:
@@ -158,6 +159,12 @@ class _SpoutBase(ABC, Generic[M]):
         """A stable name stored with the topology's state, so that a different spout
         started on the same topology id is refused instead of misreading the metadata."""
         return f"{type(self).__module__}.{type(self).__qualname__}"
+
+    def lineage_datasets(self) -> Sequence[Dataset]:
+        """What this spout reads, as OpenLineage names datasets
+        (``transactional.lineage``), for the run events ``RunnerConfig.lineage`` sends.
+        Default: none named."""
+        return ()
 
 
 class TransactionalSpout(_SpoutBase[M]):

@@ -29,25 +29,22 @@ if TYPE_CHECKING:
     import pyarrow.fs as pa_fs
 
 __all__ = [
-    "AWS_SDK",
-    "HADOOP_AWS",
+    "AWS_SDK_FOR_HADOOP",
     "FileInfo",
     "arrow_file_system",
     "file_info",
     "is_local",
     "is_s3",
     "open_input",
+    "s3_packages",
     "s3_spark_conf",
 ]
 
-#: Hadoop's S3 connector, at the Hadoop client version of the pinned PySpark (4.2.0).
-HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
-#: The AWS SDK v2 modules it needs, at the version Hadoop 3.5.0 builds with
-#: (``aws-java-sdk-v2.version`` in hadoop-project's POM).
-AWS_SDK = tuple(
-    f"software.amazon.awssdk:{module}:2.35.4"
-    for module in ("s3", "sts", "apache-client", "s3-transfer-manager")
-)
+#: The AWS SDK v2 version each Hadoop client a supported PySpark ships builds with
+#: (``aws-java-sdk-v2.version`` in hadoop-project's POM): PySpark 4.2 ships 3.5.0.
+AWS_SDK_FOR_HADOOP = {"3.5.0": "2.35.4"}
+#: The SDK's modules the S3 connector needs, in place of its whole bundle.
+_AWS_SDK_MODULES = ("s3", "sts", "apache-client", "s3-transfer-manager")
 _BUNDLE = "software.amazon.awssdk:bundle"
 
 
@@ -141,16 +138,16 @@ def s3_spark_conf(
     """Spark settings that read and write ``s3a://`` and ``s3://`` paths: the
     connector's jars (``spark.jars``; merge with other jars) and its settings from
     ``env`` (default: this process's environment). A plain-HTTP endpoint (an S3
-    stand-in) is accepted only with ``AWS_ALLOW_HTTP=true``, as delta-rs requires."""
+    stand-in) is accepted only with ``AWS_ALLOW_HTTP=true``, as delta-rs requires. With
+    PySpark's Connect client alone, no jars: a Connect server loads its own."""
+    from transactional.connect import client_only
     from transactional.jars import resolved_jars
 
     env = os.environ if env is None else env
-    _check_hadoop_client()
-    jars = resolved_jars([HADOOP_AWS, *AWS_SDK], ivy_dir, excludes=[_BUNDLE])
-    conf = {
-        "spark.jars": ",".join(str(jar) for jar in jars),
-        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-    }
+    conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+    if not client_only():
+        jars = resolved_jars(s3_packages(), ivy_dir, excludes=[_BUNDLE])
+        conf = {"spark.jars": ",".join(str(jar) for jar in jars), **conf}
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     if endpoint:
         plain = endpoint.lower().startswith("http://")
@@ -169,15 +166,22 @@ def s3_spark_conf(
     return conf
 
 
-def _check_hadoop_client() -> None:
-    """``HADOOP_AWS`` must match the Hadoop client in PySpark's jars."""
+def s3_packages() -> list[str]:
+    """Hadoop's S3 connector at the version of the Hadoop client in PySpark's jars, and
+    the AWS SDK modules that Hadoop builds with."""
     import pyspark
 
-    wanted = HADOOP_AWS.rsplit(":", 1)[1]
     jars = Path(pyspark.__file__).parent / "jars"
     found = sorted(p.name for p in jars.glob("hadoop-client-api-*.jar"))
-    if found and found != [f"hadoop-client-api-{wanted}.jar"]:
+    versions = [name.removeprefix("hadoop-client-api-").removesuffix(".jar") for name in found]
+    sdk = AWS_SDK_FOR_HADOOP.get(versions[0]) if len(versions) == 1 else None
+    if sdk is None:
         raise ConfigurationError(
-            f"PySpark's Hadoop client is {found[0]}, but the S3 connector is {HADOOP_AWS}: "
-            "install the PySpark version this project pins"
+            f"PySpark {pyspark.__version__}'s Hadoop client is {found or 'not in its jars'}, "
+            f"for which no AWS SDK version is known (Hadoop {', '.join(AWS_SDK_FOR_HADOOP)}): "
+            "install a PySpark in the project's range to read or write S3"
         )
+    return [
+        f"org.apache.hadoop:hadoop-aws:{versions[0]}",
+        *(f"software.amazon.awssdk:{module}:{sdk}" for module in _AWS_SDK_MODULES),
+    ]

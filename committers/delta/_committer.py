@@ -47,6 +47,7 @@ from committers.tables import CounterTable
 from transactional.checkpoints import checkpoint
 from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, TransactionalError
+from transactional.lineage import Dataset, at_path
 from transactional.preflight import check_writable_dir
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
@@ -178,6 +179,12 @@ class DeltaCommitter(CounterCommitter):
 
     def location(self, table: str) -> str:
         return self._target.location(table)
+
+    def lineage_datasets(self) -> Sequence[Dataset]:
+        """Each counter table, and the dead letters' when there are any."""
+        names = [t.name for t in self.counters.values()]
+        names += [DEAD_LETTERS_TABLE] if self.dead_letters is not None else []
+        return tuple(at_path(self.location(name)) for name in names)
 
     def _spark(self) -> Any:
         spark = self._context().spark

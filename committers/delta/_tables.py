@@ -14,6 +14,7 @@ from typing import Any
 from committers.delta._location import local_dir, sql_name
 from committers.keys import parse_key_type, supported, why_unsupported
 from committers.tables import VALUE_COLUMNS, CounterTable
+from transactional.connect import client_only
 from transactional.errors import ConfigurationError
 from transactional.jars import DEFAULT_IVY_DIR, resolved_jars
 
@@ -29,19 +30,27 @@ def delta_spark_conf(ivy_dir: str | Path | None = None) -> dict[str, str]:
     """
     import pyspark
 
-    delta_version = importlib.metadata.version("delta-spark")
-    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
-    package = f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
-    # Resolved once, quietly, into a cache of our own (transactional.jars); sessions load
-    # the jars directly instead of asking Ivy, which prints its report at every start.
-    jars = resolved_jars([package], ivy_dir or DEFAULT_IVY_DIR)
-    return {
-        "spark.jars": ",".join(str(jar) for jar in jars),
+    settings = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # The default (50) makes every snapshot of a tiny table cost 50 tasks.
         "spark.databricks.delta.snapshotPartitions": "2",
     }
+    if client_only():  # a Connect server's: Delta's jar is its own
+        return settings
+    try:
+        delta_version = importlib.metadata.version("delta-spark")
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigurationError(
+            "Delta on a Spark session in this process needs delta-spark, whose version "
+            "names the Delta jar the driver loads: pip install 'transactional-spark[delta]'"
+        ) from None
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    package = f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
+    # Resolved once, quietly, into a cache of our own (transactional.jars); sessions load
+    # the jars directly instead of asking Ivy, which prints its report at every start.
+    jars = resolved_jars([package], ivy_dir or DEFAULT_IVY_DIR)
+    return {"spark.jars": ",".join(str(jar) for jar in jars), **settings}
 
 
 def brief(exc: BaseException) -> str:

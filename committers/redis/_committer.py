@@ -26,6 +26,7 @@ from committers.redis._send import run_script, stage, too_large
 from committers.tables import CounterTable, Number
 from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, ContractError
+from transactional.lineage import Dataset, in_redis
 from transactional.logfmt import kv
 from transactional.preflight import SECONDS, check_redis
 from transactional.secrets import redact_url
@@ -163,6 +164,12 @@ class RedisCommitter(CounterCommitter):
     def default_namespace(self, topology_id: str, name: str) -> str:
         """``<key_prefix>transactional:<topology id>:<committer name>``."""
         return self._names.default_namespace(topology_id, name)
+
+    def lineage_datasets(self) -> Sequence[Dataset]:
+        """Each counter table's hash, and the dead letters' list when there are any."""
+        keys = [self._names.hash(t.name) for t in self.counters.values()]
+        keys += [self._names.dead_letters] if self.dead_letters is not None else []
+        return tuple(in_redis(self.url, key) for key in keys)
 
     def preflight(self) -> None:
         """One PING, with a few seconds to connect (a cluster answers it on any node)."""

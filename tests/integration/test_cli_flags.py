@@ -167,6 +167,7 @@ RUNNER_VALUES: dict[str, tuple[str | None, object]] = {
     "status_interval_s": ("0", 0.0),
     "metrics_port": ("9464", 9464),
     "metrics_host": ("0.0.0.0", "0.0.0.0"),
+    "lineage": (None, True),
     "start_from": ("latest", "latest"),
     "guarantee": ("at_least_once", Guarantee.AT_LEAST_ONCE),
     "ledger": (None, False),

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 
-from tests.witness import executors_in_session
+from tests.witness import executors_in_session, waited
+
+
+def _seen(pid: int, app: str) -> set[str] | None:
+    return executors_in_session(pid, app) or None
 
 
 def test_executors_are_found_by_session_and_application() -> None:
@@ -19,6 +24,10 @@ def test_executors_are_found_by_session_and_application() -> None:
 
     first, second = executor("3", "app-1"), executor("0", "app-2")
     try:
+        # A child is in its session with its arguments once it has called setsid and
+        # exec: moments after Popen returns, longer on a busy machine.
+        for pid, app in ((first.pid, "app-1"), (second.pid, "app-2")):
+            waited(f"stand-in {pid} started", partial(_seen, pid, app), 30, 0.01)
         assert executors_in_session(first.pid, "app-1") == {"3"}
         assert executors_in_session(first.pid, "app-2") == set()  # another application's
         assert executors_in_session(second.pid, "app-2") == {"0"}

@@ -253,6 +253,12 @@ SETTINGS: tuple[Setting, ...] = (
         commands=RUNNER,
     ),
     Setting(
+        "lineage",
+        "send an OpenLineage run event for each txid attempt, through the OpenLineage "
+        "client's own settings (OPENLINEAGE_URL, ...); needs the lineage extra",
+        commands=RUNNER,
+    ),
+    Setting(
         "start_from",
         "where a new topology starts in its source: earliest, latest, an ISO time, a "
         "version, or KEY=OFFSET,...; refused on a topology id that has state",

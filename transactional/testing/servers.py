@@ -289,10 +289,15 @@ def _certificates(directory: Path) -> None:
             "-CAcreateserial", "-days", "2", "-out", "server.crt", "-extfile", "san.ext")  # fmt: skip
 
 
-def _pyspark_jars(prefix: str) -> list[Path]:
+def _pyspark_home() -> Path:
+    """The installed PySpark's directory, which holds Spark's launchers and jars."""
     import pyspark
 
-    return sorted((Path(pyspark.__file__).parent / "jars").glob(f"{prefix}*.jar"))
+    return Path(pyspark.__file__).parent
+
+
+def _pyspark_jars(prefix: str) -> list[Path]:
+    return sorted((_pyspark_home() / "jars").glob(f"{prefix}*.jar"))
 
 
 #: The broker the tests and the demo run: KRaft only (no ZooKeeper), Java 17.
@@ -421,10 +426,13 @@ class SparkConnectServer(_Server):
     """A Spark Connect server (the ``spark-connect`` jar PySpark ships) on a free
     loopback port, its own driver on ``master`` (``local[2]`` by default) with ``conf``
     (Delta's jars and settings, say: a Connect client cannot give the server jars).
-    Its Python workers run this interpreter with ``python_path`` on their path, so the
-    clients' UDFs may import the project. Clients reach it at ``remote``
-    (``sc://127.0.0.1:<port>``). ``stop`` kills it; ``start`` again starts an empty
-    server on the same port (a Connect server keeps no state across a restart)."""
+    Spark is ``spark_home``'s (default: the installed PySpark's); its Python workers run
+    ``python`` (default: this interpreter) with ``python_path`` on their path, so the
+    clients' UDFs may import the project. Both may belong to another install than this
+    process's: a client with PySpark's Connect client alone has no Spark to start.
+    Clients reach it at ``remote`` (``sc://127.0.0.1:<port>``). ``stop`` kills it;
+    ``start`` again starts an empty server on the same port (a Connect server keeps no
+    state across a restart)."""
 
     name = "spark-connect"
     start_timeout_s = 180.0
@@ -434,13 +442,17 @@ class SparkConnectServer(_Server):
         conf: dict[str, str] | None = None,
         master: str = "local[2]",
         python_path: str | None = None,
+        spark_home: str | Path | None = None,
+        python: str | None = None,
     ) -> None:
         super().__init__("spark-connect-")
         self.conf = dict(conf or {})
         self.master = master
+        self.spark_home = Path(spark_home) if spark_home is not None else _pyspark_home()
         self.env = {
             **os.environ,
-            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_HOME": str(self.spark_home),
+            "PYSPARK_PYTHON": python or sys.executable,
             "SPARK_LOG_DIR": str(self.dir),
             "SPARK_LOCAL_DIRS": str(self.dir / "local"),
             # Its temporary files (the artifact directories of its sessions, which a
@@ -463,9 +475,7 @@ class SparkConnectServer(_Server):
         return f"sc://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        import pyspark
-
-        submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+        submit = self.spark_home / "bin" / "spark-submit"
         settings = {
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(self.port),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -18,6 +18,7 @@ from transactional.errors import (
     SourceDataLostError,
     SourceSchemaError,
 )
+from transactional.lineage import Dataset, at_path
 from transactional.sources.base import SourceBase, parse_start
 from transactional.spout import SpoutContext, TransactionalSpout
 from transactional.storage import arrow_file_system, is_local, open_input
@@ -119,6 +120,9 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
     def identity(self) -> str:
         mode = "cdf" if self.change_data_feed else "appends"
         return f"{type(self).__module__}.{type(self).__qualname__}:{mode}:{self.path}"
+
+    def lineage_datasets(self) -> Sequence[Dataset]:
+        return (at_path(self.path),)
 
     def open(self, context: SpoutContext) -> None:
         super().open(context)

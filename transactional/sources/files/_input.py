@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from transactional.errors import ConfigurationError, EmitError
+from transactional.lineage import Dataset, at_path
 from transactional.sources.base import SourceBase, parse_start, split_frame
 from transactional.sources.files import _lines as lines
 from transactional.sources.files import _parquet as parquet
@@ -143,6 +144,9 @@ class FileInput(SourceBase):
         # The input is part of the identity: offsets stored for one input (or format)
         # mean nothing for another, so reusing a topology id with other files is refused.
         return f"{type(self).__module__}.{type(self).__qualname__}:{self.format}:{self.path}"
+
+    def lineage_datasets(self) -> Sequence[Dataset]:
+        return (at_path(self.path),)
 
     def open(self, context: SpoutContext) -> None:
         super().open(context)

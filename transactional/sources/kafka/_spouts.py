@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from transactional.connect import client_only
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
 from transactional.jars import resolved_jars
+from transactional.lineage import Dataset, in_kafka
 from transactional.sources.base import HeldRanges, SourceBase, parse_start
 from transactional.sources.kafka._direct import DirectRead
 from transactional.sources.kafka._offsets import Isolation, KafkaOffsets, Snapshot
@@ -63,7 +65,10 @@ def kafka_package() -> str:
 
 def kafka_spark_conf(ivy_dir: str | Path | None = None) -> dict[str, str]:
     """Spark settings that load the Kafka reader (its jars, resolved once from Maven
-    Central); merge them into the session's with ``transactional.session.merged``."""
+    Central); merge them into the session's with ``transactional.session.merged``. None
+    with PySpark's Connect client alone: the server has its own."""
+    if client_only():
+        return {}
     return {"spark.jars": ",".join(str(jar) for jar in resolved_jars([kafka_package()], ivy_dir))}
 
 
@@ -149,6 +154,9 @@ class _KafkaTopic(SourceBase):
 
     def identity(self) -> str:
         return f"{type(self).__module__}.{type(self).__qualname__}:{self.topic}"
+
+    def lineage_datasets(self) -> Sequence[Dataset]:
+        return (in_kafka(self.bootstrap_servers, self.topic),)
 
     def spark_conf(self) -> Mapping[str, str]:
         return kafka_spark_conf()

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
+from transactional.lineage import Dataset, in_redis
 from transactional.preflight import SECONDS, check_redis
 from transactional.secrets import redact_url
 from transactional.sources.base import HeldRanges, SourceBase, parse_start, split_frame
@@ -143,6 +144,9 @@ class _Streams(SourceBase):
 
     def identity(self) -> str:
         return f"{type(self).__module__}.{type(self).__qualname__}:{','.join(self.streams)}"
+
+    def lineage_datasets(self) -> Sequence[Dataset]:
+        return tuple(in_redis(self.url, stream) for stream in self.streams)
 
     @property
     def client(self) -> redis.Redis:
