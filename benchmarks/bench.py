@@ -292,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             args.breakdown_warm_up = 5
 
     from committers import delta_spark_conf
-    from transactional.session import create_spark_session, merged
-    from transactional.storage import s3_spark_conf
+    from transactional.spark.session import create_spark_session, merged
+    from transactional.spark.storage import s3_spark_conf
 
     def progress(line: str) -> None:
         print(f"[{datetime.now(UTC):%H:%M:%S}] {line}", file=sys.stderr, flush=True)

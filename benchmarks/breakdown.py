@@ -407,8 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE for Spark")
     parser.add_argument("--section", action="store_true", help="print RESULTS.md's section")
     args = parser.parse_args(argv)
-    from transactional.session import create_spark_session, merged
     from transactional.sources.kafka import kafka_spark_conf
+    from transactional.spark.session import create_spark_session, merged
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -66,7 +66,7 @@ def one_sink(
 def side(remote: str | None, redis_url: str, sizes: list[int], txids: int) -> dict[str, Any]:
     """One side's figures (in this process: classic, or Connect's with ``remote``)."""
     from committers import delta_spark_conf
-    from transactional.session import create_spark_session
+    from transactional.spark.session import create_spark_session
 
     name = "connect" if remote else "classic"
     spark = create_spark_session("local[2]", f"bench-{name}", delta_spark_conf(), remote=remote)

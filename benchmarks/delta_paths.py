@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None, progress: Callable[[str], None] | None =
     parser = argparse.ArgumentParser(prog="python -m benchmarks.delta_paths", description=__doc__)
     parser.add_argument("--sizes", default="10000,100000,1000000,3000000")
     args = parser.parse_args(argv)
-    from transactional.session import create_spark_session
+    from transactional.spark.session import create_spark_session
 
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     spark = create_spark_session("local[*]", "delta-paths", delta_spark_conf())

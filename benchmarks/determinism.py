@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.bench import WORK, dataset
     from benchmarks.cases import framework
     from committers import delta_spark_conf
-    from transactional.engine import SparkEngine
-    from transactional.session import create_spark_session
+    from transactional.spark.engine import SparkEngine
+    from transactional.spark.session import create_spark_session
     from transactional.testing.servers import RedisServer
 
     data = dataset(args.tweets, args.partitions)

@@ -661,8 +661,8 @@ def structured_streaming(
     from pyspark.sql import functions as F
 
     from benchmarks.latency_topology import bucket_of
-    from transactional.session import create_spark_session
     from transactional.sources.kafka import kafka_spark_conf
+    from transactional.spark.session import create_spark_session
 
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())

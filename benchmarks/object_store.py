@@ -144,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--txids", type=int, default=5)
     args = parser.parse_args(argv)
     from committers import delta_spark_conf
-    from transactional.session import create_spark_session, merged
-    from transactional.storage import s3_spark_conf
+    from transactional.spark.session import create_spark_session, merged
+    from transactional.spark.storage import s3_spark_conf
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
 
-    from transactional.session import create_spark_session
+    from transactional.spark.session import create_spark_session
     from transactional.testing.servers import RedisServer
 
     def progress(line: str) -> None:

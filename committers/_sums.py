@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from committers.tables import CounterTable
 from committers.values import ValueType
-from transactional.columns import prebuilt
+from transactional.spark.columns import prebuilt
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -129,7 +129,7 @@ def batch_sums(
     it overflows it) and the count of non-null values; and the condition of a row whose
     sum cannot be stored. The value column holds the declared type exactly (checked
     before), so the cast to it changes no value. The columns are built once per table
-    and key types (``transactional.columns.prebuilt``)."""
+    and key types (``transactional.spark.columns.prebuilt``)."""
     key = (
         "batch_sums",
         table.name,

@@ -16,7 +16,7 @@ from committers.tables import ORDERABLE, CounterTable, Number
 from committers.values import exact_sum
 from transactional.committer import Committer, CommitterContext
 from transactional.contracts import component
-from transactional.errors import ConfigurationError, ContractError
+from transactional.errors import CommitError, ConfigurationError, ContractError
 from transactional.types import CommitMode, TransactionAttempt
 
 if TYPE_CHECKING:
@@ -82,6 +82,17 @@ class CounterCommitter(Committer):
         if self.dead_letters is not None:
             names.add(self.dead_letters)
         return frozenset(names)
+
+    @staticmethod
+    def check_prepared(attempts: Sequence[TransactionAttempt], prepared: Sequence[Any]) -> None:
+        """Refuse to commit a prepared batch of another txid (a group's member may have
+        none): a stale prepare result must never reach a sink."""
+        for attempt, batch in zip(attempts, prepared, strict=True):
+            if batch is not None and batch.txid != attempt.txid:
+                raise CommitError(
+                    f"prepared batch is for txid {batch.txid}, commit was asked for txid "
+                    f"{attempt.txid}: a stale prepare result reached commit"
+                )
 
     def who(self) -> str:
         """``committer 'counts' (committers.redis.RedisCommitter)``, for messages."""
@@ -162,10 +173,10 @@ class CounterCommitter(Committer):
         )
 
     def prepare(self, attempt: TransactionAttempt, inputs: Mapping[str, DataFrame]) -> Any:
-        """``collect_plan``'s frames collected (``transactional.engine.collect_arrow``), then
+        """``collect_plan``'s frames collected (``transactional.spark.engine.collect_arrow``), then
         ``prepare_collected``: what the runner does, for a caller that drives the
         committer itself."""
-        from transactional.engine import collect_arrow
+        from transactional.spark.engine import collect_arrow
 
         plan = self.collect_plan(attempt, inputs)
         return self.prepare_collected(attempt, inputs, collect_arrow(plan))

@@ -218,7 +218,8 @@ class FencedStore(StateStore):
             raise ConfigurationError(
                 f"topology id {self._topology_id!r} is registered for spout {stored.spout!r} "
                 f"({stored.kind}), not {identity.spout!r} ({identity.kind}); use another "
-                f"--topology-id, or {start_over} to start over"
+                f"--topology-id, or {start_over} to start over (the same spout class, "
+                "moved to another module? set its stored_name to the name stored)"
             )
 
     @staticmethod

@@ -77,7 +77,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rotated run (``--rotation``: ``tests/rotation.py``), a fifth of the occasional cases
     (``exhaustive``, and ``connect_full`` on Connect), and half of the variations of
     each other Connect test, or of each test marked ``rotated``."""
-    from transactional.connect import client_only
+    from transactional.spark.connect import client_only
 
     connect = config.getoption("connect")
     alone = client_only()
@@ -116,16 +116,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Resolve the jars the selected tests load before the first of them runs, where the
-    line a first resolution prints (``transactional.jars``: a one-time download of a
+    line a first resolution prints (``transactional.spark.jars``: a one-time download of a
     minute or two) shows: pytest keeps what a fixture or a test's child process prints
     until a test fails, and the suite would seem to hang in silence. Resolved already:
     nothing to do, nothing said. A failure is left to the fixture, which reports it."""
     if session.config.option.collectonly:
         return
     from committers.delta import delta_spark_conf
-    from transactional.jars import resolved_jars
     from transactional.sources.kafka import kafka_spark_conf
-    from transactional.storage import s3_spark_conf
+    from transactional.spark.jars import resolved_jars
+    from transactional.spark.storage import s3_spark_conf
     from transactional.testing.servers import KAFKA_BROKER
 
     names = {name for item in session.items for name in getattr(item, "fixturenames", ())}
@@ -298,7 +298,7 @@ def spark(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """The suite's session: classic on ``local[2]``, or with ``--connect`` a Spark Connect
     session on ``spark_connect`` (its own server, on ``local[2]``)."""
     from tests.jvm import driver_conf
-    from transactional.session import create_spark_session
+    from transactional.spark.session import create_spark_session
 
     os.environ["PYSPARK_PYTHON"] = executors_python(os.environ)  # tests/jvm.py
     if request.config.getoption("connect"):
@@ -323,7 +323,7 @@ def spark_connect() -> Iterator[SparkConnectServer]:
     the server is ``$TRANSACTIONAL_TEST_SERVER_PYTHON``'s install's: its Spark, its
     jars (as its own ``driver_conf`` names them) and its Python workers."""
     from tests.jvm import driver_conf
-    from transactional.connect import client_only
+    from transactional.spark.connect import client_only
     from transactional.testing.servers import free_port
 
     ui = {"spark.ui.enabled": "true", "spark.ui.port": str(free_port())}  # its REST API

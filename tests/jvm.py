@@ -119,9 +119,9 @@ def driver_conf() -> dict[str, str]:
     Kafka's and the s3a connector's jars (resolved into the project's cache; each test's
     bucket is set up by the ``s3_bucket`` fixture), on loopback."""
     from committers.delta import delta_spark_conf
-    from transactional.session import merged
     from transactional.sources.kafka import kafka_spark_conf
-    from transactional.storage import s3_spark_conf
+    from transactional.spark.session import merged
+    from transactional.spark.storage import s3_spark_conf
 
     loopback = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     return merged(delta_spark_conf(), kafka_spark_conf(), s3_spark_conf({}), loopback)
@@ -132,7 +132,7 @@ def _archive_path() -> Path | None:
     driver here: PySpark's Connect client alone)."""
     import pyspark
 
-    from transactional.connect import client_only
+    from transactional.spark.connect import client_only
 
     java = shutil.which("java")
     if java is None or client_only():
@@ -198,7 +198,7 @@ def _workload() -> None:
     from pyspark import SparkContext
     from pyspark.sql import functions as F
 
-    from transactional.session import create_spark_session
+    from transactional.spark.session import create_spark_session
 
     spark = create_spark_session("local[2]", "tests-jvm-archive", driver_conf())
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,7 +12,6 @@ except ModuleNotFoundError:
     ) from None
 
 from transactional.bolt import Bolt
-from transactional.checkpoints import checkpoint
 from transactional.committer import Committer, CommitterContext
 from transactional.config import RunnerConfig
 from transactional.errors import (
@@ -39,7 +38,8 @@ from transactional.errors import (
 )
 from transactional.flow import AdaptiveBatchSize, BatchSizeConfig
 from transactional.runner import TransactionalRunner
-from transactional.session import create_spark_session
+from transactional.spark.checkpoints import checkpoint
+from transactional.spark.session import create_spark_session
 from transactional.spout import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,

@@ -167,7 +167,7 @@ class Committer(ABC):
         """Turn the attempt's input streams into what ``commit`` writes. Runs in the
         parallel phase, so heavy Spark work belongs here. Default: materialise each
         input once, so the rows cannot change between prepare and commit."""
-        from transactional.checkpoints import checkpoint
+        from transactional.spark.checkpoints import checkpoint
 
         return {name: checkpoint(df, eager=True) for name, df in inputs.items()}
 

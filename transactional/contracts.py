@@ -11,6 +11,7 @@ class, what it returned, and what it must return.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,8 +29,21 @@ def qualified(obj: object) -> str:
     if obj is None:
         return "None"
     cls = obj if isinstance(obj, type) else type(obj)
-    module = cls.__module__
+    module = public_module(cls)
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def public_module(cls: type) -> str:
+    """Where ``cls`` is imported from: the package of the private module that defines
+    it, when the package exports it (``committers.redis``, not
+    ``committers.redis._committer``)."""
+    parts = cls.__module__.split(".")
+    while len(parts) > 1 and parts[-1].startswith("_"):
+        package = sys.modules.get(".".join(parts[:-1]))
+        if getattr(package, cls.__name__, None) is not cls:
+            break
+        parts.pop()
+    return ".".join(parts)
 
 
 def component(role: str, name: str, obj: object) -> str:

@@ -23,19 +23,15 @@ starts), so a run never begins with a promise it cannot keep.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from transactional.contracts import component
 from transactional.errors import TopologyValidationError
+from transactional.topology import SPOUT, Topology
 from transactional.types import CommitMode, Guarantee, SpoutKind
-
-if TYPE_CHECKING:
-    from transactional.topology import Topology
 
 #: Strongest first: the order ``weakest`` reads.
 ORDER = (Guarantee.EXACTLY_ONCE, Guarantee.AT_LEAST_ONCE, Guarantee.AT_MOST_ONCE)
-
-_SPOUT = "spout"
 
 
 def offered(part: Any) -> frozenset[Guarantee]:
@@ -56,7 +52,7 @@ def refusals(topology: Topology, guarantee: Guarantee) -> list[str]:
     why = []
     if guarantee not in offered(spout):
         why.append(
-            f"{component('spout', _SPOUT, spout)} gives only "
+            f"{component('spout', SPOUT, spout)} gives only "
             f"{_names(offered(spout))} (its guarantees attribute)"
         )
     for node in topology.committers:

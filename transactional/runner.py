@@ -1,72 +1,7 @@
-"""The runner: the transaction state machine of docs/design.md section 4.
-
-The protocol, as this module runs it (``currtx`` is the next txid to commit):
-
-0. **Warm-up** (``RunnerConfig.warm_up``, ``transactional.runtime.warmup``; by default
-   only with ``--batch-size auto``): before the first txid, the spout's
-   ``sample_batch`` goes through the bolts and every committer's ``prepare`` as txid
-   0, which is never stored or committed, so the session's cold start is not paid by
-   the first txids; a broken contract stops the run here.
-1. **Start.** While fewer than ``max_pending`` txids are in flight (the window is
-   always ``[currtx, currtx + max_pending)``), start the next txid ``t``. If the store
-   holds metadata for ``t`` (a replay after a failure or a restart), reuse it as is and
-   do not ask ``is_ready``. Otherwise, if ``is_ready``, decide the metadata
-   (``initialize_transaction`` / ``emit_partition_batch_new``, once per txid, from the
-   metadata of ``t - 1``) and write it to the store *before* anything is
-   emitted. Opaque spouts emit here, in txid order, each partition continuing from
-   where ``t - 1`` stopped; their partition metadata is stored only at commit.
-   A new txid whose metadata is what was last found empty (see 2) is not started:
-   the source is still idle, and polls back off from ``poll_interval_s`` to
-   ``poll_max_s`` until a batch holds records.
-2. **Process** (worker threads, several txids at once): build the batch, materialise
-   it once (so every bolt and committer of this attempt sees the same rows, even
-   from a non-deterministic source), run the bolts, and let each committer
-   ``prepare`` its inputs. Each attempt runs in its own Spark job group. Every
-   contract breach of a component is a ``ContractError`` (``transactional.contracts``).
-   Then, on the coordinator thread, before the txid may commit: with
-   ``check_determinism`` (transactional and partitioned spouts), the first emit's
-   record count and content checksum per partition are stored
-   (``StateStore.record_digest``), and a replay that differs stops the runner with
-   ``NondeterministicSpoutError`` before any sink sees it. A batch with no records is
-   not committed (unless the spout sets ``commit_empty_batches``): its txid and every
-   txid above it are dropped and forgotten by the store (``StateStore.retract``), to be
-   decided again at a later poll.
-3. **Commit** (one commit thread, strictly in txid order): only ``t == currtx``, once
-   processed, after checking this runner still leads. Every committer commits ``t``
-   atomically with ``t`` recorded in its sink, in the order they were added. When the
-   txids after ``t`` are processed too, up to ``max_group`` of them go with it as one
-   commit group, recorded in the store first (``StateStore.record_group``) and, until
-   it is through, committed again exactly (``Committer.commit_group``: one write per
-   committer, marked with the group's last txid).
-4. **Advance**: after every committer succeeded, one fenced store write sets
-   ``currtx = t + 1`` (past a group's last txid; with opaque partition metadata) and
-   deletes metadata below it; then the spout's ``cleanup_before`` and ``ack`` hooks
-   run, for each txid.
-5. **Failure** of ``t`` in start, emit, process or commit (an exception, or the
-   attempt timeout, which cancels its Spark job group): ``t`` and every in-flight txid
-   above it are dropped and started again, after a back-off, with new attempt ids and
-   the same stored metadata (opaque: from the last committed partition metadata).
-   After ``max_attempts`` failures of one txid the runner stops with
-   ``PoisonBatchError``; the store keeps everything needed to resume. A
-   ``ConfigurationError`` (also the ``ContractError`` raised here when a spout or bolt
-   returns the wrong thing) fails the same way on every attempt, so it is not retried:
-   the runner stops at once with ``BatchConfigurationError``. Results and
-   commits of a superseded attempt are ignored when they arrive.
-6. **Restart**: read ``currtx`` and all stored metadata, replay every started but
-   uncommitted txid with its stored metadata, and only then start new ones. The
-   committers skip (transactional) or undo and reapply (opaque) what they had applied.
-7. **Lost leadership** (the store raises ``LostLeadershipError``: a session that
-   expired, a store that restarted, a fenced write): stop committing at once, drop and
-   cancel everything in flight, and take leadership again on the same store within
-   ``leader_timeout_s``; then re-read the state and go on as after a restart (step 6),
-   with the store's new fence token handed to the committers. A runner that finds it
-   was deposed (``FencedError``: a sink or the store holds a newer leader's fence; or
-   another runner holds the leadership by now) stops instead, writing nothing more.
-
-A commit that raised may have been applied anyway (a reply lost to a timeout): before
-treating it as a failure, the runner reads the txid the sink holds
-(``Committer.committed_txid``) and, if the sink has it, goes on without committing
-again. It never guesses.
+"""``TransactionalRunner``: opens the store and takes the leadership, wires the runtime
+(the state machine, its executor, the spout's driver, the probes) and runs it until it
+is stopped, drained or halted. The protocol it runs: docs/architecture.md, "The
+protocol".
 """
 
 from __future__ import annotations
@@ -80,15 +15,14 @@ from typing import Any
 from transactional import contracts
 from transactional.committer import Committer
 from transactional.config import RunnerConfig
-from transactional.engine import Engine, engine_for
 from transactional.errors import ConfigurationError
 from transactional.faults import FaultInjector
 from transactional.flow import AdaptiveBatchSize
 from transactional.guarantees import check_guarantee
-from transactional.ledger import announce
 from transactional.runtime.drivers import DRIVERS
 from transactional.runtime.executor import Executor
 from transactional.runtime.leadership import LeaderSession
+from transactional.runtime.ledger_plan import announce
 from transactional.runtime.lineage import Lineage
 from transactional.runtime.machine import Machine
 from transactional.runtime.messages import Opened
@@ -106,6 +40,7 @@ from transactional.runtime.quiet import quietly
 from transactional.runtime.settle import opened
 from transactional.runtime.status import Status
 from transactional.runtime.warmup import warm_up
+from transactional.spark.engine import Engine, engine_for
 from transactional.spout import SpoutContext
 from transactional.store import StateStore, TopologyIdentity
 from transactional.topology import SPOUT, Topology
@@ -155,7 +90,6 @@ class TransactionalRunner:
         #: Sizes of new txids: flow control (``--batch-size auto``), a fixed size the spout
         #: reads through ``SpoutContext.batch_size`` (``--batch-size N``), or None: its own.
         self._sizing = batch_size
-        self.batch_size = batch_size if isinstance(batch_size, AdaptiveBatchSize) else None
         self.stats = RunStats()
         self._stop = threading.Event()
         self._executor: Executor | None = None
@@ -179,17 +113,22 @@ class TransactionalRunner:
             self._executor.join()
 
     @property
+    def _adaptive(self) -> AdaptiveBatchSize | None:
+        """The flow control sizing new txids, under ``--batch-size auto``."""
+        return self._sizing if isinstance(self._sizing, AdaptiveBatchSize) else None
+
+    @property
     def warms_up(self) -> bool:
         """Whether a run warms up first (``RunnerConfig.warm_up``; by default only for
         adaptive batch sizes, which the first txids' latency would mislead)."""
         if self.config.warm_up is None:
-            return self.batch_size is not None
+            return self._adaptive is not None
         return self.config.warm_up
 
     def run(self, until_drained: bool = False) -> RunStats:
         """Run until ``stop()``, or, with ``until_drained``, until ``is_ready`` says no
         with nothing in flight and everything committed."""
-        executor, opened = self._open()
+        executor, first = self._open()
         try:
             if self.warms_up:
                 warm_up(
@@ -200,7 +139,7 @@ class TransactionalRunner:
                     self.config.attempt_timeout_s,
                     self._stop.is_set,
                 )
-            executor.feed(opened)
+            executor.feed(first)
             while not self._stop.is_set():
                 if executor.turn(until_drained):
                     break
@@ -262,7 +201,7 @@ class TransactionalRunner:
         for node in self.topology.committers:
             context = session.context(self.engine.spark, node.name, cfg.guarantee, settled)
             node.committer.open(context)
-        probes: list[Probe] = [Timings(self.stats, self.batch_size), Logs()]
+        probes: list[Probe] = [Timings(self.stats, self._adaptive), Logs()]
         if cfg.status_interval_s > 0:
             self._status = Status(
                 cfg.topology_id,

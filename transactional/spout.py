@@ -89,11 +89,21 @@ class _SpoutBase(ABC, Generic[M]):
     #: even when a replay reads the batch in other Spark partitions. Empty: the id comes
     #: from the txid and the row's place in the emitted frames.
     position_columns: ClassVar[tuple[str, ...]] = ()
+    #: The name the store keeps for this spout's class (``identity``). By default where
+    #: the class is defined (``module.Qualname``), taken when the class is made; set it
+    #: to a name of your own to keep it when the class moves (or to the name stored
+    #: before a move, to go on with the topologies that hold it).
+    stored_name: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "stored_name" not in cls.__dict__:
+            cls.stored_name = f"{cls.__module__}.{cls.__qualname__}"
 
     def spark_conf(self) -> Mapping[str, str]:
         """Spark settings this spout needs on the runner's session (the jars of Spark's
         Kafka reader, say). ``transactional run`` merges them with the committers'
-        (``transactional.session.merged``); user settings (``--conf``) win."""
+        (``transactional.spark.session.merged``); user settings (``--conf``) win."""
         return {}
 
     def lag(self) -> int | None:
@@ -157,8 +167,9 @@ class _SpoutBase(ABC, Generic[M]):
 
     def identity(self) -> str:
         """A stable name stored with the topology's state, so that a different spout
-        started on the same topology id is refused instead of misreading the metadata."""
-        return f"{type(self).__module__}.{type(self).__qualname__}"
+        started on the same topology id is refused instead of misreading the metadata.
+        Default: ``stored_name``."""
+        return self.stored_name
 
     def lineage_datasets(self) -> Sequence[Dataset]:
         """What this spout reads, as OpenLineage names datasets

@@ -14,9 +14,4 @@ from committers.delta._location import table_root
 from committers.delta._snapshot import DeltaSnapshot
 from committers.delta._tables import delta_spark_conf
 
-# Each class goes by its public name (in messages, and in the spout identity a store
-# keeps), not by the private module that defines it.
-for _public in (DeltaCommitter, DeltaSnapshot):
-    _public.__module__ = __name__
-
 __all__ = ["DeltaCommitter", "DeltaSnapshot", "delta_spark_conf", "table_root"]

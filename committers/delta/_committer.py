@@ -38,17 +38,17 @@ from committers.delta._location import is_object_store, table_root
 from committers.delta._read import DeltaReader
 from committers.delta._rs import DriverWriter
 from committers.delta._snapshot import read_snapshot
-from committers.delta._spark import DEAD_LETTERS_TABLE, ExecutorWriter, concat
+from committers.delta._spark import ExecutorWriter, concat
 from committers.delta._sql import batch_overflow_error
 from committers.delta._tables import brief, delta_spark_conf, ensure_table, open_counter_table
-from committers.delta._target import DeltaTarget, Writer
+from committers.delta._target import DEAD_LETTERS_TABLE, DeltaTarget, Writer
 from committers.keys import exact_key_cast, supported, why_unsupported
 from committers.tables import CounterTable
-from transactional.checkpoints import checkpoint
 from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, TransactionalError
 from transactional.lineage import Dataset, at_path
 from transactional.preflight import check_writable_dir
+from transactional.spark.checkpoints import checkpoint
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 if TYPE_CHECKING:
@@ -67,8 +67,8 @@ MAX_DRIVER_ROWS = 1_000_000
 
 #: Why a table in S3 is written by delta-rs only.
 _S3_WRITER = (
-    "only the driver's delta-rs writer commits there safely (its commits are S3 "
-    "conditional writes; delta-spark's S3 log store assumes it is the only writer)"
+    "only the driver's delta-rs writer commits safely (its commits are S3 conditional "
+    "writes; delta-spark's S3 log store assumes it is the only writer)"
 )
 
 #: A table holding more files than this is compacted after a commit (delta-rs'
@@ -144,23 +144,32 @@ class DeltaCommitter(CounterCommitter):
                 f"counter table name {DEAD_LETTERS_TABLE!r} is taken by the dead-letter table"
             )
         self.path = table_root(path)
-        if is_object_store(self.path) and max_driver_rows == 0:
-            raise ConfigurationError(
-                f"DeltaCommitter: max_driver_rows=0 merges every table with delta-spark, "
-                f"which does not commit safely beside delta-rs in S3 ({self.path}): "
-                f"{_S3_WRITER}; leave max_driver_rows at its default"
+        if max_driver_rows == 0:
+            self._refuse_spark_writes(
+                type(self).__name__,
+                "max_driver_rows=0 merges every table with delta-spark",
+                "leave max_driver_rows at its default",
             )
         self._key_types: dict[str, dict[str, str]] = {}
-        names = [t.name for t in self.counters.values()]
-        if dead_letters is not None:
-            names.append(DEAD_LETTERS_TABLE)
         target = DeltaTarget(
-            self.mode, self.path, tuple(names), self._context, self.who, self.compact_files
+            self.mode, self.path, self._tables(), self._context, self.who, self.compact_files
         )
         self._target = target
         self._reader = DeltaReader(target)
         self._driver = DriverWriter(target)
         self._executors = ExecutorWriter(target)
+
+    def _tables(self) -> tuple[str, ...]:
+        """Every table's name: the counter tables', then the dead letters' if any."""
+        names = [t.name for t in self.counters.values()]
+        return (*names, DEAD_LETTERS_TABLE) if self.dead_letters is not None else tuple(names)
+
+    def _refuse_spark_writes(self, who: str, what: str, change: str) -> None:
+        """The object-store rule: in S3 only delta-rs writes (``_S3_WRITER``), so
+        ``what``, which would have delta-spark write, is refused there, saying ``change``;
+        anywhere else it is allowed."""
+        if is_object_store(self.path):
+            raise ConfigurationError(f"{who}: {what}; in S3 ({self.path}) {_S3_WRITER}: {change}")
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -169,10 +178,10 @@ class DeltaCommitter(CounterCommitter):
 
     def spark_conf(self) -> dict[str, str]:
         """Delta's jars and SQL extensions (``delta_spark_conf``); for tables in S3, the
-        ``s3a`` connector too (``transactional.storage.s3_spark_conf``)."""
+        ``s3a`` connector too (``transactional.spark.storage.s3_spark_conf``)."""
         if is_object_store(self.path):
-            from transactional.session import merged
-            from transactional.storage import s3_spark_conf
+            from transactional.spark.session import merged
+            from transactional.spark.storage import s3_spark_conf
 
             return merged(delta_spark_conf(), s3_spark_conf())
         return delta_spark_conf()
@@ -182,9 +191,7 @@ class DeltaCommitter(CounterCommitter):
 
     def lineage_datasets(self) -> Sequence[Dataset]:
         """Each counter table, and the dead letters' when there are any."""
-        names = [t.name for t in self.counters.values()]
-        names += [DEAD_LETTERS_TABLE] if self.dead_letters is not None else []
-        return tuple(at_path(self.location(name)) for name in names)
+        return tuple(at_path(self.location(name)) for name in self._tables())
 
     def _spark(self) -> Any:
         spark = self._context().spark
@@ -206,16 +213,14 @@ class DeltaCommitter(CounterCommitter):
             columns = [("raw", "STRING", True), ("reason", "STRING", True), ("txid", "LONG", False)]
             ensure_table(spark, self.location(DEAD_LETTERS_TABLE), columns)
         self._driver.open()
-        if is_object_store(self.path):
-            names = [t.name for t in self.counters.values()]
-            names += [DEAD_LETTERS_TABLE] if self.dead_letters is not None else []
-            spark_only = [n for n in names if not self._driver.writes(n)]
-            if spark_only:
-                raise ConfigurationError(
-                    f"{self.who()}: Delta tables {spark_only} under {self.path} use table "
-                    f"features delta-rs does not write (deletion vectors or column mapping), "
-                    f"and in S3 {_S3_WRITER}: use new tables"
-                )
+        spark_only = [n for n in self._tables() if not self._driver.writes(n)]
+        if spark_only:
+            self._refuse_spark_writes(
+                self.who(),
+                f"Delta tables {spark_only} use table features delta-rs does not write "
+                "(deletion vectors or column mapping)",
+                "use new tables",
+            )
         self._executors.open(spark, [t.name for t in self.counters.values()])
 
     def key_problem(self, table: CounterTable, column: str, sql: str) -> str | None:
@@ -313,13 +318,12 @@ class DeltaCommitter(CounterCommitter):
 
     def _check_executors_may_write(self, txid: int, table: str) -> None:
         """Refuse a table too large for the driver when the tables are in S3."""
-        if is_object_store(self.path):
-            raise ConfigurationError(
-                f"{self.who()}: txid {txid} brings more than max_driver_rows "
-                f"({self.max_driver_rows:,}) rows for Delta table {table!r} under "
-                f"{self.path}, and in S3 {_S3_WRITER}: raise max_driver_rows (the driver "
-                "holds them as Arrow), or make the batches smaller"
-            )
+        self._refuse_spark_writes(
+            self.who(),
+            f"txid {txid} brings more than max_driver_rows ({self.max_driver_rows:,}) rows "
+            f"for Delta table {table!r}",
+            "raise max_driver_rows (the driver holds them as Arrow), or make the batches smaller",
+        )
 
     def groupable(self, prepared: Any) -> bool:
         """A batch whose sums and dead letters are all on the driver (Arrow): a group of
@@ -337,11 +341,7 @@ class DeltaCommitter(CounterCommitter):
         The tables are written one after the other: written in parallel threads (each
         on its own session) they took as long in total on a 2-core machine, each MERGE
         being CPU-bound planning and small tasks (see benchmarks/analysis.md)."""
-        if prepared.txid != attempt.txid:
-            raise CommitError(
-                f"prepared batch is for txid {prepared.txid}, commit was asked for "
-                f"{attempt.txid}: a stale prepare result reached commit"
-            )
+        self.check_prepared([attempt], [prepared])
         return self._commit_span((attempt.txid, attempt.txid), prepared)
 
     def commit_group(
@@ -350,12 +350,7 @@ class DeltaCommitter(CounterCommitter):
         """The group's sums added per key (``committers.delta._arrow.combined_sums``, exactly; on
         Spark if a txid's table was too large for the driver), then one MERGE per table
         marked with the last txid, as ``commit`` does for one."""
-        for attempt, batch in zip(attempts, prepared, strict=True):
-            if batch is not None and batch.txid != attempt.txid:
-                raise CommitError(
-                    f"prepared batch is for txid {batch.txid}, the group has txid "
-                    f"{attempt.txid} there: a stale prepare result reached commit"
-                )
+        self.check_prepared(attempts, prepared)
         span = (attempts[0].txid, attempts[-1].txid)
         given = [b for b in prepared if b is not None]
         combined = DeltaBatch(span[1])

@@ -20,8 +20,7 @@ from committers.delta._arrow import (
 from committers.delta._location import local_dir
 from committers.delta._parquet import arrow_schema, arrow_writable
 from committers.delta._snapshot import next_marker
-from committers.delta._spark import DEAD_LETTERS_TABLE
-from committers.delta._target import DeltaTarget, log_merged
+from committers.delta._target import DEAD_LETTERS_TABLE, DeltaTarget, log_merged
 from committers.tables import CounterTable
 from transactional.types import CommitOutcome
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from committers.delta._location import local_dir, table_root
 from transactional.errors import CommitError, ConfigurationError
-from transactional.storage import arrow_file_system
+from transactional.spark.storage import arrow_file_system
 from transactional.types import CommitMode, CommitOutcome
 
 if TYPE_CHECKING:

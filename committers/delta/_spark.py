@@ -26,11 +26,11 @@ from committers.delta._sql import (
     merge_overflows,
     new_value,
 )
-from committers.delta._target import DeltaTarget, log_merged
+from committers.delta._target import DEAD_LETTERS_TABLE, DeltaTarget, log_merged
 from committers.tables import CounterTable
-from transactional.checkpoints import checkpoint
-from transactional.connect import clone_session, is_connect, reopen_if_lost, stop_session
 from transactional.errors import ConfigurationError
+from transactional.spark.checkpoints import checkpoint
+from transactional.spark.connect import clone_session, is_connect, reopen_if_lost, stop_session
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
 
 log = logging.getLogger("committers.delta")
@@ -47,7 +47,6 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 #: already marks a later one of: delta-spark skips a write whose txn version it has seen).
 UNMARKED = -1
 MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
-DEAD_LETTERS_TABLE = "dead_letters"
 
 #: A commit group's part (its index) and value, when its parts are combined in Spark.
 _PART, _PART_VALUE = "__transactional_part", "__transactional_part_value"

@@ -19,9 +19,12 @@ if TYPE_CHECKING:
     from committers.tables import CounterTable
     from transactional.errors import ContractError
 
-__all__ = ["DeltaTarget", "Writer", "log_merged"]
+__all__ = ["DEAD_LETTERS_TABLE", "DeltaTarget", "Writer", "log_merged"]
 
 log = logging.getLogger("committers.delta")
+
+#: The dead letters' table, beside the counter tables.
+DEAD_LETTERS_TABLE = "dead_letters"
 
 #: What a writer writes: an Arrow table on the driver, or a Spark frame.
 Rows = TypeVar("Rows", contravariant=True)

@@ -11,9 +11,4 @@ connections)."""
 from committers.redis._committer import RedisCommitter
 from committers.redis._read import RedisSnapshot
 
-# Each class goes by its public name (in messages, and in the spout identity a store
-# keeps), not by the private module that defines it.
-for _public in (RedisCommitter, RedisSnapshot):
-    _public.__module__ = __name__
-
 __all__ = ["RedisCommitter", "RedisSnapshot"]

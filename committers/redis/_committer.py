@@ -24,10 +24,10 @@ from committers.redis._read import RedisReader, RedisSnapshot
 from committers.redis._reply import ReplyContext, held_text, script_outcome
 from committers.redis._send import run_script, stage, too_large
 from committers.tables import CounterTable, Number
+from transactional._logfmt import kv
 from transactional.committer import CommitterContext, Rollback
 from transactional.errors import CommitError, ConfigurationError, ContractError
 from transactional.lineage import Dataset, in_redis
-from transactional.logfmt import kv
 from transactional.preflight import SECONDS, check_redis
 from transactional.secrets import redact_url
 from transactional.types import CommitMode, CommitOutcome, TransactionAttempt
@@ -289,11 +289,7 @@ class RedisCommitter(CounterCommitter):
         """One script call: check the txid, check every new value, undo (opaque replay),
         apply, record the txid. A lost reply is safe to retry: the script sees its own
         txid and skips or redoes."""
-        if prepared.txid != attempt.txid:
-            raise CommitError(
-                f"prepared batch is for txid {prepared.txid}, commit was asked for "
-                f"{attempt.txid}: a stale prepare result reached commit"
-            )
+        self.check_prepared([attempt], [prepared])
         return self._commit(attempt.txid, attempt.txid, prepared)
 
     def commit_group(
@@ -302,12 +298,7 @@ class RedisCommitter(CounterCommitter):
         """The group's sums added per field on the driver (exactly: Python ints,
         decimals, ``math.fsum`` of the doubles), then one script call marked with the
         last txid; each dead letter keeps its own txid."""
-        for attempt, batch in zip(attempts, prepared, strict=True):
-            if batch is not None and batch.txid != attempt.txid:
-                raise CommitError(
-                    f"prepared batch is for txid {batch.txid}, the group has txid "
-                    f"{attempt.txid} there: a stale prepare result reached commit"
-                )
+        self.check_prepared(attempts, prepared)
         first, last = attempts[0].txid, attempts[-1].txid
         return self._commit(first, last, combined(last, prepared, self._tables, self.who()))
 

@@ -35,9 +35,9 @@ from pyspark.sql import functions as F
 
 from transactional import checkpoint
 from transactional.bolt import DEFAULT_STREAM, Bolt
-from transactional.columns import Prebuilt
 from transactional.errors import ContractError
 from transactional.ledger import COLUMNS, ID, drop_where, explode, folded
+from transactional.spark import Prebuilt
 from transactional.types import TransactionAttempt
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from examples.tweets.progress import configure_logging, kv
-from transactional.cli.settings import add_flags
+from transactional.cli.settings import RUNNER_ONLY, add_flags
 from transactional.errors import ConfigurationError, StoreUnavailableError, TransactionalError
 from transactional.faults import FaultPoint
 
@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the topology's state namespace (default: %(default)s)",
     )
     # The runner's own settings: the same flags as `transactional run`'s, from one table.
-    add_flags(run, "demo")
+    add_flags(run, RUNNER_ONLY)
     run.add_argument(
         "--until-drained",
         action="store_true",
@@ -246,7 +246,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
     from examples.tweets.commands import RunOptions, run
     from transactional.cli.settings import given_flags, zookeeper_auth
 
-    runner = given_flags(args, "demo")
+    runner = given_flags(args, RUNNER_ONLY)
     options = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", *runner)}
     run(RunOptions(**options, runner=runner, zookeeper_auth=zookeeper_auth()), out)
 

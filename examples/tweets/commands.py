@@ -28,7 +28,7 @@ from transactional.cli.interrupt import stop_on_signals
 from transactional.errors import ConfigurationError
 from transactional.guarantees import check_guarantee
 from transactional.session import stop_spark_session
-from transactional.storage import is_local
+from transactional.spark.storage import is_local
 
 __all__ = ["RunOptions", "check_redis", "make_committer", "run", "show"]
 

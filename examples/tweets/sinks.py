@@ -85,7 +85,7 @@ def spark_conf(sink: str, delta_path: str | None = None) -> dict[str, str]:
         return {}
     from committers import delta_spark_conf
     from transactional.session import merged
-    from transactional.storage import is_s3, s3_spark_conf
+    from transactional.spark.storage import is_s3, s3_spark_conf
 
     if delta_path is not None and is_s3(delta_path):
         return merged(delta_spark_conf(), s3_spark_conf())

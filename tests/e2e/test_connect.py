@@ -209,7 +209,7 @@ def test_a_server_restart_is_survived_by_a_delta_committer_merging_on_the_server
 #: A client that opens a session and a clone of it, says so, and stops both once told.
 _STOPPER = """
 import sys, time
-from transactional.connect import clone_session, connect_session, stop_session
+from transactional.spark.connect import clone_session, connect_session, stop_session
 spark = connect_session(sys.argv[1], "stopper")
 clone = clone_session(spark, {"spark.sql.shuffle.partitions": "3"})
 assert clone.conf.get("spark.sql.shuffle.partitions") == "3"

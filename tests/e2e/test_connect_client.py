@@ -66,7 +66,7 @@ def test_the_demo_counts_every_tweet_once_on_the_server(
 
 
 def test_a_session_in_this_process_is_refused_by_the_library() -> None:
-    from transactional.session import create_spark_session
+    from transactional.spark.session import create_spark_session
 
     with pytest.raises(ConfigurationError, match=r"needs PySpark with its JVM .*\[spark\]"):
         create_spark_session("local[1]")

@@ -10,7 +10,7 @@ says why a failed task failed, stays.
 The JVM's first line, "WARNING: Using incubator modules: jdk.incubator.vector" (Spark's
 launcher adds that module to every JVM it starts), is left out of a session's stderr,
 on a local master and on a standalone cluster, and every other line of the JVM's stderr
-still shows, as it is written (``transactional.session.STDERR_FILTER``)."""
+still shows, as it is written (``transactional.spark.session.STDERR_FILTER``)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing import IO
 import pytest
 
 from tests.e2e.test_cli import ROOT
-from transactional.session import INCUBATOR_WARNING
+from transactional.spark.session import INCUBATOR_WARNING
 from transactional.testing.cluster_servers import SparkMaster, SparkWorker
 
 pytestmark = pytest.mark.e2e
@@ -37,8 +37,8 @@ CHILD = textwrap.dedent(
     """
     import threading, time
     from pyspark.sql import functions as F
-    from transactional.engine import SparkEngine
-    from transactional.session import create_spark_session
+    from transactional.spark.engine import SparkEngine
+    from transactional.spark.session import create_spark_session
 
     spark = create_spark_session("local[1]")
     engine = SparkEngine(spark)
@@ -94,7 +94,7 @@ def test_a_cancelled_materialising_job_logs_nothing_at_error() -> None:
 # mid-write says (dropped), and lines like them that are not that (kept).
 LOGGED = textwrap.dedent(
     """
-    from transactional.session import create_spark_session
+    from transactional.spark.session import create_spark_session
 
     spark = create_spark_session("local[1]")
     manager = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager
@@ -131,7 +131,7 @@ TRIVIAL = textwrap.dedent(
     """
     import json, sys
     from pyspark.sql import SparkSession
-    from transactional.session import create_spark_session
+    from transactional.spark.session import create_spark_session
 
     master, how, conf = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     if how == "ours":

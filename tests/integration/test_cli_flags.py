@@ -79,7 +79,7 @@ def run_cli(
         monkeypatch.delenv(name)
     for name, value in {"CLI_DELTA": str(tmp_path / "delta"), **env}.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr("transactional.session.create_spark_session", session)
+    monkeypatch.setattr("transactional.spark.session.create_spark_session", session)
     monkeypatch.setattr("transactional.runner.TransactionalRunner", Runner)
     monkeypatch.chdir(tmp_path)
     code = cli.main(argv)

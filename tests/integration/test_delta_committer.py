@@ -16,7 +16,8 @@ import pytest
 
 from committers import CounterTable, DeltaCommitter
 from committers.delta._committer import MAX_DRIVER_ROWS, DeltaBatch
-from committers.delta._spark import DEAD_LETTERS_TABLE, TXN_APP_ID_CONF, TXN_VERSION_CONF
+from committers.delta._spark import TXN_APP_ID_CONF, TXN_VERSION_CONF
+from committers.delta._target import DEAD_LETTERS_TABLE
 from tests.integration.delta_faults import broken
 from transactional.committer import CommitterContext
 from transactional.errors import CommitError, ConfigurationError, FencedError

@@ -28,7 +28,7 @@ from coordinators import SQLiteStateStore, ZooKeeperStateStore
 from examples.tweets import cli as demo
 from examples.tweets import sources as redis_sources
 from tests.integration.test_cli_flags import RUNNER_VALUES, runner_args
-from transactional.cli.settings import settings_of
+from transactional.cli.settings import RUNNER_ONLY, settings_of
 from transactional.config import RunnerConfig
 from transactional.faults import CombinedFaults, FaultPoint, KillAt, RandomFaults
 from transactional.flow import AdaptiveBatchSize
@@ -275,7 +275,7 @@ RUN_CASES: dict[str, Check] = {
             for p in w.runner["faults"].plans
         ),
     ),
-    **{s.flag: _runner_case(s.name) for s in settings_of("demo")},
+    **{s.flag: _runner_case(s.name) for s in settings_of(RUNNER_ONLY)},
     # A switch both ways (default None: only with --batch-size auto): its other half.
     "--no-warm-up": _no_warm_up,
 }  # fmt: skip

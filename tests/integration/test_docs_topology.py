@@ -34,7 +34,7 @@ def test_the_prebuilt_columns_bolt_splits_every_batch_with_the_same_columns(
     spark: object,
 ) -> None:
     namespace: dict[str, object] = {"__name__": "docs_prebuilt"}
-    exec(example(PAGE, "from transactional.columns import Prebuilt").compiled(), namespace)
+    exec(example(PAGE, "from transactional.spark import Prebuilt").compiled(), namespace)
     bolt = namespace["Words"]()  # type: ignore[operator]
     texts = [["a b", "b"], ["c a a"]]
     built = []

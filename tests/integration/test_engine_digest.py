@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from tests.witness import spark_settled
-from transactional.engine import ROWS_PER_TASK, SparkEngine, collect_arrow
 from transactional.errors import ContractError
+from transactional.spark.engine import ROWS_PER_TASK, SparkEngine, collect_arrow
 from transactional.spout import PARTITION_COLUMN
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The engine's scheduler pools on a real Spark session (``transactional.session``'s
+"""The engine's scheduler pools on a real Spark session (``transactional.spark.session``'s
 fair scheduler): the jobs of the oldest txid being processed, and of every commit, run
 in ``FIRST_POOL``; the other attempts' jobs in Spark's default pool. Which pool each
 stage ran in is read back from Spark's own status store."""
@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from tests.witness import spark_settled
-from transactional.engine import FIRST_POOL, SparkEngine, pool_defined
+from transactional.spark.engine import FIRST_POOL, SparkEngine, pool_defined
 
 
 def pools_of(spark: Any, group: str) -> list[str]:

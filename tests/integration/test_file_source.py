@@ -152,7 +152,7 @@ def test_file_partitioned_emits_all_partitions_as_one_tagged_frame(
     """The one frame holds each partition's records of the same metadata, tagged with
     the partition, in fewer tasks; the engine reads the same batch and the same digests
     from it as from the per-partition frames."""
-    from transactional.engine import SparkEngine
+    from transactional.spark.engine import SparkEngine
     from transactional.spout import PARTITION_COLUMN
 
     spout = opened(FilesPartitionedSpout(dataset, batch_size=40), spark)

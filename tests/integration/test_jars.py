@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 RESOLVE = (
     "import json, sys\n"
-    "from transactional.jars import resolved_jars\n"
+    "from transactional.spark.jars import resolved_jars\n"
     "jars = resolved_jars(sys.argv[1].split(','), sys.argv[2])\n"
     "print(json.dumps([str(jar) for jar in jars]))\n"
 )
@@ -61,7 +61,7 @@ def test_a_package_resolves_with_one_line_and_its_report_in_the_log(tmp_path: Pa
 # buffer would come out after it.
 RESOLVE_MARKED = (
     "import json, os, sys\n"
-    "import transactional.jars as jars\n"
+    "import transactional.spark.jars as jars\n"
     "real_run = jars.subprocess.run\n"
     "def run(*args, **kwargs):\n"
     "    os.write(2, b'<the resolution starts>\\n')\n"

@@ -343,7 +343,8 @@ def test_a_replay_gives_the_same_ledger_ids_in_any_partitioning(
     ledger."""
     from pyspark.sql import functions as F
 
-    from transactional.ledger import ID, RecordIds, id_column
+    from transactional.ledger import ID
+    from transactional.spark.ids import RecordIds, id_column
 
     topic = new_topic(kafka, 2)
     produce(kafka, topic, {0: [f"a{i}".encode() for i in range(7)], 1: [b"b0", b"b1"]})

@@ -36,12 +36,12 @@ from transactional.bolt import DEFAULT_STREAM
 from transactional.ledger import (
     COLUMNS,
     ID,
-    AttemptLedger,
     LedgerError,
     drop,
     drop_where,
     folded,
 )
+from transactional.runtime.ledger_books import AttemptLedger
 from transactional.sources.files import FilesPartitionedSpout
 from transactional.testing import TopologyHarness
 from transactional.types import CommitMode, TransactionAttempt
@@ -648,7 +648,8 @@ def test_a_streams_tally_is_built_once_per_session_and_counts_each_frame_its_own
     from functools import reduce
     from operator import xor
 
-    from transactional.ledger import DROPPED, Tally, Tap
+    from transactional.ledger import DROPPED, Tally
+    from transactional.runtime.ledger_books import Tap
 
     first = spark.range(3).withColumn(ID, F.col("id") + 7)
     second = spark.range(5).withColumn(ID, F.col("id") * 11)

@@ -35,11 +35,11 @@ from transactional import (
     TopologyBuilder,
     TransactionalRunner,
 )
-from transactional._replan import Fused
-from transactional.engine import ROWS_PER_TASK, SparkEngine
 from transactional.errors import InjectedFault, NondeterministicSpoutError
 from transactional.faults import FaultPoint
-from transactional.ledger import Tap
+from transactional.runtime.ledger_books import Tap
+from transactional.spark._replan import Fused
+from transactional.spark.engine import ROWS_PER_TASK, SparkEngine
 from transactional.testing import Range
 from transactional.types import TransactionAttempt
 

@@ -229,7 +229,7 @@ def test_on_spark_connect_a_session_lost_at_an_attempts_start_is_reopened_by_its
     """An attempt that fails at its start is not cancelled, and a cancel was where the
     session got reopened: every retry of the txid met the closed client until the txid
     was poisoned (a server restarted mid-run, in CI). Its retry reopens it now."""
-    from transactional.connect import reopen_if_lost
+    from transactional.spark.connect import reopen_if_lost
 
     spout = LosesSessionAtStart(2, lambda: redis_txid(redis_url, "sink", "reopened"))
     topology = build(spark, redis_url, spout)

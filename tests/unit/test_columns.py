@@ -1,4 +1,4 @@
-"""``transactional.columns``: columns built once per Spark context, rebuilt for a new
+"""``transactional.spark.columns``: columns built once per Spark context, rebuilt for a new
 one (the cache logic only; the tweet bolts' tests run the columns on Spark)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pickle
 from types import SimpleNamespace
 from typing import Any
 
-from transactional import columns
-from transactional.columns import Prebuilt, prebuilt
+from transactional.spark import columns
+from transactional.spark.columns import Prebuilt, prebuilt
 
 
 def frame_of(context: object) -> Any:

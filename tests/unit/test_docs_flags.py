@@ -23,6 +23,7 @@ COMMANDS = [
     *(["-m", "examples.tweets", c, "--help"] for c in ("generate", "load", "run", "show")),
     ["-m", "benchmarks.bench", "--help"],
     ["-m", "tests.chaos", "--help"],
+    [".ci/venvs.py", "--help"],
     ["-m", "pytest", "--help", "-p", "no:cacheprovider"],
 ]
 

@@ -13,17 +13,9 @@ from hypothesis import strategies as st
 
 from transactional import Bolt, ConfigurationError, ContractError, TopologyValidationError
 from transactional.errors import LedgerError
-from transactional.ledger import (
-    _COUNT,
-    ID,
-    AttemptLedger,
-    LedgerPlan,
-    Tally,
-    _BoltBooks,
-    _named,
-    announce,
-    drop,
-)
+from transactional.ledger import ID, Tally, drop
+from transactional.runtime.ledger_books import _COUNT, AttemptLedger, _BoltBooks, _named
+from transactional.runtime.ledger_plan import LedgerPlan, announce
 from transactional.testing import ListTransactionalSpout
 from transactional.testing.sinks import MemoryCommitter
 from transactional.topology import TopologyBuilder

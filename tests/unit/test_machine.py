@@ -1,8 +1,8 @@
 """The state machine, one readable schedule a test: events in, exact commands out.
 
 No Spark, no thread, no sleep: time is a number given with each event. Each test is a
-step of docs/design.md section 4 (or of the runtime's additions: idle polls, empty batches,
-lost leadership), written as the schedule a runner would meet.
+step of docs/architecture.md, "The protocol" (or of the runtime's additions: idle
+polls, empty batches, lost leadership), written as the schedule a runner would meet.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The invariants of docs/design.md section 4, under random fault schedules, on in-memory
-doubles: every store write, every emit and every commit checks them as it happens.
+"""The invariants of docs/architecture.md, "The protocol", under random fault
+schedules, on in-memory doubles: every store write, every emit and every commit checks
+them as it happens.
 
 A scenario draws the spout kind (transactional, partitioned, or opaque with a source
 whose replays return different batches), the committers' mode and number, the batch

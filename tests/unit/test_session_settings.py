@@ -11,8 +11,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from transactional.engine import FIRST_POOL
-from transactional.session import (
+from transactional.spark.engine import FIRST_POOL
+from transactional.spark.session import (
     DEFAULTS,
     LOCAL_DEFAULTS,
     LOG4J2,

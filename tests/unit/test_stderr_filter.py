@@ -1,4 +1,4 @@
-"""The filter between the driver's JVM and stderr (``transactional.stderr_filter``): the
+"""The filter between the driver's JVM and stderr (``transactional.spark.stderr_filter``): the
 incubator warning left out the first time it is a whole line, wherever the pipe cuts
 the stream into chunks; everything else passed on as it comes, byte for byte; and the
 process carries on through Ctrl-C and SIGTERM until its input ends."""
@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from transactional.session import INCUBATOR_WARNING, STDERR_FILTER
-from transactional.stderr_filter import DropFirst
+from transactional.spark.session import INCUBATOR_WARNING, STDERR_FILTER
+from transactional.spark.stderr_filter import DropFirst
 
 WARNING = INCUBATOR_WARNING.encode() + b"\n"
 REST = (

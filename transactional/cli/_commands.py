@@ -40,7 +40,7 @@ from transactional.errors import (
 )
 from transactional.faults import KillAt
 from transactional.guarantees import check_guarantee
-from transactional.session import merged
+from transactional.spark.session import merged
 from transactional.store import StateStore, open_store
 from transactional.types import Guarantee
 
@@ -196,7 +196,7 @@ def _batch_size(settings: RunSettings) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     from transactional.runner import TransactionalRunner
-    from transactional.session import create_spark_session
+    from transactional.spark.session import create_spark_session
 
     settings = _settings(args)
     config = settings.runner_config()

@@ -1,5 +1,5 @@
 """The commands' logging (``transactional`` and the demo): structured ``key=value``
-lines on stderr that stay quiet unless asked.
+lines on stderr (``kv``, one event a line) that stay quiet unless asked.
 
 By default only warnings of our own show, and of the libraries only their errors:
 kazoo's "Connection refused" per retry and py4j's chatter say, line after line, what
@@ -14,7 +14,9 @@ import logging
 import sys
 from typing import TextIO
 
-__all__ = ["LIBRARY_LOGGERS", "configure_logging", "quiet_spark_errors"]
+from transactional._logfmt import kv
+
+__all__ = ["LIBRARY_LOGGERS", "configure_logging", "kv", "quiet_spark_errors"]
 
 #: Loggers of the libraries the commands drive.
 LIBRARY_LOGGERS = ("kazoo", "py4j", "urllib3", "redis")

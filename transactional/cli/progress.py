@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from transactional.logfmt import kv
+from transactional._logfmt import kv
 
 __all__ = ["ProgressListener"]
 

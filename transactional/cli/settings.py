@@ -50,8 +50,11 @@ RUNNER_FIELDS = tuple(name for name in RunnerConfig.model_fields if name != "top
 #: The commands of ``transactional`` that take a setting: ``run``, and the ones that
 #: only look at (or rewind) a topology's state in its store.
 RUN = frozenset({"run"})
-#: The runner's own settings: on ``run`` and on the demo's ``run`` (``examples.tweets``).
-RUNNER = frozenset({"run", "demo"})
+#: The runner's own settings alone, as another program's command that runs a topology
+#: takes them (``add_flags(parser, RUNNER_ONLY)``: the demo's ``run``, say).
+RUNNER_ONLY = "runner"
+#: The runner's own settings: on ``run`` and wherever ``RUNNER_ONLY`` is asked for.
+RUNNER = frozenset({"run", RUNNER_ONLY})
 STORE = frozenset({"run", "status", "rewind", "list"})
 TOPOLOGY = frozenset({"run", "status", "rewind"})
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from transactional import contracts
-from transactional.engine import Digest, Engine
 from transactional.faults import FaultPoint
-from transactional.runtime.determinism import first_emit_check
+from transactional.runtime.determinism import FirstEmits
+from transactional.spark.engine import Digest, Engine
 from transactional.store import StateStore, StoredState
 from transactional.types import BatchMetadata, Guarantee, SpoutKind, TransactionAttempt, dump_meta
 
@@ -91,7 +91,7 @@ class SpoutDriver(ABC):
         )
         self.metas: dict[int, Any] = {}
         self.partitions: dict[int, dict[int, BatchMetadata]] = {}
-        self.first_digests: dict[int, Any] = {}
+        self.first_emits = FirstEmits(store, name, self.where)
         self.batches: dict[int, Batch] = {}
         #: (txid, decision) of the last batch found empty and retracted: the same decision
         #: again means the source is still idle, and is neither stored nor emitted.
@@ -133,7 +133,7 @@ class SpoutDriver(ABC):
             self.metas[txid] = self._load_meta(value)
         for txid, parts in state.partitions.items():
             self.partitions[txid] = {int(p): meta_type.model_validate(v) for p, v in parts.items()}
-        self.first_digests = dict(state.digests)
+        self.first_emits.load(state.digests)
         return frozenset(self.metas)
 
     def _load_meta(self, value: Any) -> Any:
@@ -161,9 +161,9 @@ class SpoutDriver(ABC):
         return batch
 
     def verify(self, batch: Batch, digests: Mapping[int, Digest] | None) -> None:
-        """The determinism check (``determinism.first_emit_check``)."""
+        """The determinism check (``determinism.FirstEmits``)."""
         if digests is not None:
-            first_emit_check(self, batch.txid, digests)
+            self.first_emits.check(batch.txid, digests, self.stored_meta(batch.txid))
 
     def where(self, partition: int) -> str:
         """A partition as messages name it."""
@@ -174,9 +174,10 @@ class SpoutDriver(ABC):
         and the decision is remembered as the idle one."""
         txid = batch.txid
         self.store.retract(txid)
-        for table in (self.metas, self.partitions, self.first_digests, self.batches):
+        for table in (self.metas, self.partitions, self.batches):
             for gone in [t for t in table if t >= txid]:
                 del table[gone]
+        self.first_emits.forget_from(txid)
         self.idle = (txid, self.decision(batch))
 
     def advance(self, batch: Batch, first: int | None = None) -> None:
@@ -187,8 +188,7 @@ class SpoutDriver(ABC):
         for table in (self.metas, self.partitions):
             for old in [t for t in table if t < txid]:
                 del table[old]
-        for done in [t for t in self.first_digests if t <= txid]:
-            del self.first_digests[done]
+        self.first_emits.forget_through(txid)
 
     def _committed_partitions(self, batch: Batch) -> dict[int, Any] | None:
         return None
@@ -203,8 +203,7 @@ class SpoutDriver(ABC):
         for table in (self.metas, self.partitions):
             for old in [t for t in table if t < txid]:
                 del table[old]
-        for done in [t for t in self.first_digests if t <= txid]:
-            del self.first_digests[done]
+        self.first_emits.forget_through(txid)
         self.batches.pop(txid, None)
         return public
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from transactional.engine import Digest, Engine
 from transactional.errors import (
     ConfigurationError,
     CoordinatorError,
@@ -42,6 +41,7 @@ from transactional.runtime.pipeline import Maker, Pipeline, describer, refusal
 from transactional.runtime.probes import Faults, Outcomes, Probe, RunStats
 from transactional.runtime.quiet import quietly
 from transactional.runtime.settle import opened
+from transactional.spark.engine import Digest, Engine
 from transactional.topology import Topology
 from transactional.types import CommitOutcome, Guarantee, TransactionAttempt
 
@@ -419,10 +419,10 @@ class Executor:
         """Cancel what is in flight. A commit already running is let finish, and on a
         requested stop (Ctrl-C, SIGTERM) waited for, and advanced past if it succeeded:
         cancelling it could leave one sink written and the next not, until a replay."""
-        committing = {first for first, _ in self.machine.commits}
-        for slot in list(self.machine.slots.values()):
-            if slot.txid not in committing:
-                quietly(partial(self.engine.cancel, self._group(slot.attempt)), "cancel job group")
+        committing = set(self.machine.running_commits())
+        for attempt in self.machine.in_flight():
+            if attempt.txid not in committing:
+                quietly(partial(self.engine.cancel, self._group(attempt)), "cancel job group")
         self._workers.shutdown(wait=False, cancel_futures=True)
         stopped = self.stopping.is_set()
         if stopped and committing:
@@ -462,8 +462,13 @@ class Executor:
 
     def _advance_finished_commits(self) -> None:
         """On a stop, once the commit threads are done: the store moves past the commits
-        that succeeded, in txid order, up to the first that did not."""
-        self.machine.stopping = True
+        that succeeded, in txid order, up to the first that did not. The machine is
+        told of the stop first: it starts and commits nothing more."""
+        try:
+            self.feed(m.StopRequested())
+        except Exception as exc:  # what runs replays, and its sinks skip it
+            log.warning("stop not taken error=%r", exc)
+            return
         while True:
             try:
                 report = self.reports.get_nowait()

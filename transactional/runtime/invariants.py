@@ -1,24 +1,39 @@
-"""The invariants of docs/design.md section 4, asserted on the state machine after every step:
-a breach is a bug in the machine (``InvariantError``), never a user's error."""
+"""The invariants of docs/architecture.md, "The protocol", asserted on the state machine
+after every step: a breach is a bug in the machine (``InvariantError``), never a user's
+error."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
-from transactional.runtime.state import InvariantError, SlotState
-
-if TYPE_CHECKING:
-    from transactional.runtime.machine import Machine
+from transactional.runtime.state import InvariantError, Slot, SlotState
 
 _COMMIT_STATES = (SlotState.COMMITTING, SlotState.ADVANCING)
 
 
-def check_invariants(machine: Machine) -> None:
-    """At most ``max_pending`` txids in flight (or a pinned group's size), all inside the
-    window from ``currtx`` and below the next txid to start; at most ``overlap`` commits
-    (one, except under ``at_least_once``), the first from ``currtx``, each from the txid
-    after the one before, and after the first one txid each; the txids being committed
-    or advanced are exactly theirs; the pinned group starts at ``currtx`` and, while
+class Checked(Protocol):
+    """What the invariants read of the machine (``machine.Machine``)."""
+
+    @property
+    def currtx(self) -> int: ...
+    @property
+    def next_txid(self) -> int: ...
+    @property
+    def slots(self) -> Mapping[int, Slot]: ...
+    @property
+    def commits(self) -> Sequence[tuple[int, int]]: ...
+    @property
+    def pinned(self) -> tuple[int, int] | None: ...
+    @property
+    def overlap(self) -> int: ...
+    def window(self) -> int: ...
+
+
+def check_invariants(machine: Checked) -> None:
+    """Raise ``InvariantError`` naming each invariant that does not hold; beside the
+    protocol's, the machine's own bookkeeping: the txids committing or advancing are
+    exactly the running commits', and the pinned group starts at ``currtx`` and, while
     commits run, is the first's. (That a new group is at most ``max_group`` is checked
     where groups are formed, by the tests.)"""
     currtx, slots = machine.currtx, machine.slots

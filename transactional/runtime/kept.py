@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from transactional.engine import Engine
 from transactional.runtime.quiet import quietly
+from transactional.spark.engine import Engine
 from transactional.types import TransactionAttempt
 
 

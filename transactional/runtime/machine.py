@@ -1,50 +1,12 @@
-"""The transaction state machine of docs/design.md section 4, as pure code.
+"""The transaction state machine, as pure code: ``Machine.step(event, now)`` takes one
+typed event and the time and returns the typed commands to carry out, in order. It
+holds the protocol's whole decision state (the txids in flight and their state,
+``currtx``, failures, back-off and poll deadlines) and nothing else: no Spark, threads,
+I/O or spout; the executor (``runtime/executor.py``) carries its commands out.
 
-``Machine.step(event, now)`` takes one typed event and the time, and returns the typed
-commands to carry out, in order. It holds the protocol's whole decision state (which
-txids are in flight and in what state, ``currtx``, failures, back-off and poll
-deadlines) and nothing else: no Spark, no threads, no I/O, no spout. The executor
-(``transactional.runtime.executor``) carries the commands out and reports what came of
-them as further events; the spout drivers hold the spout-kind specifics.
-
-A turn, after every event: start the next txid while the window
-``[currtx, currtx + max_pending)`` has room (one at a time: a start is answered by
-``Started``, ``NotReady`` or ``Failed`` before the next is asked for), then commit
-``currtx`` once it is processed, then fail the first attempt past its deadline.
-
-Commit groups: when ``currtx`` and the txids after it are processed, up to
-``max_group`` of them are committed as one sink write (``Commit`` with ``more``), and a
-group of two or more is recorded in the store first (with ``group_wait_s``, ``currtx``
-waits that long for the txids after it still processing). Once a group is sent to commit
-it is *pinned*: until it is advanced past, the next commit is exactly that group again
-(after a failure, or after ``Opened`` from the group the store recorded), so a sink that
-holds the group's last txid holds all of it. After ``Opened`` with no recorded group
-from ``currtx``, the pin is ``currtx`` alone (an earlier run may have committed it
-alone). A pinned group's txid that comes out empty on replay is committed in its group,
-not retracted.
-
-What a failure does: it is counted, and the failed txid and every txid above it are
-dropped and retried after a back-off, or the run halts when retrying cannot help (a
-configuration error, a broken contract). Under ``at_most_once`` a failed txid is not
-retried: it alone (its commit group, if it failed committing) is dropped for good
-(``SlotState.DROPPED``, reported by ``Drop``), the txids above it go on, and the store
-moves past it in its turn (``Skip``). A start that failed before its metadata was stored
-consumed nothing, and is retried as under the other guarantees.
-
-Overlapping commits (``overlap`` above 1: ``at_least_once`` with committers whose
-commits may run at once, ``Committer.overlapping_commits``): up to ``overlap`` commits
-run together, the first at ``currtx`` (a group, as above), each after it one txid, sent
-in txid order without waiting for the one before to finish. The store still moves past
-them one commit at a time, in txid order: a commit that finished before an earlier one
-waits, its txids ``ADVANCING``, until the earlier one is advanced past. A failure drops
-the failed commit and everything above it, as always; what of it had reached the sink is
-applied again by the replay, which ``at_least_once`` allows.
-
-The invariants of docs/design.md section 4 are asserted after every step
-(``invariants.check_invariants``): at most ``max_pending`` txids in flight, all inside the window;
-the commits running start at ``currtx`` and follow each other with no gap (at most
-``overlap`` of them; one, except under ``at_least_once``); commits advance in txid order
-with no gap; a txid whose metadata is stored is only ever replayed, never decided again.
+What it decides, its turn and the invariants it asserts after every step:
+docs/architecture.md, "The protocol"; commit groups, overlapping commits and the three
+guarantees have sections of their own there.
 """
 
 from __future__ import annotations
@@ -181,6 +143,14 @@ class Machine:
             and self.next_txid == self.currtx
             and now >= self.retry_at
         )
+
+    def in_flight(self) -> list[TransactionAttempt]:
+        """The current attempt of each txid in flight, in txid order."""
+        return [self.slots[t].attempt for t in sorted(self.slots)]
+
+    def running_commits(self) -> list[int]:
+        """The first txid of each commit sent and not yet advanced past, in txid order."""
+        return [first for first, _ in self.commits]
 
     def is_current(self, attempt: TransactionAttempt) -> bool:
         """Whether ``attempt`` is the current attempt of an in-flight txid."""
@@ -554,7 +524,7 @@ class Machine:
         return pinned is not None and pinned[0] < pinned[1] and pinned[0] <= txid <= pinned[1]
 
     # Failures: count one, drop the failed txid and every txid above it and back off,
-    # or halt when retrying cannot help (docs/design.md section 4, step 5); under
+    # or halt when retrying cannot help (docs/architecture.md, The protocol, step 5); under
     # at_most_once, drop the failed txid alone, for good. The attempt deadlines fail
     # here too.
 
@@ -582,13 +552,21 @@ class Machine:
         if self._drops_for_good(txid, error, phase):
             self._drop_for_good(txid, error, phase, now, out)
             return
-        self.failures[txid] += 1
-        failures = self.failures[txid]
         self.counts.failures += 1
         self._drop_from(txid, out, failed=True)
         self.next_txid = min(self.next_txid, txid)
         self.not_ready = False
-        if isinstance(error, ConfigurationError):  # the same on every attempt
+        self._retry_or_halt(txid, error, phase, now, out)
+
+    def _retry_or_halt(
+        self, txid: int, error: Exception, phase: Phase, now: float, out: list[Command]
+    ) -> None:
+        """Count a failure of ``txid`` and retry it after a back-off, or halt when
+        retrying cannot help: a configuration error (the same on every attempt), or the
+        txid's ``max_attempts``-th failure."""
+        self.failures[txid] += 1
+        failures = self.failures[txid]
+        if isinstance(error, ConfigurationError):
             out.append(Halt(HaltReason.CONFIGURATION, error, txid, phase, failures))
         elif failures >= self.settings.max_attempts:
             out.append(Halt(HaltReason.POISON, error, txid, phase, failures))
@@ -626,13 +604,7 @@ class Machine:
         back-off, as a failed advance is, up to ``max_attempts``."""
         slot = self.slots[txid]
         if slot.state is SlotState.DROPPED and phase is Phase.ADVANCE:  # the Skip failed
-            self.failures[txid] += 1
-            failures = self.failures[txid]
-            if failures >= self.settings.max_attempts:
-                out.append(Halt(HaltReason.POISON, error, txid, phase, failures))
-            else:
-                self.retry_at = now + self.settings.backoff(failures)
-                out.append(Backoff(txid, error, phase, failures, self.retry_at))
+            self._retry_or_halt(txid, error, phase, now, out)
             return
         if slot.state is SlotState.DROPPED:  # a commit dropped past its deadline failed
             for member in self._awaiting_commit():

@@ -1,25 +1,8 @@
-"""Step 2 of the protocol, on a worker thread: build an attempt's batch, read it once,
-run the bolts over it and let each committer ``prepare`` its inputs.
-
-The batch is materialised once (``Engine.materialise``: one job reads, counts and keeps
-it), so every bolt and committer of the attempt sees the same rows, even from a
-non-deterministic source. Then every committer's ``collect_plan`` frames (per-key sums,
-dead letters) come to the driver as Arrow (``Engine.collect``: a job each, reading the
-kept batch, not the source). Every value a bolt or a
-committer hands back is checked against its contract (``transactional.contracts``).
-
-When every bolt and committer plans once (``Bolt.plan_once``), the first attempt's
-plans are kept (``_Template``) and later attempts re-point them instead of calling
-the components (``transactional._replan``; a small batch's collect frames then by one
-job, which also reads and counts the batch: ``Pending``): docs/architecture.md, "Plans
-built once".
-
-With the ledger on (``transactional.ledger``), the batch's records get their ids in
-the materialise job, each bolt is given what it may see (its input with the ids if it
-accounts, without the ledger's columns if not), each committer a checked bolt's stream
-observed and without the ledger's columns, and after the committers' jobs, before the
-attempt is reported processed, the books are checked: a bolt that lost or duplicated
-records fails the attempt (``LedgerError``), so nothing of it is committed.
+"""Step 2 of the protocol (docs/architecture.md, "The protocol"), on a worker thread:
+build an attempt's batch and read it once, run the bolts over it, keeping the record
+ledger's books ("The record ledger"), and let each committer ``prepare`` its inputs,
+every value handed back checked against its contract (``transactional.contracts``).
+With plans built once, later attempts re-point the first one's ("Plans built once").
 """
 
 from __future__ import annotations
@@ -32,17 +15,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from transactional import contracts
-from transactional._replan import Fused, LazyInputs, holds, one_stage, one_task
+from transactional._logfmt import kv
 from transactional.bolt import DEFAULT_STREAM
-from transactional.engine import Digest, Engine, Materialised
 from transactional.errors import SparkAnalysisError
 from transactional.faults import FaultPoint
-from transactional.ledger import ID, AttemptLedger, LedgerPlan
-from transactional.logfmt import kv
+from transactional.ledger import ID
 from transactional.runtime.drivers import Batch, SpoutDriver
 from transactional.runtime.kept import Kept
+from transactional.runtime.ledger_books import AttemptLedger
+from transactional.runtime.ledger_plan import LedgerPlan
 from transactional.runtime.messages import Processed
 from transactional.runtime.probes import Faults
+from transactional.spark._replan import Fused, LazyInputs, holds, one_stage, one_task
+from transactional.spark.engine import Digest, Engine, Materialised
 from transactional.topology import SPOUT, Topology
 from transactional.types import TransactionAttempt
 

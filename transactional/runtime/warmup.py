@@ -1,26 +1,7 @@
-"""The warm-up before a run's first txid (``RunnerConfig.warm_up``).
-
-A fresh Spark session pays once for what every later txid reuses: the JVM's first jobs,
-PySpark's Python workers and their imports, the code generation of each plan shape.
-Left to the first txids, that cost makes them several times slower than the rest (the
-tweet demo's first two txids took 11 s where the next three took 1.5 to 3 s each),
-which also misleads ``--batch-size auto``: it reads those latencies as the batch
-size's. So a runner that warms up (``TransactionalRunner.warms_up``: by default only
-for adaptive batch sizes) first runs the spout's ``sample_batch`` through the same
-steps as an attempt (materialise, bolts, every committer's ``prepare``) as txid 0,
-which is never stored or committed. Nothing it does touches the store or a sink.
-
-The warm-up runs once per Spark application and topology: a runner whose engine's
-Spark application already warmed a topology of the same id and the same component
-types in this process (a runner restarted in a notebook, a benchmark's repeated runs)
-has nothing left to warm and starts at txid 1 (``warm_up`` logs ``warm-up skipped``). A
-contract broken there is then met by txid 1, which stops the run as at once (a
-``ConfigurationError`` is never retried), after its metadata is stored.
-
-A ``ConfigurationError`` (a broken contract: a bolt returning something that is not a
-frame, a committer's input of the wrong type) stops the run here, before any txid is
-stored. Any other failure only costs the warm-up: it is logged, and the first txid
-meets the error itself under the usual retry rules.
+"""The warm-up before a run's first txid (``RunnerConfig.warm_up``): the spout's
+``sample_batch`` through the steps of an attempt as txid 0, never stored or committed,
+once per Spark application and topology, so that the session's cold start is not paid
+by the first txids. What it does and why: docs/architecture.md, "A txid's path".
 """
 
 from __future__ import annotations
@@ -32,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from transactional import contracts
-from transactional.connect import is_connect
 from transactional.errors import ConfigurationError
 from transactional.runtime.pipeline import Pipeline
+from transactional.spark.connect import is_connect
 from transactional.topology import Topology
 
 log = logging.getLogger("transactional.runner")
@@ -57,9 +38,7 @@ def _warmth(engine: Any, topology: Topology, topology_id: str) -> tuple[str, ...
     if not isinstance(app, str):
         return None
 
-    def named(component: object) -> str:
-        return f"{type(component).__module__}.{type(component).__qualname__}"
-
+    named = contracts.qualified
     return (
         app,
         topology_id,

@@ -28,6 +28,8 @@ class SourceBase:
     start: Any = "earliest"
     #: Every ready-made source reads ``--start-from`` (``parse_start``).
     accepts_start_from: ClassVar[bool] = True
+    #: The spout's ``stored_name`` (``transactional.spout``): its identity begins with it.
+    stored_name: ClassVar[str]
 
     def __init__(self, batch_size: int) -> None:
         if batch_size < 1:
@@ -50,7 +52,7 @@ class SourceBase:
     def per_task(self, count: int) -> int:
         """Of ``count`` bytes or messages, how many one task reads when they are spread
         over as many tasks as the session runs at once."""
-        from transactional.connect import default_parallelism
+        from transactional.spark.connect import default_parallelism
 
         return -(-count // default_parallelism(self.spark))
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from transactional.columns import prebuilt
+from transactional.spark.columns import prebuilt
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -70,7 +70,7 @@ def text_records(
 
 
 def _built(column: str, absent: str | None) -> tuple[Column, Column, Column]:
-    """``text_records``' columns: built once per session (``transactional.columns``),
+    """``text_records``' columns: built once per session (``transactional.spark.columns``),
     they cost more round trips to the JVM than the two projections using them."""
     from pyspark.sql import functions as F
 

@@ -24,9 +24,9 @@ from typing import Any
 
 from transactional import faults as _faults
 from transactional.config import RunnerConfig
-from transactional.engine import Engine
 from transactional.faults import FaultPoint
 from transactional.runner import RunStats, TransactionalRunner
+from transactional.spark.engine import Engine
 from transactional.store import StateStore, open_store
 from transactional.testing.plan import FaultPlan, FaultPlanError, SimulatedCrash
 from transactional.topology import Topology

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from transactional.engine import Materialised
 from transactional.errors import ContractError, CoordinatorError, FencedError
+from transactional.spark.engine import Materialised
 from transactional.spout import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,

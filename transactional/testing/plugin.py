@@ -68,7 +68,7 @@ def _parse(text: str) -> FaultPlan:
 def transactional_spark() -> Iterator[SparkSession]:
     from pyspark.sql import SparkSession
 
-    from transactional.session import create_spark_session
+    from transactional.spark.session import create_spark_session
 
     owned = SparkSession.getActiveSession() is None
     session = create_spark_session("local[2]", "transactional-tests", SPARK_CONF)

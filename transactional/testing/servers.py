@@ -306,7 +306,7 @@ KAFKA_BROKER = "org.apache.kafka:kafka_2.13:4.1.1"
 
 class KafkaServer(_Server):
     """A single-node Kafka broker in KRaft mode (broker and controller in one process),
-    from the broker's jars resolved from Maven Central once (``transactional.jars``);
+    from the broker's jars resolved from Maven Central once (``transactional.spark.jars``);
     stop/start keep its log. Topics are not created on first use: tests create them."""
 
     name = "kafka"
@@ -318,7 +318,7 @@ class KafkaServer(_Server):
         """``advertised_port``: the port the broker tells its clients to connect to (its
         own by default), e.g. a ``TcpProxy``'s in front of it, so that every connection a
         client makes after bootstrapping goes through the proxy too."""
-        from transactional.jars import resolved_jars
+        from transactional.spark.jars import resolved_jars
 
         # Spark's resolver leaves out the Scala library (Spark has its own): the broker
         # takes PySpark's, the same Scala 2.13.

@@ -24,14 +24,9 @@ version committed at or after it). The table is a local path this process and ev
 executor can read (a local or shared file system), or an S3 URL (``s3://bucket/table``
 or ``s3a://``): its log is read on the driver through pyarrow's file systems and its
 files by delta-spark through Hadoop's ``s3a`` connector (``spark_conf`` asks for it),
-both with the standard AWS settings (``transactional.storage``).
+both with the standard AWS settings (``transactional.spark.storage``).
 """
 
 from transactional.sources.delta._spouts import DeltaTableSpout, DeltaVersions
-
-# Each class goes by its public name (in messages, and in the spout identity a store
-# keeps), not by the private module that defines it.
-for _public in (DeltaTableSpout, DeltaVersions):
-    _public.__module__ = __name__
 
 __all__ = ["DeltaTableSpout", "DeltaVersions"]

@@ -20,8 +20,8 @@ from transactional.errors import (
 )
 from transactional.lineage import Dataset, at_path
 from transactional.sources.base import SourceBase, parse_start
+from transactional.spark.storage import arrow_file_system, is_local, open_input
 from transactional.spout import SpoutContext, TransactionalSpout
-from transactional.storage import arrow_file_system, is_local, open_input
 from transactional.types import BatchMetadata, TransactionAttempt
 
 if TYPE_CHECKING:
@@ -84,6 +84,9 @@ class _Version:
 class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
     """A Delta table's versions as one stream of batches."""
 
+    #: What stores hold for this class (``identity``); never changes.
+    stored_name = "transactional.sources.delta.DeltaTableSpout"
+
     metadata_type = DeltaVersions
 
     def __init__(
@@ -103,7 +106,7 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
         if isinstance(start, int) and not isinstance(start, bool) and start < 0:
             raise ConfigurationError(f"{who}: start version must be 0 or more, not {start}")
         location = os.fspath(path)
-        #: A local path made absolute, or an S3 URL as given (``transactional.storage``).
+        #: A local path made absolute, or an S3 URL as given (``transactional.spark.storage``).
         self.path = str(Path(location).resolve()) if "://" not in location else location.rstrip("/")
         arrow_file_system(self.path, who)  # any other URL: refused now
         self.start = start
@@ -119,7 +122,7 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
 
     def identity(self) -> str:
         mode = "cdf" if self.change_data_feed else "appends"
-        return f"{type(self).__module__}.{type(self).__qualname__}:{mode}:{self.path}"
+        return f"{self.stored_name}:{mode}:{self.path}"
 
     def lineage_datasets(self) -> Sequence[Dataset]:
         return (at_path(self.path),)
@@ -151,11 +154,11 @@ class DeltaTableSpout(SourceBase, TransactionalSpout[DeltaVersions]):
         return self._behind
 
     def spark_conf(self) -> Mapping[str, str]:
-        """For a table in S3, Spark's ``s3a`` connector (``transactional.storage``);
+        """For a table in S3, Spark's ``s3a`` connector (``transactional.spark.storage``);
         Delta's own jars come with the session (``committers.delta_spark_conf``)."""
         if is_local(self.path):
             return {}
-        from transactional.storage import s3_spark_conf
+        from transactional.spark.storage import s3_spark_conf
 
         return s3_spark_conf()
 

@@ -45,7 +45,7 @@ starts at the first file modified at or after it).
 
 Where the files live: a local path (made absolute) or an S3 prefix or object
 (``s3://bucket/dir`` or ``s3a://``), reached through pyarrow's file systems with the
-standard AWS settings (``transactional.storage``); any other URL is refused. The
+standard AWS settings (``transactional.spark.storage``); any other URL is refused. The
 coordinator side runs on the driver and only counts (newlines in big chunks, row counts
 in Parquet footers); the emitters return lazy DataFrames whose reading runs in Spark
 tasks, so the files must be reachable from every executor: a shared file system, or a
@@ -63,17 +63,6 @@ from transactional.sources.files._spouts import (
     FilesPartitionedSpout,
     FilesTransactionalSpout,
 )
-
-# Each class goes by its public name (in messages, and in the spout identity a store
-# keeps), not by the private module that defines it.
-for _public in (
-    FilesOpaqueSpout,
-    FilesPartitionedSpout,
-    FilesTransactionalSpout,
-    FileSequenceMeta,
-    FileRange,
-):
-    _public.__module__ = __name__
 
 __all__ = [
     "SAMPLE_LINES",

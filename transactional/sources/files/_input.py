@@ -22,8 +22,8 @@ from transactional.sources.base import SourceBase, parse_start, split_frame
 from transactional.sources.files import _lines as lines
 from transactional.sources.files import _parquet as parquet
 from transactional.sources.files import _parse as parse
+from transactional.spark.storage import arrow_file_system, file_info, open_input
 from transactional.spout import PARTITION_COLUMN, SpoutContext
-from transactional.storage import arrow_file_system, file_info, open_input
 from transactional.types import BatchMetadata
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class FileInput(SourceBase):
     def identity(self) -> str:
         # The input is part of the identity: offsets stored for one input (or format)
         # mean nothing for another, so reusing a topology id with other files is refused.
-        return f"{type(self).__module__}.{type(self).__qualname__}:{self.format}:{self.path}"
+        return f"{self.stored_name}:{self.format}:{self.path}"
 
     def lineage_datasets(self) -> Sequence[Dataset]:
         return (at_path(self.path),)
@@ -337,7 +337,7 @@ class FileInput(SourceBase):
         tagged with its partition (``emit_partitions``): the splits of all partitions
         spread over as many tasks as the session runs at once, not a task and a Python
         evaluation per partition."""
-        from transactional.connect import default_parallelism
+        from transactional.spark.connect import default_parallelism
 
         tasks = default_parallelism(self.spark)
         if self.format == "parquet":

@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transactional.sources.text import INVALID_UTF8, RECORD_SCHEMA, text_records
+from transactional.spark.storage import open_input
 from transactional.spout import PARTITION_COLUMN
-from transactional.storage import open_input
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

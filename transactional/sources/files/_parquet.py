@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 
 from transactional.errors import ConfigurationError, EmitError, SourceSchemaError
 from transactional.sources.base import split_frame
+from transactional.spark.storage import arrow_file_system
 from transactional.spout import PARTITION_COLUMN
-from transactional.storage import arrow_file_system
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

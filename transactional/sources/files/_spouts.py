@@ -60,6 +60,9 @@ class FileSequenceMeta(BatchMetadata):
 class FilesTransactionalSpout(FileInput, TransactionalSpout[FileSequenceMeta]):
     """The files as one sequence in name order; ``batch_size`` records per txid."""
 
+    #: What stores hold for this class (``identity``); never changes.
+    stored_name = "transactional.sources.files.FilesTransactionalSpout"
+
     metadata_type = FileSequenceMeta
 
     def _position(self, prev_meta: FileSequenceMeta | None) -> tuple[str, int]:
@@ -169,6 +172,9 @@ class _FilePartitions(FileInput):
 class FilesPartitionedSpout(_FilePartitions, PartitionedTransactionalSpout[FileRange]):
     """One partition per file; ``batch_size`` records per partition per txid."""
 
+    #: What stores hold for this class (``identity``); never changes.
+    stored_name = "transactional.sources.files.FilesPartitionedSpout"
+
     metadata_type = FileRange
 
     def emit_partition_batch_new(
@@ -189,6 +195,9 @@ class FilesPartitionedSpout(_FilePartitions, PartitionedTransactionalSpout[FileR
 
 class FilesOpaqueSpout(_FilePartitions, OpaquePartitionedTransactionalSpout[FileRange]):
     """The partitioned file spout's ranges, for an opaque committer."""
+
+    #: What stores hold for this class (``identity``); never changes.
+    stored_name = "transactional.sources.files.FilesOpaqueSpout"
 
     metadata_type = FileRange
 

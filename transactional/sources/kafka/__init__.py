@@ -40,9 +40,4 @@ from transactional.sources.kafka._spouts import (
     kafka_spark_conf,
 )
 
-# Each class goes by its public name (in messages, and in the spout identity a store
-# keeps), not by the private module that defines it.
-for _public in (KafkaOpaqueSpout, KafkaPartitionedSpout, KafkaRange):
-    _public.__module__ = __name__
-
 __all__ = ["KafkaOpaqueSpout", "KafkaPartitionedSpout", "KafkaRange", "kafka_spark_conf"]

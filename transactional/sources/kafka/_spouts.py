@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from transactional.connect import client_only
 from transactional.errors import ConfigurationError, EmitError, SourceDataLostError
-from transactional.jars import resolved_jars
 from transactional.lineage import Dataset, in_kafka
 from transactional.sources.base import HeldRanges, SourceBase, parse_start
 from transactional.sources.kafka._direct import DirectRead
 from transactional.sources.kafka._offsets import Isolation, KafkaOffsets, Snapshot
 from transactional.sources.text import text_records
+from transactional.spark.connect import client_only
+from transactional.spark.jars import resolved_jars
 from transactional.spout import (
     PARTITION_COLUMN,
     OpaquePartitionedTransactionalSpout,
@@ -65,7 +65,7 @@ def kafka_package() -> str:
 
 def kafka_spark_conf(ivy_dir: str | Path | None = None) -> dict[str, str]:
     """Spark settings that load the Kafka reader (its jars, resolved once from Maven
-    Central); merge them into the session's with ``transactional.session.merged``. None
+    Central); merge them into the session's with ``transactional.spark.session.merged``. None
     with PySpark's Connect client alone: the server has its own."""
     if client_only():
         return {}
@@ -153,7 +153,7 @@ class _KafkaTopic(SourceBase):
         self._behind: dict[int, int] = {}
 
     def identity(self) -> str:
-        return f"{type(self).__module__}.{type(self).__qualname__}:{self.topic}"
+        return f"{self.stored_name}:{self.topic}"
 
     def lineage_datasets(self) -> Sequence[Dataset]:
         return (in_kafka(self.bootstrap_servers, self.topic),)
@@ -185,7 +185,7 @@ class _KafkaTopic(SourceBase):
     def _direct_read(self) -> DirectRead | None:
         """The direct read (``_direct.py``) on a classic session, its options checked
         first by Spark's reader, which refuses the ones it would refuse at every read."""
-        from transactional.connect import is_connect
+        from transactional.spark.connect import is_connect
 
         if is_connect(self.spark):
             return None
@@ -355,6 +355,9 @@ class KafkaPartitionedSpout(_KafkaTopic, HeldRanges[KafkaRange]):
     """A topic's partitions, ``batch_size`` offsets per partition per txid, replayed
     exactly from the stored ranges."""
 
+    #: What stores hold for this class (``identity``); never changes.
+    stored_name = "transactional.sources.kafka.KafkaPartitionedSpout"
+
     metadata_type = KafkaRange
 
     def emit_partition_batch_new(
@@ -367,6 +370,9 @@ class KafkaOpaqueSpout(_KafkaTopic, OpaquePartitionedTransactionalSpout[KafkaRan
     """A topic's partitions for opaque committers: each batch starts where the last
     committed one ended, or at the partition's earliest offset if retention deleted
     those offsets first (the batch then carries a row naming the lost offsets)."""
+
+    #: What stores hold for this class (``identity``); never changes.
+    stored_name = "transactional.sources.kafka.KafkaOpaqueSpout"
 
     metadata_type = KafkaRange
 
@@ -389,7 +395,7 @@ class KafkaOpaqueSpout(_KafkaTopic, OpaquePartitionedTransactionalSpout[KafkaRan
 
 def _check_reader(spark: Any, who: str) -> None:
     """The session must have Spark's Kafka reader: say how to get it, at ``open``."""
-    from transactional.connect import is_connect
+    from transactional.spark.connect import is_connect
 
     if is_connect(spark):
         found = _server_reads_kafka(spark)
@@ -424,7 +430,7 @@ def _quiet_group_warning(spark: Any) -> None:
     that subscribe (their consumers would share the group's assignments): not so for the
     spout's reads, which assign partitions. Its logger is set to errors only, on a
     classic session (a Spark Connect server's logs are its own)."""
-    from transactional.connect import is_connect
+    from transactional.spark.connect import is_connect
 
     if is_connect(spark):
         return

@@ -92,9 +92,4 @@ from transactional.sources.redis_streams._spouts import (
     RedisStreamsPartitionedSpout,
 )
 
-# Each class goes by its public name (in messages, and in the spout identity a store
-# keeps), not by the private module that defines it.
-for _public in (RedisStreamsOpaqueSpout, RedisStreamsPartitionedSpout):
-    _public.__module__ = __name__
-
 __all__ = ["MAX_BLOCK_MS", "RedisStreamsOpaqueSpout", "RedisStreamsPartitionedSpout"]

@@ -143,7 +143,7 @@ class _Streams(SourceBase):
                     ) from None
 
     def identity(self) -> str:
-        return f"{type(self).__module__}.{type(self).__qualname__}:{','.join(self.streams)}"
+        return f"{self.stored_name}:{','.join(self.streams)}"
 
     def lineage_datasets(self) -> Sequence[Dataset]:
         return tuple(in_redis(self.url, stream) for stream in self.streams)
@@ -458,6 +458,9 @@ class RedisStreamsPartitionedSpout(_Streams, HeldRanges[StreamRange]):
     exactly from the stored ranges; ``group=``: read through that consumer group, each
     committed txid's entries acknowledged (the module's docstring says when)."""
 
+    #: What stores hold for this class (``identity``); never changes.
+    stored_name = "transactional.sources.redis_streams.RedisStreamsPartitionedSpout"
+
     metadata_type = StreamRange
 
     def emit_partition_batch_new(
@@ -477,6 +480,9 @@ class RedisStreamsOpaqueSpout(_Streams, OpaquePartitionedTransactionalSpout[Stre
     committed one; entries deleted before they were read are named by a row of the
     batch (``error``), and the batch goes on from the first entry still held;
     ``group=`` as for the partitioned spout."""
+
+    #: What stores hold for this class (``identity``); never changes.
+    stored_name = "transactional.sources.redis_streams.RedisStreamsOpaqueSpout"
 
     metadata_type = StreamRange
 

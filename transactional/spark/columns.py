@@ -81,7 +81,7 @@ def prebuilt(frame: DataFrame, key: Hashable, build: Callable[[], T]) -> T:
 
 
 def _owner(frame: DataFrame) -> object:
-    from transactional.connect import is_connect
+    from transactional.spark.connect import is_connect
 
     session = frame.sparkSession
     if is_connect(session):

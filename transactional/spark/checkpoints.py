@@ -1,13 +1,13 @@
 """What an attempt keeps in Spark until it is over: ``checkpoint``, a local
 checkpoint on a classic session and a persisted frame on Spark Connect, which the
-runner's engine releases with the attempt (``transactional.engine``)."""
+runner's engine releases with the attempt (``transactional.spark.engine``)."""
 
 from __future__ import annotations
 
 import threading
 from typing import TYPE_CHECKING
 
-from transactional.connect import is_connect
+from transactional.spark.connect import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -1,5 +1,5 @@
 """What stands between the Spark driver's JVM and this process's stderr: every byte as it
-comes, except one line, the first time it makes up a whole line (``transactional.session``
+comes, except one line, the first time it makes up a whole line (``transactional.spark.session``
 says which line and why).
 
 Run as a script, ``python -I -S stderr_filter.py LINE``, with its stdin the pipe the JVM's

@@ -1,6 +1,6 @@
 """Spark Connect sessions: a thin client of a remote Spark server (``sc://host:port``),
 as Spark 4's serverless and shared platforms offer it. The runner's engine on such a
-session is ``transactional.engine.ConnectEngine``; this module makes the session and
+session is ``transactional.spark.engine.ConnectEngine``; this module makes the session and
 answers what a classic session answers through its ``SparkContext``.
 
 What a Connect client cannot do, the server must have been given when it started:
@@ -37,7 +37,7 @@ __all__ = [
     "server_has",
 ]
 
-log = logging.getLogger("transactional.connect")
+log = logging.getLogger("transactional.spark.connect")
 
 #: What PySpark's Connect client imports beyond PySpark (its ``connect`` extra).
 CLIENT_PACKAGES = ("grpc", "grpc_status", "google.rpc", "zstandard", "pandas")

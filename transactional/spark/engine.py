@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from transactional._replan import Replan, observation_of
-from transactional.checkpoints import KEPT as _KEPT
-from transactional.checkpoints import checkpoint
-from transactional.columns import prebuilt
-from transactional.connect import is_connect, reopen_if_lost
+from transactional._logfmt import kv
 from transactional.errors import ContractError
-from transactional.ledger import ID, RecordIds, Tally, check_positions, id_column, id_sums
-from transactional.logfmt import kv
+from transactional.ledger import ID, Tally
+from transactional.spark._replan import Replan, observation_of
+from transactional.spark.checkpoints import KEPT as _KEPT
+from transactional.spark.checkpoints import checkpoint
+from transactional.spark.columns import prebuilt
+from transactional.spark.connect import is_connect, reopen_if_lost
+from transactional.spark.ids import RecordIds, check_positions, id_column, id_sums
 from transactional.spout import PARTITION_COLUMN
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class Pending:
     """A batch whose count, digests and tally the first job that reads it observes:
     the observation sits on the kept batch's relation, in every plan built over the
     batch, so a plan whose job reads the batch in its result stage (the committers'
-    collects of a small batch, fused: ``transactional._replan.Fused``) needs no job of
+    collects of a small batch, fused: ``transactional.spark._replan.Fused``) needs no job of
     its own to count it. ``settle`` runs that job where nothing else will.
 
     The observed batch (``root``, ``batch``) is built when first asked for: an attempt
@@ -174,7 +175,7 @@ class Engine(Protocol):
 #: The low 32 bits of a long.
 _LOW32 = 0xFFFFFFFF
 #: The Spark scheduler pool of the oldest attempt being processed and of every commit
-#: (``SparkEngine.job_group``). ``transactional.session`` defines it, in ``FAIR`` mode,
+#: (``SparkEngine.job_group``). ``transactional.spark.session`` defines it, in ``FAIR`` mode,
 #: with a minimum share no application reaches, so its tasks always go first.
 FIRST_POOL = "transactional-first"
 #: The calling thread's Spark properties a job group sets; leaving the group gives them
@@ -795,7 +796,7 @@ def _row_hash(batch: DataFrame) -> Column:
 
 def _hash_of(fields: Sequence[StructField]) -> Column:
     """``_row_hash`` of a schema's ``fields``, built once per schema and session
-    (``transactional.columns``): a column a field costs a round trip to the JVM."""
+    (``transactional.spark.columns``): a column a field costs a round trip to the JVM."""
     from pyspark.sql import functions as F
 
     columns = [_hashable(F.col(f"`{f.name}`"), f.dataType) for f in fields]

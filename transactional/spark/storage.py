@@ -5,7 +5,7 @@ other than AWS's, ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``), and the credential
 the connector's default chain reads (environment variables, a profile, an instance's
 role). ``s3://`` is read as ``s3a://``, as delta-rs and pyarrow read both.
 
-The connector's jars are resolved once from Maven Central (``transactional.jars``):
+The connector's jars are resolved once from Maven Central (``transactional.spark.jars``):
 Hadoop's ``hadoop-aws`` at the version of the Hadoop client PySpark ships, and the AWS
 SDK modules it uses, not the SDK's 690 MB bundle.
 
@@ -140,8 +140,8 @@ def s3_spark_conf(
     ``env`` (default: this process's environment). A plain-HTTP endpoint (an S3
     stand-in) is accepted only with ``AWS_ALLOW_HTTP=true``, as delta-rs requires. With
     PySpark's Connect client alone, no jars: a Connect server loads its own."""
-    from transactional.connect import client_only
-    from transactional.jars import resolved_jars
+    from transactional.spark.connect import client_only
+    from transactional.spark.jars import resolved_jars
 
     env = os.environ if env is None else env
     conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}

@@ -23,8 +23,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from transactional.connect import client_only
 from transactional.errors import ConfigurationError
+from transactional.spark.connect import client_only
 
 __all__ = ["DEFAULT_IVY_DIR", "MAVEN_CENTRAL", "jar_name", "resolved_jars"]
 
