@@ -18,8 +18,9 @@ be:
 
 Every ``--sample-every`` seconds the soak reads, with psutil and a ZooKeeper client of
 its own: the driver's Python process and its Spark JVM (resident memory, threads, open
-files) and how many nodes the topology holds in ZooKeeper, against the txid the Redis
-sink holds; and, from the JVM's own garbage-collection log, the heap that was live
+files; the Python process's resident memory also in its two parts, anonymous and
+file-backed, from /proc) and how many nodes the topology holds in ZooKeeper, against
+the txid the Redis sink holds; and, from the JVM's own garbage-collection log, the heap that was live
 after the last full collection. The driver's JVM runs with a fixed heap of ``HEAP``,
 touched whole at its start (``-Xms``, ``-XX:+AlwaysPreTouch``): a JVM otherwise grows
 its resident memory towards its maximum heap for hours, leak or none (a 2 GiB heap
@@ -92,6 +93,8 @@ MIB = 1 << 20
 #: delta-rs's runtime is judged apart (``DELTA_RS_CEILING``).
 LIMITS: dict[str, tuple[float, float]] = {
     "python_rss_mib": (64.0, 0.10),
+    "python_anon_mib": (64.0, 0.10),
+    "python_file_mib": (64.0, 0.10),
     "jvm_rss_mib": (128.0, 0.10),
     "jvm_heap_mib": (64.0, 0.10),
     "threads": (32.0, 0.0),
@@ -116,7 +119,10 @@ DELTA_RS_CEILING = 160.0
 
 #: Figures whose slope a quick run does not judge: memory, too short a run to settle
 #: (judged by the full soak), and delta-rs's runtime (its ceiling is judged).
-QUICK_UNJUDGED = ("python_rss_mib", "jvm_rss_mib", "jvm_heap_mib", "delta_rs_threads")
+QUICK_UNJUDGED = (
+    "python_rss_mib", "python_anon_mib", "python_file_mib", "jvm_rss_mib", "jvm_heap_mib",
+    "delta_rs_threads",
+)  # fmt: skip
 
 
 @dataclass
@@ -133,6 +139,11 @@ class Sample:
     store_nodes: int
     #: The heap live after the JVM's last full collection (None: none yet).
     jvm_heap_mib: float | None = None
+    #: The driver's Python RSS in two parts (/proc's ``RssAnon``, ``RssFile``): what it
+    #: allocated (heaps, allocators' arenas, stacks) and the pages of files it maps
+    #: (its libraries' code), so that a growth says which it is.
+    python_anon_mib: float | None = None
+    python_file_mib: float | None = None
 
 
 @dataclass
@@ -241,6 +252,7 @@ def sample(pid: int, zk: Any, started: float, txid: int, heap: GcLog) -> Sample 
         if not jvms or driver.status() == psutil.STATUS_ZOMBIE:
             return None
         py_rss = driver.memory_info().rss / MIB
+        anon, mapped = rss_parts(pid)
         jvm_rss = sum(p.memory_info().rss for p in jvms) / MIB
         delta_rs = delta_rs_threads(pid)
         threads = driver.num_threads() + sum(p.num_threads() for p in jvms) - delta_rs
@@ -249,8 +261,25 @@ def sample(pid: int, zk: Any, started: float, txid: int, heap: GcLog) -> Sample 
         return None
     return Sample(
         round(time.monotonic() - started, 1), txid, round(py_rss, 1), round(jvm_rss, 1),
-        threads, delta_rs, files, nodes, heap.read(),
+        threads, delta_rs, files, nodes, heap.read(), anon, mapped,
     )  # fmt: skip
+
+
+def rss_parts(pid: int) -> tuple[float, float]:
+    """``pid``'s resident memory in MiB: anonymous (``RssAnon``) and file-backed
+    (``RssFile``), from /proc; ``psutil.NoSuchProcess`` if it is gone."""
+    import psutil
+
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        raise psutil.NoSuchProcess(pid) from None
+    kib = {
+        k: int(v.split()[0])
+        for k, _, v in (line.partition(":") for line in status.splitlines())
+        if k in ("RssAnon", "RssFile")
+    }
+    return round(kib["RssAnon"] / 1024, 1), round(kib["RssFile"] / 1024, 1)
 
 
 def delta_rs_threads(pid: int) -> int:
