@@ -19,9 +19,9 @@ be:
 Every ``--sample-every`` seconds the soak reads, with psutil and a ZooKeeper client of
 its own: the driver's Python process and its Spark JVM (resident memory, threads, open
 files; the Python process's resident memory also in its two parts, anonymous and
-file-backed, from /proc) and how many nodes the topology holds in ZooKeeper, against
-the txid the Redis sink holds; and, from the JVM's own garbage-collection log, the heap that was live
-after the last full collection. The driver's JVM runs with a fixed heap of ``HEAP``,
+file-backed) and how many nodes the topology holds in ZooKeeper, against the txid the
+Redis sink holds; and, from the JVM's own garbage-collection log, the heap that was
+live after the last full collection. The driver's JVM runs with a fixed heap of ``HEAP``,
 touched whole at its start (``-Xms``, ``-XX:+AlwaysPreTouch``): a JVM otherwise grows
 its resident memory towards its maximum heap for hours, leak or none (a 2 GiB heap
 went from 1.9 to 2.3 GiB over 1,000 txids, with 131 MiB live), so its RSS measures only
@@ -139,9 +139,10 @@ class Sample:
     store_nodes: int
     #: The heap live after the JVM's last full collection (None: none yet).
     jvm_heap_mib: float | None = None
-    #: The driver's Python RSS in two parts (/proc's ``RssAnon``, ``RssFile``): what it
-    #: allocated (heaps, allocators' arenas, stacks) and the pages of files it maps
-    #: (its libraries' code), so that a growth says which it is.
+    #: The driver's Python RSS in two parts (psutil's: the RSS less its shared pages, and
+    #: the shared, on Linux /proc's ``RssFile`` and ``RssShmem``): what it allocated
+    #: (heaps, allocators' arenas, stacks) and the pages of files it maps (its libraries'
+    #: code), so that a growth says which it is.
     python_anon_mib: float | None = None
     python_file_mib: float | None = None
 
@@ -251,8 +252,8 @@ def sample(pid: int, zk: Any, started: float, txid: int, heap: GcLog) -> Sample 
         # its zeros would pull every slope down and hide a leak.
         if not jvms or driver.status() == psutil.STATUS_ZOMBIE:
             return None
-        py_rss = driver.memory_info().rss / MIB
-        anon, mapped = rss_parts(pid)
+        memory = driver.memory_info()  # on Linux, shared is RssFile + RssShmem
+        py_rss, mapped = memory.rss / MIB, memory.shared / MIB
         jvm_rss = sum(p.memory_info().rss for p in jvms) / MIB
         delta_rs = delta_rs_threads(pid)
         threads = driver.num_threads() + sum(p.num_threads() for p in jvms) - delta_rs
@@ -261,25 +262,8 @@ def sample(pid: int, zk: Any, started: float, txid: int, heap: GcLog) -> Sample 
         return None
     return Sample(
         round(time.monotonic() - started, 1), txid, round(py_rss, 1), round(jvm_rss, 1),
-        threads, delta_rs, files, nodes, heap.read(), anon, mapped,
+        threads, delta_rs, files, nodes, heap.read(), round(py_rss - mapped, 1), round(mapped, 1),
     )  # fmt: skip
-
-
-def rss_parts(pid: int) -> tuple[float, float]:
-    """``pid``'s resident memory in MiB: anonymous (``RssAnon``) and file-backed
-    (``RssFile``), from /proc; ``psutil.NoSuchProcess`` if it is gone."""
-    import psutil
-
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        raise psutil.NoSuchProcess(pid) from None
-    kib = {
-        k: int(v.split()[0])
-        for k, _, v in (line.partition(":") for line in status.splitlines())
-        if k in ("RssAnon", "RssFile")
-    }
-    return round(kib["RssAnon"] / 1024, 1), round(kib["RssFile"] / 1024, 1)
 
 
 def delta_rs_threads(pid: int) -> int:

@@ -171,7 +171,7 @@ class DriverWriter:
         commit, which every writer creates): asked first, the log is listed only when
         another writer has committed. A commit landing after the question meets
         delta-rs's conflict check when ours commits, as one landing after a listing
-        does. In S3 the listing starts after the loaded version: left to delta-rs."""
+        does. A table in S3 is left to delta-rs (its listing there not measured)."""
         dt = self._loaded.get(table)
         if dt is None:  # not opened (or closed): load it now
             from deltalake import DeltaTable

@@ -23,6 +23,7 @@ __all__ = [
     "is_local",
     "merged",
     "session_settings",
+    "stop_spark_session",
 ]
 
 #: The fair scheduler's pools: ``transactional.spark.engine.FIRST_POOL`` for the oldest
