@@ -77,15 +77,16 @@ test: deps venv lint typecheck
 # The longest suites (the SIGKILL crash matrices of the three guarantees, user topologies
 # crashed and rerun through `transactional run`, snapshots against a running writer, three
 # planted bugs each caught by its test (tests/mutation/test_planted.py):
-# 40 min with the soak in CI's lanes on 2 cores, rotated, 2026-12-05); CI runs it, then
-# `make cluster-test`, beside `make test`, `make connect-test` and `make test-soak`. Each
+# 32 to 41 min in CI's lanes on 2 cores, rotated, by seed); CI runs it, then `make
+# cluster-test` and `make test-bounds BOUNDS=--short`, beside `make test`, `make
+# connect-test`, `make connect-client-test` and `make test-soak`. Each
 # suite prints its 15 slowest tests, so a CI log says where its time went.
 test-slow: deps venv
 	$(BIN)/pytest -q -ra --durations=15 -m "slow and not cluster and not soak" --rotation $(ROTATION)
 
 # The short soak (tests/e2e/test_soak.py: `python -m tests.soak --quick`, 200 txids with
 # ZooKeeper and Redis restarted and exceptions injected, exact and flat; 5 min beside
-# another suite), apart from `make test-slow` so that CI's two lanes end together.
+# another suite), apart from `make test-slow`: CI runs it last in the lane of `make test`.
 test-soak: deps venv
 	$(BIN)/pytest -q -ra -m soak
 
@@ -112,7 +113,8 @@ connect-test-full: deps venv
 # A Spark standalone master and workers, a three-server ZooKeeper ensemble and a Redis
 # Cluster (three masters, a replica each), on loopback, started by the tests from the
 # installed packages; rotated (the short chaos campaign's spout kind). CI runs it after
-# `make test-slow`, beside `make connect-test` and `make test-soak`.
+# `make test-slow`, beside `make connect-test`, `make connect-client-test` and `make
+# test-soak`.
 cluster-test: deps venv
 	$(BIN)/pytest -q -ra --durations=15 -m cluster --rotation $(ROTATION)
 
@@ -135,15 +137,18 @@ chaos: deps venv
 # .venv-lowest made with the project's requirements at their lowest allowed versions (the
 # tests' tools as constraints.txt pins them); the unit tests, both sinks' contracts, the
 # ledger, the state stores, the Kafka source, the demo and a crash chain run from it.
-# BOUNDS="--short" for a shorter set (for CI, not yet in .ci/run).
+# BOUNDS="--short" for the shorter set CI runs (the unit tests, both sinks' contracts, the
+# ledger, lineage and a killed demo run resumed).
 test-bounds: deps java venv
 	$(BIN)/python .ci/venvs.py lowest $(BOUNDS)
 
 # The Connect-only install (.ci/venvs.py): .venv-client with PySpark's Connect client
 # alone (the connect extra: no JVM, no PySpark distribution); Connect tests run from it
-# against a server that .venv's install starts. Not in CI yet (.ci/run).
+# against a server that .venv's install starts, rotated as `make connect-test` is. CI runs
+# it after `make connect-test`, which there leaves its files out (`.ci/venvs.py client
+# --ignores`): they run once, from the Connect-only install.
 connect-client-test: deps java venv
-	$(BIN)/python .ci/venvs.py client
+	$(BIN)/python .ci/venvs.py client --rotation $(ROTATION)
 
 # constraints.txt again from pyproject.toml's ranges (.ci/lock.py): the versions it pins
 # kept where they still fit; UPGRADE=1 for the newest the ranges allow.

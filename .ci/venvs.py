@@ -15,7 +15,8 @@ events, the demo exact and a crash chain; ``--short`` (CI) fewer. The ranges' up
 distribution) and the tests' tools, at ``constraints.txt``'s versions. The Connect
 suite's representative tests run from it with ``--connect``, against a server the main
 ``.venv``'s install starts (``TRANSACTIONAL_TEST_SERVER_PYTHON``), and the tests marked
-``client_only``.
+``client_only``. CI runs those Connect tests from it alone: ``client --ignores`` prints
+the options that leave them out of its ``make connect-test``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ CLIENT_TESTS = (
     "tests/integration/test_user_topology.py",
     "tests/e2e/test_connect_client.py",
 )
+#: Of them, what only a Connect-only install runs (its tests are marked ``client_only``).
+CLIENT_ONLY = ("tests/e2e/test_connect_client.py",)
 SERVER_PYTHON = "TRANSACTIONAL_TEST_SERVER_PYTHON"
 
 
@@ -159,7 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=".ci/venvs.py", description=__doc__.splitlines()[0])
     parser.add_argument("install", choices=("lowest", "client"))
     parser.add_argument("--short", action="store_true", help="lowest: CI's shorter set")
+    parser.add_argument(
+        "--ignores",
+        action="store_true",
+        help="client: print the pytest options that leave out of a run from .venv what "
+        "the Connect-only install runs (CI's make connect-test), and stop",
+    )
     args, more = parser.parse_known_args(argv)  # the rest is pytest's
+    if args.ignores:
+        print(" ".join(f"--ignore={path}" for path in CLIENT_TESTS if path not in CLIENT_ONLY))
+        return 0
     if args.install == "lowest":
         return run_lowest(args.short, more)
     return run_client(more)

@@ -55,7 +55,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if chosen.seed is not None:
         config = terminalreporter.config
         marks = config.getoption("markexpr", "")
-        if config.getoption("connect"):
+        from transactional.spark.connect import client_only
+
+        if config.getoption("connect") and client_only():
+            target = "make connect-client-test"
+        elif config.getoption("connect"):
             target = "make connect-test"
         elif marks.startswith("slow"):
             target = "make test-slow"

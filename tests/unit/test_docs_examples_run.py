@@ -15,8 +15,8 @@ from tests.docs import ROOT, Block, blocks, example, pages
 EXAMPLES = {"python", "sh", "toml"}
 #: Blocks no test runs, by (page, a text only that block holds): why.
 MAKE = (
-    "the make targets: CI runs them (.ci/run: make docs, test, connect-test, test-soak, "
-    "test-slow, cluster-test), "
+    "the make targets: CI runs them (.ci/run: make docs, test, connect-test, "
+    "connect-client-test, test-soak, test-slow, cluster-test, test-bounds BOUNDS=--short), "
     "and what `make demo` runs once installed (its recipe) "
     "tests/e2e/test_docs_getting_started.py runs"
 )
