@@ -39,6 +39,10 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transactional.testing.servers import SparkConnectServer
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
@@ -72,6 +76,20 @@ def short_lived(env: Mapping[str, str]) -> dict[str, str]:
         out["SPARK_SUBMIT_OPTS"] = driver_opts(quick=True)
     out["PYSPARK_PYTHON"] = executors_python(out)
     return out
+
+
+def short_lived_server(conf: Mapping[str, str] | None = None) -> SparkConnectServer:
+    """A Spark Connect server (not started yet) for a test that starts it, kills it and
+    starts it again within a minute or two: its JVM started as a demo's driver is (the
+    quick JIT and the archive) and its Python workers ``worker_python``, as
+    ``short_lived`` sets them. (The suite's own server, which lives as long as the
+    suite, keeps the full JIT.) Its ``conf`` as ``SparkConnectServer``'s."""
+    from transactional.testing.servers import SparkConnectServer
+
+    server = SparkConnectServer(conf=dict(conf or {}), python_path=str(ROOT))
+    server.env["SPARK_SUBMIT_OPTS"] = f"{driver_opts(quick=True)} -Djava.io.tmpdir={server.dir}"
+    server.env["PYSPARK_PYTHON"] = executors_python(server.env)
+    return server
 
 
 def executors_python(env: Mapping[str, str]) -> str:

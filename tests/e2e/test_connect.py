@@ -113,10 +113,10 @@ def test_a_server_restarted_mid_run_is_survived_and_every_record_counted_once(
     """SIGKILL the server once the run has committed two txids, start it again on its
     port: the run goes on (its attempts that met the restart fail and are replayed) and
     exits 0 with every record counted once."""
-    from tests.jvm import driver_conf
+    from tests.jvm import driver_conf, short_lived_server
 
     path, expected = tweets
-    server = SparkConnectServer(conf=driver_conf(), python_path=str(ROOT))
+    server = short_lived_server(driver_conf())
     server.start()
     try:
         state = tmp_path / "state"
@@ -145,7 +145,7 @@ def test_a_server_restart_is_survived_by_a_delta_committer_merging_on_the_server
     ``transactional run`` goes on, exits 0 on its own, and each table holds every
     number once, read with ``deltalake`` against counts made here; every txid's commit
     is delta-spark's MERGE, after the restart too (the Delta log's ``commitInfo``)."""
-    from tests.jvm import driver_conf
+    from tests.jvm import driver_conf, short_lived_server
 
     total, batch = 600, 100  # 6 txids
     delta = tmp_path / "delta"
@@ -156,7 +156,7 @@ def test_a_server_restart_is_survived_by_a_delta_committer_merging_on_the_server
         "TWO_TABLES_BATCH": str(batch),
         "TWO_TABLES_DRIVER_ROWS": "0",
     }
-    server = SparkConnectServer(conf=driver_conf(), python_path=str(ROOT))
+    server = short_lived_server(driver_conf())
     server.start()
     log = tmp_path / "run.log"
     try:
@@ -226,7 +226,9 @@ def test_sessions_whose_server_is_gone_are_stopped_without_waiting_for_it(tmp_pa
     """``stop_session`` (a Delta committer's close, the process's exit) on sessions
     whose server was SIGKILLed: one try at releasing each, then done; PySpark's own
     ``stop()`` retries the release for ten minutes or more (its ``DefaultPolicy``)."""
-    server = SparkConnectServer(python_path=str(ROOT))
+    from tests.jvm import short_lived_server
+
+    server = short_lived_server()
     server.start()
     errors = (tmp_path / "stderr").open("w")
     client = subprocess.Popen(

@@ -430,6 +430,9 @@ class SparkConnectServer(_Server):
     ``python`` (default: this interpreter) with ``python_path`` on their path, so the
     clients' UDFs may import the project. Both may belong to another install than this
     process's: a client with PySpark's Connect client alone has no Spark to start.
+    On a local master its JVM has the collector of the framework's own local sessions
+    (``transactional.spark.session.LOCAL_JAVA_OPTIONS``, added to any
+    ``spark.driver.extraJavaOptions`` of ``conf``).
     Clients reach it at ``remote`` (``sc://127.0.0.1:<port>``). ``stop`` kills it;
     ``start`` again starts an empty server on the same port (a Connect server keeps no
     state across a restart)."""
@@ -475,6 +478,8 @@ class SparkConnectServer(_Server):
         return f"sc://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
+        from transactional.spark.session import LOCAL_JAVA_OPTIONS, is_local
+
         submit = self.spark_home / "bin" / "spark-submit"
         settings = {
             "spark.connect.grpc.binding.address": "127.0.0.1",
@@ -486,6 +491,9 @@ class SparkConnectServer(_Server):
             "spark.driver.host": "127.0.0.1",
             **self.conf,
         }
+        if is_local(self.master):  # the collector of a local session (LOCAL_JAVA_OPTIONS)
+            given = settings.get("spark.driver.extraJavaOptions", "")
+            settings["spark.driver.extraJavaOptions"] = f"{given} {LOCAL_JAVA_OPTIONS}".strip()
         conf = [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
         return [
             str(submit),
