@@ -86,10 +86,12 @@ def short_lived_server(conf: Mapping[str, str] | None = None) -> SparkConnectSer
     suite, keeps the full JIT.) Its ``conf`` as ``SparkConnectServer``'s."""
     from transactional.testing.servers import SparkConnectServer
 
-    server = SparkConnectServer(conf=dict(conf or {}), python_path=str(ROOT))
-    server.env["SPARK_SUBMIT_OPTS"] = f"{driver_opts(quick=True)} -Djava.io.tmpdir={server.dir}"
-    server.env["PYSPARK_PYTHON"] = executors_python(server.env)
-    return server
+    return SparkConnectServer(
+        conf=dict(conf or {}),
+        python_path=str(ROOT),
+        python=worker_python(),
+        java_options=driver_opts(quick=True),
+    )
 
 
 def executors_python(env: Mapping[str, str]) -> str:

@@ -430,7 +430,8 @@ class SparkConnectServer(_Server):
     ``python`` (default: this interpreter) with ``python_path`` on their path, so the
     clients' UDFs may import the project. Both may belong to another install than this
     process's: a client with PySpark's Connect client alone has no Spark to start.
-    On a local master its JVM has the collector of the framework's own local sessions
+    Its JVM's options are ``java_options`` (default: this process's
+    ``SPARK_SUBMIT_OPTS``). On a local master its JVM has the collector of the framework's own local sessions
     (``transactional.spark.session.LOCAL_JAVA_OPTIONS``, added to any
     ``spark.driver.extraJavaOptions`` of ``conf``).
     Clients reach it at ``remote`` (``sc://127.0.0.1:<port>``). ``stop`` kills it;
@@ -447,6 +448,7 @@ class SparkConnectServer(_Server):
         python_path: str | None = None,
         spark_home: str | Path | None = None,
         python: str | None = None,
+        java_options: str | None = None,
     ) -> None:
         super().__init__("spark-connect-")
         self.conf = dict(conf or {})
@@ -462,7 +464,10 @@ class SparkConnectServer(_Server):
             # killed server cannot remove) in its own directory, removed by ``close``.
             "SPARK_SUBMIT_OPTS": " ".join(
                 o
-                for o in (os.environ.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={self.dir}")
+                for o in (
+                    os.environ.get("SPARK_SUBMIT_OPTS") if java_options is None else java_options,
+                    f"-Djava.io.tmpdir={self.dir}",
+                )
                 if o
             ),
         }
