@@ -331,7 +331,7 @@ class Injector:
             _moot_if_done(run, "worker kill")
             raise
         victim = sorted(hosts)[self.rng.randrange(len(hosts))]
-        # SIGKILL, then its directory (the executors' copies of the jars, ~1 GB) removed.
+        # SIGKILL, then its directory (the executors' copies of the jars) removed.
         workers[victim].close()
         try:
             lost = wait_executor_lost(ui_port, hosts[victim], timeout=60)

@@ -16,7 +16,7 @@ from committers.keys import parse_key_type, supported, why_unsupported
 from committers.tables import VALUE_COLUMNS, CounterTable
 from transactional.errors import ConfigurationError
 from transactional.spark.connect import client_only
-from transactional.spark.jars import DEFAULT_IVY_DIR, resolved_jars
+from transactional.spark.jars import DEFAULT_IVY_DIR, session_jars
 
 __all__ = ["DEFAULT_IVY_DIR", "brief", "check_table_types", "delta_spark_conf", "ensure_table"]
 
@@ -49,7 +49,7 @@ def delta_spark_conf(ivy_dir: str | Path | None = None) -> dict[str, str]:
     package = f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
     # Resolved once, quietly, into a cache of our own (transactional.spark.jars); sessions load
     # the jars directly instead of asking Ivy, which prints its report at every start.
-    jars = resolved_jars([package], ivy_dir or DEFAULT_IVY_DIR)
+    jars = session_jars([package], ivy_dir or DEFAULT_IVY_DIR)
     return {"spark.jars": ",".join(str(jar) for jar in jars), **settings}
 
 

@@ -141,12 +141,12 @@ def s3_spark_conf(
     stand-in) is accepted only with ``AWS_ALLOW_HTTP=true``, as delta-rs requires. With
     PySpark's Connect client alone, no jars: a Connect server loads its own."""
     from transactional.spark.connect import client_only
-    from transactional.spark.jars import resolved_jars
+    from transactional.spark.jars import session_jars
 
     env = os.environ if env is None else env
     conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
     if not client_only():
-        jars = resolved_jars(s3_packages(), ivy_dir, excludes=[_BUNDLE])
+        jars = session_jars(s3_packages(), ivy_dir, excludes=[_BUNDLE])
         conf = {"spark.jars": ",".join(str(jar) for jar in jars), **conf}
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     if endpoint:

@@ -16,7 +16,7 @@ from transactional.sources.kafka._direct import DirectRead
 from transactional.sources.kafka._offsets import Isolation, KafkaOffsets, Snapshot
 from transactional.sources.text import text_records
 from transactional.spark.connect import client_only
-from transactional.spark.jars import resolved_jars
+from transactional.spark.jars import session_jars
 from transactional.spout import (
     PARTITION_COLUMN,
     OpaquePartitionedTransactionalSpout,
@@ -69,7 +69,7 @@ def kafka_spark_conf(ivy_dir: str | Path | None = None) -> dict[str, str]:
     with PySpark's Connect client alone: the server has its own."""
     if client_only():
         return {}
-    return {"spark.jars": ",".join(str(jar) for jar in resolved_jars([kafka_package()], ivy_dir))}
+    return {"spark.jars": ",".join(str(jar) for jar in session_jars([kafka_package()], ivy_dir))}
 
 
 class KafkaRange(BatchMetadata):
