@@ -77,6 +77,7 @@ def run_args(
     ]  # fmt: skip
 
 
+@pytest.mark.rotated(slices=3)  # one spout kind a run (54 s each in CI): all in three runs
 @pytest.mark.parametrize("spout", ["transactional", "partitioned", "opaque"])
 def test_every_spout_kind_counts_exactly_on_the_cluster(
     cluster: tuple[SparkMaster, list[SparkWorker]],
