@@ -121,7 +121,7 @@ def session_jars(
 
     Spark's class loaders ask Spark's own class path first, so a class that is in both is
     always Spark's: such a jar is never read, yet every executor fetches each jar of
-    ``spark.jars`` into its work directory before its first task, a local master's too.
+    ``spark.jars`` into its work directory (a local master's as the session starts).
     delta-spark 4.4.0 brings 33 jars (89 MB), 75 MB of them libraries Spark 4.2 ships
     (Hadoop's client, Parquet, Jackson, Log4j, ...), most at older versions; Spark's Kafka
     reader 53 MB of its 64. A jar whose version cannot be compared, or that Spark holds
