@@ -77,7 +77,7 @@ test: deps venv lint typecheck
 # The longest suites (the SIGKILL crash matrices of the three guarantees, user topologies
 # crashed and rerun through `transactional run`, snapshots against a running writer, three
 # planted bugs each caught by its test (tests/mutation/test_planted.py):
-# 32 to 41 min in CI's lanes on 2 cores, rotated, by seed); CI runs it, then `make
+# 28 to 41 min in CI's lanes on 2 cores, rotated, by seed); CI runs it, then `make
 # cluster-test` and `make test-bounds BOUNDS=--short`, beside `make test`, `make
 # connect-test`, `make connect-client-test` and `make test-soak`. Each
 # suite prints its 15 slowest tests, so a CI log says where its time went.
