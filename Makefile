@@ -113,9 +113,8 @@ connect-test-full: deps venv
 # A Spark standalone master and workers, a three-server ZooKeeper ensemble and a Redis
 # Cluster (three masters, a replica each), on loopback, started by the tests from the
 # installed packages; rotated (the short chaos campaign's spout kind, and the spout kind the
-# cluster runs the demo with). CI runs it after
-# `make test-slow`, beside `make connect-test`, `make connect-client-test` and `make
-# test-soak`.
+# cluster runs the demo with). CI runs it after `make test-slow`, beside `make
+# connect-test`, `make connect-client-test` and `make test-soak`.
 cluster-test: deps venv
 	$(BIN)/pytest -q -ra --durations=15 -m cluster --rotation $(ROTATION)
 

@@ -164,9 +164,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def _spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The Spark scratch space (``SPARK_LOCAL_DIRS``) of this process's session and of
     every driver the tests start, under the run's temporary directory and removed at its
-    end: a SIGKILLed driver leaves its own (its executors' copies of the jars: 14 MB for the
-    demo),
-    and a suite kills hundreds (``DemoProcess`` removes each of its runs' sooner)."""
+    end: a SIGKILLed driver leaves its own (its executors' copies of the jars: 14 MB for
+    the demo), and a suite kills hundreds (``DemoProcess`` removes each of its runs'
+    sooner)."""
     if "SPARK_LOCAL_DIRS" in os.environ:  # the user's choice
         yield
         return

@@ -70,10 +70,9 @@ class DemoProcess:
     """``python -m examples.tweets ARGS`` in a session of its own, output to ``log``.
 
     Its Spark scratch space (``SPARK_LOCAL_DIRS``: shuffle and block files, the copies
-    of the jars its executors fetch: 14 MB for the demo, 86 before the jars Spark
-    holds were left out) is a directory of its own, removed once
-    the run has ended: a SIGKILLed JVM cannot remove its own, and the crash tests kill
-    hundreds."""
+    of the jars its executors fetch: 14 MB for the demo) is a directory of its own,
+    removed once the run has ended: a SIGKILLed JVM cannot remove its own, and the crash
+    tests kill hundreds."""
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.log = log

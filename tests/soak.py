@@ -19,7 +19,7 @@ be:
 Every ``--sample-every`` seconds the soak reads, with psutil and a ZooKeeper client of
 its own: the driver's Python process and its Spark JVM (resident memory, threads, open
 files; the Python process's resident memory also in its two parts, anonymous and
-shared, its mapped files) and how many nodes the topology holds in ZooKeeper, against the txid the
+shared) and how many nodes the topology holds in ZooKeeper, against the txid the
 Redis sink holds; and, from the JVM's own garbage-collection log, the heap that was
 live after the last full collection. The driver's JVM runs with a fixed heap of ``HEAP``,
 touched whole at its start (``-Xms``, ``-XX:+AlwaysPreTouch``): a JVM otherwise grows

@@ -431,9 +431,9 @@ class SparkConnectServer(_Server):
     clients' UDFs may import the project. Both may belong to another install than this
     process's: a client with PySpark's Connect client alone has no Spark to start.
     Its JVM's options are ``java_options`` (default: this process's
-    ``SPARK_SUBMIT_OPTS``). On a local master its JVM has the collector of the framework's own local sessions
-    (``transactional.spark.session.LOCAL_JAVA_OPTIONS``, added to any
-    ``spark.driver.extraJavaOptions`` of ``conf``).
+    ``SPARK_SUBMIT_OPTS``). On a local master its JVM has the collector of the
+    framework's own local sessions (``transactional.spark.session.LOCAL_JAVA_OPTIONS``,
+    added to any ``spark.driver.extraJavaOptions`` of ``conf``).
     Clients reach it at ``remote`` (``sc://127.0.0.1:<port>``). ``stop`` kills it;
     ``start`` again starts an empty server on the same port (a Connect server keeps no
     state across a restart)."""
